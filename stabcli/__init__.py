@@ -1,0 +1,10 @@
+"""stabcli: audit the run-to-run stability of pretrained embeddings."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("stabcli")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = ["__version__"]

@@ -1,0 +1,3 @@
+from stabcli.cli import main
+
+main()

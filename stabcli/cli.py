@@ -1,0 +1,211 @@
+"""The ``stabcli`` command line: parse options, call the library, render, choose the exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from typer.core import TyperGroup
+
+from stabcli import __version__
+from stabcli.corpus import CorpusOptions
+from stabcli.errors import StabcliError
+from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
+
+EXIT_FAILED_CHECK = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def _debug_enabled(ctx: typer.Context) -> bool:
+    return bool(ctx.params.get("debug")) or os.environ.get("STABCLI_DEBUG", "") not in ("", "0")
+
+
+class _Group(TyperGroup):
+    """Turns StabcliError into one line on stderr and exit 2, Ctrl-C into exit 130."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except StabcliError as exc:
+            if _debug_enabled(ctx):
+                raise
+            Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+        except KeyboardInterrupt:
+            Console(stderr=True).print("interrupted; finished runs are kept", highlight=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Audit the run-to-run stability of pretrained embeddings.\n\n"
+    "Exit codes: 0 ok, 1 a requested check failed, 2 bad usage or bad input, 130 interrupted.",
+)
+err = Console(stderr=True)
+out = Console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"stabcli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks (also STABCLI_DEBUG=1)."),
+) -> None:
+    """Audit the run-to-run stability of pretrained embeddings."""
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True, disable=not err.is_terminal,
+    )
+
+
+def _run_pretrain(out_dir: Path, corpus: Optional[Path], config: TrainConfig, **kwargs: Any) -> PretrainResult:
+    """Call the library with a progress bar over runs (and epochs for gensim models)."""
+    with _progress() as bar:
+        runs_task = bar.add_task("runs", total=kwargs["runs"])
+        epochs_task = bar.add_task("epochs", total=None, visible=config.script is None)
+
+        def on_progress(p: Any) -> None:
+            bar.update(runs_task, completed=p.runs_done, total=p.runs_total)
+            bar.update(epochs_task, completed=p.epochs_done, total=p.epochs_total)
+
+        return pretrain(out_dir, corpus, config, on_progress=on_progress, **kwargs)
+
+
+def _summary_table(result: PretrainResult) -> Table:
+    table = Table(title=f"run set {result.root}", title_justify="left")
+    for column in ("run", "seed", "seconds", "final loss", "status"):
+        table.add_column(column, justify="right" if column in ("seed", "seconds", "final loss") else "left")
+    styles = {"complete": "green", "kept": "cyan", "failed": "bold red"}
+    for r in result.runs:
+        table.add_row(
+            f"run-{r.index:03d}", str(r.seed), "" if r.seconds is None else f"{r.seconds:.1f}",
+            "" if r.final_loss is None else f"{r.final_loss:.4g}", f"[{styles[r.status]}]{r.status}[/]",
+        )
+    return table
+
+
+def _report_pretrain(result: PretrainResult, fmt: str) -> None:
+    if fmt == "json":
+        payload = {
+            "stabcli_version": __version__,
+            "run_set": str(result.root),
+            "keys": result.keys,
+            "runs": [r.__dict__ for r in result.runs],
+            "failed": len(result.failed),
+        }
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        out.print(_summary_table(result))
+    for r in result.failed:
+        err.print(f"[bold red]failed:[/] {r.error}", highlight=False, soft_wrap=True)
+    if result.failed:
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@app.command("pretrain")
+def pretrain_cmd(
+    corpus: Optional[Path] = typer.Argument(None, help="Training corpus (optional with --script)."),
+    out_dir: Path = typer.Option(..., "--out", "-o", help="Run set directory to create or resume."),
+    runs: int = typer.Option(10, "--runs", "-n", help="Number of independent runs."),
+    model: str = typer.Option("word2vec", "--model", help="word2vec (sentences or item sessions) or doc2vec (tagged documents)."),
+    dim: int = typer.Option(32, "--dim", help="Embedding dimension."),
+    window: int = typer.Option(3, "--window", help="Context window."),
+    negative: int = typer.Option(3, "--negative", help="Negative samples (0 = none)."),
+    epochs: int = typer.Option(10, "--epochs", help="Training epochs."),
+    sg: bool = typer.Option(True, "--sg/--cbow", help="Skip-gram (doc2vec: PV-DBOW) or CBOW (doc2vec: PV-DM)."),
+    min_count: int = typer.Option(1, "--min-count", help="Ignore tokens seen fewer times."),
+    seed: int = typer.Option(0, "--seed", help="Run i uses seed SEED + i."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: available cores)."),
+    checkpoints: bool = typer.Option(False, "--checkpoints", help="Save vectors after every epoch (epochs/NNN.npy)."),
+    vary: str = typer.Option("seed", "--vary", help="seed: only the seed changes; shuffle: also the sequence order; "
+                             "bootstrap: sequences resampled with replacement."),
+    param: list[str] = typer.Option([], "--param", help="Any other gensim argument, key=value (repeatable)."),
+    force: bool = typer.Option(False, "--force", help="Replace a run set made with another configuration."),
+    script: Optional[str] = typer.Option(None, "--script", help="Train with your own command; placeholders "
+                                         "{seed} {out} {run} {corpus}. Run without a shell."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds before a script run is killed."),
+    corpus_format: str = typer.Option("auto", "--corpus-format", help="auto, lines, tagged, movielens or interactions."),
+    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of the corpus."),
+    user_col: str = typer.Option("user", "--user-col", help="interactions: user column."),
+    item_col: str = typer.Option("item", "--item-col", help="interactions: item column."),
+    time_col: str = typer.Option("timestamp", "--time-col", help="interactions: timestamp column (file order if absent)."),
+    rating_col: str = typer.Option("rating", "--rating-col", help="interactions: rating column (for --min-rating)."),
+    min_rating: Optional[float] = typer.Option(None, "--min-rating", help="movielens/interactions: keep ratings >= this."),
+    fmt: str = typer.Option("table", "--format", help="Summary as a rich table or json on stdout."),
+) -> None:
+    """Train N independent runs of an embedding into a run set.
+
+    Run i uses seed SEED+i with one gensim worker, so the same command gives bitwise
+    identical vectors whatever --jobs is. Rerunning resumes: finished runs are kept.
+
+    Examples:
+
+        stabcli pretrain sessions.txt --out runs/exp1 --runs 10 --dim 32 --epochs 10
+
+        stabcli pretrain ml-1m/ratings.dat --out runs/ml --min-rating 4 --vary bootstrap
+
+        stabcli pretrain docs.tsv --model doc2vec --out runs/docs --param dm_mean=1
+
+        stabcli pretrain --script 'python train.py --seed {seed} --out {out}' --runs 5 --out runs/mine
+    """
+    if fmt not in ("table", "json"):
+        raise typer.BadParameter("choose table or json", param_hint="--format")
+    config = TrainConfig(
+        model=model, dim=dim, window=window, negative=negative, epochs=epochs, sg=sg, min_count=min_count,
+        vary=vary, params=parse_params(model, param), script=script, checkpoints=checkpoints,
+    )
+    options = CorpusOptions(corpus_format, encoding, user_col, item_col, time_col, rating_col, min_rating)
+    result = _run_pretrain(out_dir, corpus, config, runs=runs, seed=seed, jobs=jobs, force=force,
+                           corpus_options=options, timeout=timeout)
+    _report_pretrain(result, fmt)
+
+
+def sample_path(name: str) -> Path:
+    """Path of a bundled sample file (installed as package data ``stabcli.sample_data``)."""
+    return Path(str(files("stabcli.sample_data").joinpath(name)))
+
+
+@app.command()
+def demo(
+    out_dir: Path = typer.Option(Path("stabcli-demo"), "--out", "-o", help="Where the demo writes its run set."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: available cores)."),
+) -> None:
+    """Run the pipeline on the bundled synthetic sample data (about a minute on 2 cores).
+
+    Trains 5 item2vec runs (dim 32) on sample sessions into OUT/runs. Rerunning reuses them.
+
+    Example:
+
+        stabcli demo --out /tmp/stabcli-demo
+    """
+    sessions = sample_path("sessions.txt")
+    err.print(f"stabcli demo: 5 item2vec runs on the synthetic sample {sessions.name} → {out_dir / 'runs'}", highlight=False)
+    config = TrainConfig(model="word2vec", dim=32, window=3, negative=3, epochs=10)
+    result = _run_pretrain(out_dir / "runs", sessions, config, runs=5, seed=0, jobs=jobs, force=False,
+                           corpus_options=CorpusOptions(format="lines"), timeout=None)
+    _report_pretrain(result, "table")
+
+
+def main() -> None:
+    app(prog_name="stabcli")

@@ -1,0 +1,116 @@
+import json
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from stabcli import __version__
+from stabcli.cli import app
+
+runner = CliRunner()
+SMALL = ["--runs", "2", "--dim", "4", "--epochs", "2", "--jobs", "1"]
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_version():
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert result.output.strip() == f"stabcli {__version__}"
+
+
+def test_python_dash_m_works():
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "stabcli", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0
+    assert "pretrain" in proc.stdout and "demo" in proc.stdout
+
+
+def test_pretrain_table_summary(tmp_path, sessions_file):
+    result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL)
+    assert result.exit_code == 0, result.output
+    assert "run-000" in result.output and "run-001" in result.output and "complete" in result.output
+    assert (tmp_path / "r" / "run-001" / "vectors.npy").is_file()
+
+
+def test_pretrain_json_summary_and_resume(tmp_path, sessions_file):
+    first = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--format", "json")
+    assert first.exit_code == 0, first.output
+    payload = json.loads(first.stdout)
+    assert payload["keys"] == 40 and payload["failed"] == 0
+    assert [r["status"] for r in payload["runs"]] == ["complete", "complete"]
+    again = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--format", "json")
+    assert [r["status"] for r in json.loads(again.stdout)["runs"]] == ["kept", "kept"]
+
+
+def test_pretrain_params_reach_gensim(tmp_path, sessions_file):
+    result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--param", "hs=1", "--param", "negative=0")
+    assert result.exit_code == 2  # negative is reserved: --negative exists
+    assert "--param negative: set by stabcli itself" in result.output
+    result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--param", "hs=1", "--negative", "0")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "r" / "stabcli.json").read_text())["config"]["params"] == {"hs": 1}
+    assert "hs=1" in (tmp_path / "r" / "run-000" / "log.txt").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--param", "bogus=1"], "error: --param bogus: not an argument of gensim Word2Vec"),
+    (["--model", "glove"], "error: --model 'glove': choose one of word2vec, doc2vec"),
+    (["--corpus-format", "xml"], "error: unknown corpus format 'xml'"),
+])
+def test_pretrain_bad_options_exit_2_with_one_line(tmp_path, sessions_file, args, message):
+    result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, *args)
+    assert result.exit_code == 2
+    assert result.output.strip() == message or result.output.strip().startswith(message)
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "r").exists()
+
+
+def test_pretrain_missing_and_malformed_corpus(tmp_path):
+    result = invoke("pretrain", tmp_path / "nope.txt", "--out", tmp_path / "r", *SMALL)
+    assert result.exit_code == 2
+    assert "nope.txt: no such file" in result.output
+    bad = tmp_path / "docs.tsv"
+    bad.write_text("a\tb\nno tab\n")
+    result = invoke("pretrain", bad, "--model", "doc2vec", "--out", tmp_path / "r", *SMALL)
+    assert result.exit_code == 2
+    assert "docs.tsv:2: expected 'tag<TAB>text', found no tab" in result.output
+
+
+def test_pretrain_other_config_exit_2_and_runs_untouched(tmp_path, sessions_file):
+    assert invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL).exit_code == 0
+    before = (tmp_path / "r" / "run-000" / "vectors.npy").read_bytes()
+    result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", "--runs", "2", "--dim", "5", "--epochs", "2")
+    assert result.exit_code == 2
+    assert "made with a different configuration (dim 4 → 5); use --force" in result.output
+    assert (tmp_path / "r" / "run-000" / "vectors.npy").read_bytes() == before
+
+
+def test_pretrain_script_failure_exit_2_lists_failed_runs(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import sys, pathlib\nrun = int(sys.argv[2])\n"
+                      "if run == 1: sys.exit(4)\n"
+                      "(pathlib.Path(sys.argv[1]) / 'v.npy').write_bytes(b'')\n"
+                      "import numpy; numpy.save(pathlib.Path(sys.argv[1]) / 'v.npy', numpy.ones((3, 2)))\n")
+    result = invoke("pretrain", "--script", f"{sys.executable} {script} {{out}} {{run}}", "--runs", "2",
+                    "--out", tmp_path / "r")
+    assert result.exit_code == 2
+    assert "failed: run-001: script exited with code 4" in result.output
+    assert np.load(tmp_path / "r" / "run-000" / "vectors.npy").shape == (3, 2)
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    result = runner.invoke(app, ["--debug", "pretrain", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 1 and result.exception is not None  # the raw exception, for a developer
+
+
+def test_demo_trains_the_sample(tmp_path):
+    result = invoke("demo", "--out", tmp_path / "demo")
+    assert result.exit_code == 0, result.output
+    assert result.output.count("complete") == 5
+    keys = (tmp_path / "demo" / "runs" / "keys.txt").read_text().splitlines()
+    assert len(keys) > 1000 and np.load(tmp_path / "demo" / "runs" / "run-004" / "vectors.npy").shape == (len(keys), 32)

@@ -16,8 +16,11 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from stabcli import __version__
+from stabcli.audit import AuditOptions, build_report, evaluate_checks, load_runs, parse_check
 from stabcli.corpus import CorpusOptions
-from stabcli.errors import StabcliError
+from stabcli.errors import StabcliError, UsageError
+from stabcli.report import render_markdown, render_terminal, write_plots
+from stabcli.runset import write_text_atomic
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 
 EXIT_FAILED_CHECK = 1
@@ -181,6 +184,83 @@ def pretrain_cmd(
     _report_pretrain(result, fmt)
 
 
+def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[str], fmt: str,
+                      json_path: Optional[Path], markdown_path: Optional[Path], plots: Optional[Path]) -> dict[str, Any]:
+    """Load, compute, write every requested rendering; returns the report."""
+    for expression in checks:
+        parse_check(expression)  # a malformed expression fails before any heavy work
+    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False))
+    with err.status("auditing", spinner="dots") if err.is_terminal else _nullcontext() as status:
+        report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None)
+    evaluate_checks(report, checks)
+    text = json.dumps(report, indent=2) + "\n"
+    if json_path:
+        _write_output(json_path, text)
+    if markdown_path:
+        _write_output(markdown_path, render_markdown(report))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(render_markdown(report))
+    if plots:
+        for path in write_plots(report, plots):
+            err.print(f"wrote {path}", highlight=False)
+    if fmt == "json":
+        sys.stdout.write(text)
+    else:
+        render_terminal(report, out)
+    return report
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _write_output(path: Path, text: str) -> None:
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
+
+
+@app.command()
+def audit(
+    inputs: list[Path] = typer.Argument(..., help="A run set directory, or two or more embedding files."),
+    normalize: bool = typer.Option(False, "--normalize", help="L2-normalize every row first."),
+    pairs: int = typer.Option(10_000, "--pairs", help="Key pairs sampled for the inner-product noise share."),
+    knn_k: int = typer.Option(10, "--knn-k", help="Neighbours per query for k-NN overlap."),
+    knn_queries: int = typer.Option(1_000, "--knn-queries", help="Sampled query keys for k-NN overlap."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the sampled pairs and queries."),
+    top: int = typer.Option(20, "--top", help="Least stable keys to list."),
+    check: list[str] = typer.Option([], "--check", help="CI gate 'PATH OP VALUE' on the JSON report (repeatable); "
+                                    "e.g. 'representation.knn_overlap>=0.6'. A failure exits 1."),
+    fmt: str = typer.Option("table", "--format", help="table (terminal) or json (stdout, exact)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the JSON report here."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report here."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures (paper Fig. 1a-1d) into this directory."),
+) -> None:
+    """Measure how much of an embedding is run-to-run noise, and which parts are stable.
+
+    Examples:
+
+        stabcli audit runs/exp1
+
+        stabcli audit a.vec b.vec c.vec --normalize --format json
+
+        stabcli audit runs/exp1 --check 'representation.knn_overlap>=0.6' --markdown report.md
+    """
+    if fmt not in ("table", "json"):
+        raise typer.BadParameter("choose table or json", param_hint="--format")
+    options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
+    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots)
+    if not report["passed"]:
+        raise typer.Exit(EXIT_FAILED_CHECK)
+
+
 def sample_path(name: str) -> Path:
     """Path of a bundled sample file (installed as package data ``stabcli.sample_data``)."""
     return Path(str(files("stabcli.sample_data").joinpath(name)))
@@ -193,7 +273,8 @@ def demo(
 ) -> None:
     """Run the pipeline on the bundled synthetic sample data (about a minute on 2 cores).
 
-    Trains 5 item2vec runs (dim 32) on sample sessions into OUT/runs. Rerunning reuses them.
+    Trains 5 item2vec runs (dim 32) on sample sessions into OUT/runs, then audits them
+    (report also in OUT/audit.json, OUT/audit.md and OUT/plots). Rerunning reuses the runs.
 
     Example:
 
@@ -201,10 +282,13 @@ def demo(
     """
     sessions = sample_path("sessions.txt")
     err.print(f"stabcli demo: 5 item2vec runs on the synthetic sample {sessions.name} → {out_dir / 'runs'}", highlight=False)
-    config = TrainConfig(model="word2vec", dim=32, window=3, negative=3, epochs=10)
+    config = TrainConfig(model="word2vec", dim=32, window=3, negative=3, epochs=10, checkpoints=True)
     result = _run_pretrain(out_dir / "runs", sessions, config, runs=5, seed=0, jobs=jobs, force=False,
                            corpus_options=CorpusOptions(format="lines"), timeout=None)
     _report_pretrain(result, "table")
+    out.print()
+    _audit_and_render([out_dir / "runs"], AuditOptions(top=10), [], "table", out_dir / "audit.json", out_dir / "audit.md",
+                      out_dir / "plots")
 
 
 def main() -> None:

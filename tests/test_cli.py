@@ -112,5 +112,76 @@ def test_demo_trains_the_sample(tmp_path):
     result = invoke("demo", "--out", tmp_path / "demo")
     assert result.exit_code == 0, result.output
     assert result.output.count("complete") == 5
+    assert "coordinates: " in result.output and "Representation stability" in result.output
+    assert json.loads((tmp_path / "demo" / "audit.json").read_text())["input"]["runs"] == 5
     keys = (tmp_path / "demo" / "runs" / "keys.txt").read_text().splitlines()
     assert len(keys) > 1000 and np.load(tmp_path / "demo" / "runs" / "run-004" / "vectors.npy").shape == (len(keys), 32)
+
+
+@pytest.fixture
+def runset(tmp_path, sessions_file):
+    root = tmp_path / "runs"
+    assert invoke("pretrain", sessions_file, "--out", root, "--runs", "3", "--dim", "6", "--epochs", "2",
+                  "--checkpoints", "--jobs", "1").exit_code == 0
+    return root
+
+
+AUDIT_SMALL = ["--pairs", "300", "--knn-k", "3", "--knn-queries", "20", "--top", "3"]
+
+
+def test_audit_terminal_report(runset):
+    result = invoke("audit", runset, *AUDIT_SMALL)
+    assert result.exit_code == 0, result.output
+    first = result.output.splitlines()[0]
+    assert first.startswith("coordinates: ") and "inner products: " in first and "% stable" in first
+    for text in ("Representation stability", "k-NN overlap@3", "PIP loss", "Least stable keys", "Training convergence"):
+        assert text in result.output
+
+
+def test_audit_json_markdown_plots_and_step_summary(runset, tmp_path, monkeypatch):
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = invoke("audit", runset, *AUDIT_SMALL, "--format", "json", "--json", tmp_path / "r.json",
+                    "--markdown", tmp_path / "r.md", "--plots", tmp_path / "plots")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert json.loads((tmp_path / "r.json").read_text()) == report
+    for key in ("stabcli_version", "input", "representation", "training", "downstream", "checks", "passed"):
+        assert key in report
+    for key in ("noise_share", "noise_share_per_dim", "variance_per_dim", "aligned_noise_share",
+                "inner_product_noise_share", "knn_overlap", "knn_k", "pip_loss", "pip_loss_relative", "cka",
+                "eigenspace_overlap", "semantic_displacement", "least_stable"):
+        assert key in report["representation"]
+    assert report["input"]["runs"] == 3 and report["input"]["dim"] == 6
+    assert [row["epoch"] for row in report["training"]["by_epoch"]] == [1, 2]
+    markdown = (tmp_path / "r.md").read_text()
+    assert markdown.startswith("## stabcli audit") and "| linear CKA |" in markdown
+    assert summary.read_text() == "earlier step\n" + markdown
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "fig1a_variance_per_dim.png", "fig1b_loss_by_epoch.png", "fig1c_noise_by_epoch.png",
+        "fig1d_coordinate_vs_inner_product.png"]
+    assert (tmp_path / "plots" / "fig1a_variance_per_dim.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_audit_checks_pass_fail_and_bad_paths(runset):
+    ok = invoke("audit", runset, *AUDIT_SMALL, "--check", "representation.cka>0", "--check", "input.runs==3")
+    assert ok.exit_code == 0, ok.output
+    failed = invoke("audit", runset, *AUDIT_SMALL, "--check", "representation.cka>0",
+                    "--check", "representation.knn_overlap>1.5")
+    assert failed.exit_code == 1
+    assert failed.output.strip().splitlines()[-1].startswith("FAIL representation.knn_overlap>1.5")
+    unknown = invoke("audit", runset, *AUDIT_SMALL, "--check", "representation.knn>0.5")
+    assert unknown.exit_code == 2 and "error: --check: no 'knn' in representation" in unknown.output
+    malformed = invoke("audit", runset, "--check", "knn_overlap")
+    assert malformed.exit_code == 2 and "expected PATH OP VALUE" in malformed.output
+
+
+def test_audit_bad_inputs_exit_2(tmp_path, runset):
+    result = invoke("audit", runset / "run-000" / "vectors.npy")
+    assert result.exit_code == 2 and "found 1 run(s); stability needs at least 2" in result.output
+    (runset / "stabcli.json").write_text("{broken")
+    result = invoke("audit", runset)
+    assert result.exit_code == 2 and "stabcli.json: corrupted manifest" in result.output
+    result = invoke("audit", tmp_path / "missing.npy", tmp_path / "other.npy")
+    assert result.exit_code == 2 and "missing.npy: no such file" in result.output

@@ -1,0 +1,251 @@
+"""Representation stability metrics (SPEC section 4), without any n×n matrix.
+
+Notation: R runs ``H_r`` of shape ``[n, d]`` over the same keys in the same row order.
+Everything is computed from row chunks (memory O(chunk·R·d)) and from the R×R blocks of
+cross-Gram matrices ``G_rs = H_rᵀ H_s`` (d×d each): Procrustes alignment, PIP loss, CKA
+and eigenspace overlap only ever need those. Accumulations are float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Iterator, Sequence
+
+import numpy as np
+from scipy.linalg import orthogonal_procrustes
+
+CHUNK_ELEMENTS = 1 << 22  # float64 elements per run-stacked chunk (32 MiB)
+
+
+def _chunks(runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | None = None) -> Iterator[tuple[slice, np.ndarray]]:
+    """Yield (row slice, float64 stack [R, c, d]) over the rows, optionally rotated."""
+    n, d = runs[0].shape
+    step = max(1, CHUNK_ELEMENTS // (len(runs) * d))
+    for start in range(0, n, step):
+        rows = slice(start, min(n, start + step))
+        stack = np.stack([np.asarray(h[rows], dtype=np.float64) for h in runs])
+        if rotations is not None:
+            stack = stack @ np.asarray(rotations)
+        yield rows, stack
+
+
+@dataclass
+class NoiseShare:
+    """Coordinate noise: ``share_j = Σ_i Var_r(H[i,j]) / Σ_i E_r[H[i,j]²]`` (ddof=0)."""
+
+    overall: float
+    per_dim: np.ndarray        # share_j for every dimension j
+    variance_per_dim: np.ndarray  # mean over keys of Var_r(H[i,j]) with ddof=1 (the paper's Fig. 1a)
+    per_key_variance: np.ndarray  # mean over dimensions of Var_r(H[i,j]) (ddof=0), one per key
+
+
+def noise_share(runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | None = None) -> NoiseShare:
+    """Share of each coordinate's energy that is run-to-run variance (paper Fig. 1a).
+
+    ``share_j = Σ_i Var_r(H[i,j]) / Σ_i E_r[H[i,j]²]``; 0 for identical runs, near 1 when
+    coordinates are pure noise. With ``rotations``, runs are first multiplied by them.
+    """
+    n, d = runs[0].shape
+    var_sum = np.zeros(d)
+    energy_sum = np.zeros(d)
+    per_key = np.empty(n)
+    for rows, stack in _chunks(runs, rotations):
+        var = stack.var(axis=0)
+        var_sum += var.sum(axis=0)
+        energy_sum += np.square(stack).mean(axis=0).sum(axis=0)
+        per_key[rows] = var.mean(axis=1)
+    R = len(runs)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_dim = np.where(energy_sum > 0, var_sum / energy_sum, 0.0)
+    overall = float(var_sum.sum() / energy_sum.sum()) if energy_sum.sum() > 0 else 0.0
+    return NoiseShare(overall, per_dim, var_sum / n * R / (R - 1), per_key)
+
+
+@dataclass
+class Grams:
+    """Cross-Gram blocks ``G[r, s] = H_rᵀ H_s`` and column means; enough for PIP, CKA,
+    eigenspace overlap and Procrustes alignment."""
+
+    G: np.ndarray      # [R, R, d, d]
+    means: np.ndarray  # [R, d]
+    n: int
+
+    def centered(self, r: int, s: int) -> np.ndarray:
+        """``X_rᵀ X_s`` for the column-centred matrices."""
+        return self.G[r, s] - self.n * np.outer(self.means[r], self.means[s])
+
+
+def gram_blocks(runs: Sequence[np.ndarray]) -> Grams:
+    """All ``H_rᵀ H_s`` in one pass over the rows (O(R²·n·d²) time, O(R²·d²) memory)."""
+    R = len(runs)
+    n, d = runs[0].shape
+    G = np.zeros((R, R, d, d))
+    sums = np.zeros((R, d))
+    for _, stack in _chunks(runs):
+        sums += stack.sum(axis=1)
+        for r in range(R):
+            for s in range(r, R):
+                G[r, s] += stack[r].T @ stack[s]
+    for r in range(R):
+        for s in range(r):
+            G[r, s] = G[s, r].T
+    return Grams(G, sums / n, n)
+
+
+def frobenius_sq(a: np.ndarray) -> float:
+    return float(np.einsum("ij,ij->", a, a))
+
+
+def pip_loss(grams: Grams, r: int, s: int) -> float:
+    """PIP loss ``‖H_r H_rᵀ − H_s H_sᵀ‖_F`` (Yin & Shen 2018) via
+    ``sqrt(‖H_rᵀH_r‖² + ‖H_sᵀH_s‖² − 2‖H_rᵀH_s‖²)``."""
+    value = frobenius_sq(grams.G[r, r]) + frobenius_sq(grams.G[s, s]) - 2 * frobenius_sq(grams.G[r, s])
+    return float(np.sqrt(max(value, 0.0)))
+
+
+def linear_cka(grams: Grams, r: int, s: int) -> float:
+    """Linear CKA on column-centred matrices: ``‖XᵀY‖_F² / (‖XᵀX‖_F ‖YᵀY‖_F)`` (Kornblith et al. 2019)."""
+    denom = np.sqrt(frobenius_sq(grams.centered(r, r)) * frobenius_sq(grams.centered(s, s)))
+    return float(frobenius_sq(grams.centered(r, s)) / denom) if denom > 0 else 0.0
+
+
+def _left_basis(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """From ``HᵀH = V Σ² Vᵀ``: (V, 1/Σ) restricted to numerically non-zero singular values,
+    so that ``U = H V Σ⁻¹`` are the left singular vectors."""
+    eigval, eigvec = np.linalg.eigh(gram)
+    keep = eigval > max(eigval.max(), 0.0) * 1e-10
+    return eigvec[:, keep], 1.0 / np.sqrt(eigval[keep])
+
+
+def eigenspace_overlap(grams: Grams, r: int, s: int) -> float:
+    """Eigenspace overlap ``‖UᵀŨ‖_F² / max(d, d̃)`` with U, Ũ the left singular vectors
+    (May et al. 2019, anchor-stability); computed as ``Σ_r⁻¹ V_rᵀ G_rs V_s Σ_s⁻¹``."""
+    v_r, inv_r = _left_basis(grams.G[r, r])
+    v_s, inv_s = _left_basis(grams.G[s, s])
+    cross = (inv_r[:, None] * (v_r.T @ grams.G[r, s] @ v_s)) * inv_s[None, :]
+    return frobenius_sq(cross) / max(len(inv_r), len(inv_s))
+
+
+def procrustes_rotation(cross: np.ndarray) -> np.ndarray:
+    """Orthogonal Q minimizing ``‖H Q − M‖_F`` given only ``cross = Hᵀ M`` (d×d).
+
+    ``scipy.linalg.orthogonal_procrustes(A, B)`` depends on A and B only through ``AᵀB``,
+    so passing (I, HᵀM) gives the same Q without the n×d matrices.
+    """
+    rotation, _ = orthogonal_procrustes(np.eye(cross.shape[0]), cross)
+    return rotation
+
+
+def generalized_procrustes(grams: Grams, max_iter: int = 100, tol: float = 1e-7) -> tuple[list[np.ndarray], int]:
+    """Rotations aligning every run to their consensus (generalized orthogonal Procrustes).
+
+    Start from run 0 as the reference; then repeat: align each run to the mean of the
+    aligned runs, recompute the mean, until it stops changing. The consensus
+    ``M = (1/R) Σ_s H_s Q_s`` never materializes: ``H_rᵀ M = (1/R) Σ_s G_rs Q_s``. Since
+    ``Σ_r ‖H_r Q_r − M‖² = Σ_r tr G_rr − R‖M‖²``, each step can only grow ``‖M‖²``; stop
+    when it grows by less than ``tol`` relative. Returns (rotations, iterations used).
+    """
+    R = grams.G.shape[0]
+    rotations = [procrustes_rotation(grams.G[r, 0]) for r in range(R)]
+
+    def consensus_norm2(weights: list[np.ndarray]) -> float:
+        return sum(float(np.trace(weights[r].T @ grams.G[r, s] @ weights[s])) for r in range(R) for s in range(R)) / R**2
+
+    previous = consensus_norm2(rotations)
+    for iteration in range(1, max_iter + 1):
+        cross = [sum(grams.G[r, s] @ rotations[s] for s in range(R)) / R for r in range(R)]
+        rotations = [procrustes_rotation(c) for c in cross]
+        current = consensus_norm2(rotations)
+        if current - previous <= tol * max(current, np.finfo(float).tiny):
+            return rotations, iteration
+        previous = current
+    return rotations, max_iter
+
+
+def semantic_displacement(runs: Sequence[np.ndarray], grams: Grams) -> float:
+    """Mean cosine distance ``1 − cos(h_r(i), h_s(i) Q_sr)`` over keys and run pairs r<s,
+    after orthogonal Procrustes of run s onto run r (Hamilton et al. 2016, HistWords)."""
+    pairs = list(combinations(range(len(runs)), 2))
+    rotations = {(r, s): procrustes_rotation(grams.G[s, r]) for r, s in pairs}
+    total = 0.0
+    for _, stack in _chunks(runs):
+        norms = np.linalg.norm(stack, axis=2)
+        for r, s in pairs:
+            aligned = stack[s] @ rotations[r, s]
+            dots = np.einsum("cd,cd->c", stack[r], aligned)
+            denom = norms[r] * norms[s]
+            cos = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
+            total += float((1.0 - cos).sum())
+    return total / (len(pairs) * runs[0].shape[0])
+
+
+def sample_pairs(n: int, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` key pairs (i, k) with i ≠ k, drawn uniformly with replacement."""
+    first = rng.integers(0, n, size=count)
+    second = (first + rng.integers(1, n, size=count)) % n
+    return first, second
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+def inner_product_noise_share(runs: Sequence[np.ndarray], first: np.ndarray, second: np.ndarray) -> float:
+    """The coordinate noise share computed on cosine similarities of sampled key pairs
+    (paper Fig. 1d): ``Σ_p Var_r(c_r(p)) / Σ_p E_r[c_r(p)²]``."""
+    order = np.argsort(first, kind="stable"), np.argsort(second, kind="stable")
+    cos = np.empty((len(runs), len(first)))
+    for r, h in enumerate(runs):
+        a = np.empty((len(first), h.shape[1]))
+        b = np.empty_like(a)
+        a[order[0]] = h[first[order[0]]]  # sorted gathers read a memory map sequentially
+        b[order[1]] = h[second[order[1]]]
+        cos[r] = np.einsum("pd,pd->p", _unit_rows(a), _unit_rows(b))
+    energy = np.square(cos).mean(axis=0).sum()
+    return float(cos.var(axis=0).sum() / energy) if energy > 0 else 0.0
+
+
+def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """Indices ``[q, k]`` of each query's k nearest keys by cosine, excluding the query itself.
+
+    Streams keys in chunks against the q queries (O(q·n·d) time, O(q·(k + chunk)) memory).
+    The neighbours come back as a set per query, not in rank order.
+    """
+    n = h.shape[0]
+    q_unit = _unit_rows(np.asarray(h[queries], dtype=np.float32))
+    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
+    best_ids = np.zeros((len(queries), 0), dtype=np.int64)
+    step = max(k + 1, (1 << 22) // max(len(queries), 1))
+    for start in range(0, n, step):
+        chunk = _unit_rows(np.asarray(h[start:start + step], dtype=np.float32))
+        scores = q_unit @ chunk.T
+        inside = (queries >= start) & (queries < start + chunk.shape[0])
+        scores[np.flatnonzero(inside), queries[inside] - start] = -np.inf
+        ids = np.broadcast_to(np.arange(start, start + chunk.shape[0]), scores.shape)
+        all_scores = np.concatenate([best_scores, scores], axis=1)
+        all_ids = np.concatenate([best_ids, ids], axis=1)
+        keep = min(k, all_scores.shape[1])
+        order = np.argpartition(-all_scores, keep - 1, axis=1)[:, :keep]
+        best_scores = np.take_along_axis(all_scores, order, axis=1)
+        best_ids = np.take_along_axis(all_ids, order, axis=1)
+    return best_ids
+
+
+def knn_overlap(runs: Sequence[np.ndarray], queries: np.ndarray, k: int) -> np.ndarray:
+    """Per query, ``|N_r(x) ∩ N_s(x)| / k`` averaged over run pairs r<s (Wendlandt et al.
+    2018; anchor-stability ``knn``). Returns one value per query."""
+    neighbours = [nearest_neighbours(h, queries, k) for h in runs]
+    pairs = list(combinations(range(len(runs)), 2))
+    overlap = np.zeros(len(queries))
+    for r, s in pairs:
+        common = (neighbours[r][:, :, None] == neighbours[s][:, None, :]).any(axis=2).sum(axis=1)
+        overlap += common / k
+    return overlap / len(pairs)
+
+
+def pairwise_mean(grams: Grams, metric) -> float:
+    """Mean of ``metric(grams, r, s)`` over run pairs r<s."""
+    values = [metric(grams, r, s) for r, s in combinations(range(grams.G.shape[0]), 2)]
+    return float(np.mean(values))

@@ -1,0 +1,219 @@
+"""Every metric against a direct (slow, n×n where there is one) computation and known answers."""
+
+from itertools import combinations
+
+import numpy as np
+import pytest
+from scipy.linalg import orthogonal_procrustes
+from scipy.stats import ortho_group
+
+from stabcli import metrics as m
+
+N, D, R = 60, 5, 4
+
+
+def random_runs(seed=0, n=N, d=D, runs=R, noise=0.3):
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((n, d))
+    return [base + noise * rng.standard_normal((n, d)) for _ in range(runs)]
+
+
+def rotated_runs(seed=0, n=N, d=D, runs=R):
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((n, d))
+    return [base @ ortho_group.rvs(d, random_state=seed + r) for r in range(runs)]
+
+
+def direct_noise_share(runs):
+    stack = np.stack(runs)
+    var = stack.var(axis=0)
+    energy = (stack ** 2).mean(axis=0)
+    return var.sum() / energy.sum(), var.sum(axis=0) / energy.sum(axis=0), stack.var(axis=0, ddof=1).mean(axis=0)
+
+
+def test_noise_share_matches_direct_computation(monkeypatch):
+    monkeypatch.setattr(m, "CHUNK_ELEMENTS", 64)  # force many chunks
+    runs = random_runs()
+    got = m.noise_share(runs)
+    overall, per_dim, var_per_dim = direct_noise_share(runs)
+    assert got.overall == pytest.approx(overall, abs=1e-12)
+    np.testing.assert_allclose(got.per_dim, per_dim, atol=1e-12)
+    np.testing.assert_allclose(got.variance_per_dim, var_per_dim, atol=1e-12)
+    np.testing.assert_allclose(got.per_key_variance, np.stack(runs).var(axis=0).mean(axis=1), atol=1e-12)
+
+
+def test_gram_blocks_match_direct_products(monkeypatch):
+    monkeypatch.setattr(m, "CHUNK_ELEMENTS", 50)
+    runs = random_runs()
+    grams = m.gram_blocks(runs)
+    for r, s in [(0, 0), (0, 3), (2, 1)]:
+        np.testing.assert_allclose(grams.G[r, s], runs[r].T @ runs[s], atol=1e-10)
+    np.testing.assert_allclose(grams.means, np.stack([h.mean(axis=0) for h in runs]), atol=1e-12)
+
+
+def test_pip_loss_equals_the_n_by_n_formula():
+    a, b = random_runs()[:2]
+    grams = m.gram_blocks([a, b])
+    direct = np.linalg.norm(a @ a.T - b @ b.T)
+    assert m.pip_loss(grams, 0, 1) == pytest.approx(direct, rel=1e-9)
+
+
+def test_linear_cka_equals_the_n_by_n_formula():
+    a, b = random_runs(noise=1.0)[:2]
+    grams = m.gram_blocks([a, b])
+    centre = np.eye(N) - 1.0 / N  # HSIC form with n×n centred Gram matrices
+    ka, kb = centre @ a @ a.T @ centre, centre @ b @ b.T @ centre
+    direct = np.sum(ka * kb) / (np.linalg.norm(ka) * np.linalg.norm(kb))
+    assert m.linear_cka(grams, 0, 1) == pytest.approx(direct, rel=1e-9)
+
+
+def test_eigenspace_overlap_equals_svd_formula():
+    a, b = random_runs(noise=1.0)[:2]
+    grams = m.gram_blocks([a, b])
+    ua = np.linalg.svd(a, full_matrices=False)[0]
+    ub = np.linalg.svd(b, full_matrices=False)[0]
+    direct = np.linalg.norm(ua.T @ ub) ** 2 / D
+    assert m.eigenspace_overlap(grams, 0, 1) == pytest.approx(direct, rel=1e-8)
+
+
+def test_eigenspace_overlap_with_rank_deficient_input():
+    a = random_runs()[0]
+    b = a.copy()
+    b[:, 4] = 0  # rank 4 of 5
+    grams = m.gram_blocks([a, b])
+    ub = np.linalg.svd(b[:, :4], full_matrices=False)[0]
+    ua = np.linalg.svd(a, full_matrices=False)[0]
+    assert m.eigenspace_overlap(grams, 0, 1) == pytest.approx(np.linalg.norm(ua.T @ ub) ** 2 / 5, rel=1e-8)
+
+
+def test_procrustes_rotation_from_cross_product_equals_scipy_on_the_matrices():
+    a, b = random_runs()[:2]
+    direct, _ = orthogonal_procrustes(a, b)
+    np.testing.assert_allclose(m.procrustes_rotation(a.T @ b), direct, atol=1e-12)
+
+
+def test_generalized_procrustes_reaches_the_direct_iteration():
+    runs = random_runs(noise=0.8)
+    rotations, iterations = m.generalized_procrustes(m.gram_blocks(runs), tol=1e-14, max_iter=500)
+    # direct GPA on the n×d matrices
+    reference = runs[0]
+    aligned = [h @ orthogonal_procrustes(h, reference)[0] for h in runs]
+    for _ in range(500):
+        consensus = np.mean(aligned, axis=0)
+        aligned = [h @ orthogonal_procrustes(h, consensus)[0] for h in runs]
+    got = [h @ q for h, q in zip(runs, rotations)]
+    np.testing.assert_allclose(np.mean(got, axis=0), np.mean(aligned, axis=0), atol=1e-6)
+    assert 1 <= iterations < 500
+
+
+def test_semantic_displacement_matches_direct_pairwise_procrustes():
+    runs = random_runs(noise=0.5)[:3]
+    grams = m.gram_blocks(runs)
+    values = []
+    for r, s in combinations(range(3), 2):
+        q, _ = orthogonal_procrustes(runs[s], runs[r])
+        aligned = runs[s] @ q
+        cos = (runs[r] * aligned).sum(1) / (np.linalg.norm(runs[r], axis=1) * np.linalg.norm(aligned, axis=1))
+        values.append(np.mean(1 - cos))
+    assert m.semantic_displacement(runs, grams) == pytest.approx(np.mean(values), abs=1e-10)
+
+
+def test_inner_product_noise_share_matches_direct_computation():
+    runs = random_runs(noise=0.5)
+    first, second = m.sample_pairs(N, 500, np.random.default_rng(3))
+    assert (first != second).all()
+    cos = []
+    for h in runs:
+        unit = h / np.linalg.norm(h, axis=1, keepdims=True)
+        cos.append((unit[first] * unit[second]).sum(axis=1))
+    cos = np.stack(cos)
+    direct = cos.var(axis=0).sum() / (cos ** 2).mean(axis=0).sum()
+    assert m.inner_product_noise_share(runs, first, second) == pytest.approx(direct, abs=1e-12)
+
+
+def direct_neighbours(h, queries, k):
+    unit = h / np.linalg.norm(h, axis=1, keepdims=True)
+    sims = unit[queries] @ unit.T  # the n×n-style computation research code does
+    sims[np.arange(len(queries)), queries] = -np.inf
+    return np.argsort(-sims, axis=1)[:, :k]
+
+
+def test_nearest_neighbours_match_brute_force(monkeypatch):
+    h = random_runs()[0]
+    queries = np.array([0, 5, 17, 59])
+    got = m.nearest_neighbours(h, queries, 7)
+    want = direct_neighbours(h, queries, 7)
+    assert [set(row) for row in got] == [set(row) for row in want]
+    for q, row in zip(queries, got):
+        assert q not in row
+
+
+def test_knn_overlap_matches_direct_computation():
+    runs = random_runs(noise=0.6)
+    queries = np.arange(0, N, 3)
+    neighbours = [direct_neighbours(h, queries, 5) for h in runs]
+    direct = np.mean([[len(set(a) & set(b)) / 5 for a, b in zip(neighbours[r], neighbours[s])]
+                      for r, s in combinations(range(R), 2)], axis=0)
+    np.testing.assert_allclose(m.knn_overlap(runs, queries, 5), direct, atol=1e-12)
+
+
+# ------------------------------------------------------------------ known answers
+
+
+def all_metrics(runs):
+    grams = m.gram_blocks(runs)
+    rotations, _ = m.generalized_procrustes(grams)
+    first, second = m.sample_pairs(len(runs[0]), 2000, np.random.default_rng(0))
+    return {
+        "share": m.noise_share(runs).overall,
+        "aligned": m.noise_share(runs, rotations).overall,
+        "inner": m.inner_product_noise_share(runs, first, second),
+        "knn": float(m.knn_overlap(runs, np.arange(40), 5).mean()),
+        "pip": m.pairwise_mean(grams, m.pip_loss),
+        "pip_relative": m.pairwise_mean(grams, m.pip_loss) / np.sqrt(m.frobenius_sq(grams.G[0, 0])),
+        "cka": m.pairwise_mean(grams, m.linear_cka),
+        "eig": m.pairwise_mean(grams, m.eigenspace_overlap),
+        "disp": m.semantic_displacement(runs, grams),
+    }
+
+
+def test_identical_runs():
+    base = random_runs()[0]
+    got = all_metrics([base.copy() for _ in range(3)])
+    assert got["share"] < 1e-20 and got["aligned"] < 1e-20 and got["inner"] < 1e-20
+    assert got["knn"] == 1 and got["pip"] == 0
+    assert got["cka"] == pytest.approx(1) and got["eig"] == pytest.approx(1) and got["disp"] == pytest.approx(0, abs=1e-12)
+
+
+def test_runs_that_are_random_rotations_of_one_matrix():
+    got = all_metrics(rotated_runs(n=200, d=8))
+    assert got["share"] > 0.5             # coordinates: mostly noise
+    assert got["aligned"] < 1e-12         # ... but all of it is a rotation
+    assert got["inner"] < 1e-12           # inner products do not move
+    assert got["knn"] == 1
+    # PIP through the d×d identity cancels large terms: exact zero is out of reach, but relative
+    # to ‖HHᵀ‖_F it is at rounding level (sqrt of machine epsilon).
+    assert got["pip_relative"] < 1e-7
+    assert got["cka"] == pytest.approx(1) and got["eig"] == pytest.approx(1)
+    assert got["disp"] < 1e-12
+
+
+def test_independent_random_runs():
+    """Pure noise: with Var over runs at ddof=0 (the SPEC's definition) the expected share is (R-1)/R."""
+    rng = np.random.default_rng(1)
+    n, k, runs = 400, 5, 4
+    got = all_metrics([rng.standard_normal((n, 8)) for _ in range(runs)])
+    expected = (runs - 1) / runs
+    assert got["share"] == pytest.approx(expected, abs=0.02)
+    assert got["inner"] == pytest.approx(expected, abs=0.05)
+    assert 0.4 < got["aligned"] < expected  # a rotation explains a little of pure noise, not much
+    assert got["knn"] < 4 * k / (n - 1)     # near chance
+
+
+def test_zero_rows_do_not_divide_by_zero():
+    runs = random_runs()
+    for h in runs:
+        h[3] = 0
+    first, second = np.array([3, 1]), np.array([1, 3])
+    assert np.isfinite(m.inner_product_noise_share(runs, first, second))
+    assert np.isfinite(m.knn_overlap(runs, np.array([3, 4]), 3)).all()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import nullcontext
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Optional
@@ -190,7 +191,7 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
     for expression in checks:
         parse_check(expression)  # a malformed expression fails before any heavy work
     runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False))
-    with err.status("auditing", spinner="dots") if err.is_terminal else _nullcontext() as status:
+    with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None)
     evaluate_checks(report, checks)
     text = json.dumps(report, indent=2) + "\n"
@@ -199,25 +200,20 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
     if markdown_path:
         _write_output(markdown_path, render_markdown(report))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as fh:
-            fh.write(render_markdown(report))
-    if plots:
-        for path in write_plots(report, plots):
-            err.print(f"wrote {path}", highlight=False)
+    try:
+        if summary:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(render_markdown(report))
+        if plots:
+            for path in write_plots(report, plots):
+                err.print(f"wrote {path}", highlight=False)
+    except OSError as exc:
+        raise UsageError(f"{exc.filename}: cannot write ({exc.strerror})") from None
     if fmt == "json":
         sys.stdout.write(text)
     else:
         render_terminal(report, out)
     return report
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _write_output(path: Path, text: str) -> None:

@@ -80,16 +80,13 @@ def gram_blocks(runs: Sequence[np.ndarray]) -> Grams:
     """All ``H_rᵀ H_s`` in one pass over the rows (O(R²·n·d²) time, O(R²·d²) memory)."""
     R = len(runs)
     n, d = runs[0].shape
-    G = np.zeros((R, R, d, d))
     sums = np.zeros((R, d))
+    joint = np.zeros((R * d, R * d))
     for _, stack in _chunks(runs):
         sums += stack.sum(axis=1)
-        for r in range(R):
-            for s in range(r, R):
-                G[r, s] += stack[r].T @ stack[s]
-    for r in range(R):
-        for s in range(r):
-            G[r, s] = G[s, r].T
+        wide = np.ascontiguousarray(stack.transpose(1, 0, 2)).reshape(-1, R * d)  # [c, R·d]
+        joint += wide.T @ wide  # one symmetric product: numpy uses BLAS syrk
+    G = joint.reshape(R, d, R, d).transpose(0, 2, 1, 3).copy()
     return Grams(G, sums / n, n)
 
 
@@ -210,26 +207,43 @@ def inner_product_noise_share(runs: Sequence[np.ndarray], first: np.ndarray, sec
 def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
     """Indices ``[q, k]`` of each query's k nearest keys by cosine, excluding the query itself.
 
-    Streams keys in chunks against the q queries (O(q·n·d) time, O(q·(k + chunk)) memory).
-    The neighbours come back as a set per query, not in rank order.
+    Streams keys in chunks against the q queries (O(q·n·d) time, O(q·chunk) memory). After
+    the first chunk only scores above a query's current k-th best are merged, which keeps
+    the selection cost far below a full partition of every chunk. The neighbours come back
+    as a set per query, not in rank order.
     """
     n = h.shape[0]
     q_unit = _unit_rows(np.asarray(h[queries], dtype=np.float32))
-    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
-    best_ids = np.zeros((len(queries), 0), dtype=np.int64)
     step = max(k + 1, (1 << 22) // max(len(queries), 1))
+    best_scores = best_ids = None
     for start in range(0, n, step):
         chunk = _unit_rows(np.asarray(h[start:start + step], dtype=np.float32))
         scores = q_unit @ chunk.T
         inside = (queries >= start) & (queries < start + chunk.shape[0])
         scores[np.flatnonzero(inside), queries[inside] - start] = -np.inf
-        ids = np.broadcast_to(np.arange(start, start + chunk.shape[0]), scores.shape)
-        all_scores = np.concatenate([best_scores, scores], axis=1)
-        all_ids = np.concatenate([best_ids, ids], axis=1)
-        keep = min(k, all_scores.shape[1])
-        order = np.argpartition(-all_scores, keep - 1, axis=1)[:, :keep]
-        best_scores = np.take_along_axis(all_scores, order, axis=1)
-        best_ids = np.take_along_axis(all_ids, order, axis=1)
+        if best_scores is None or best_scores.shape[1] < k:
+            ids = np.broadcast_to(np.arange(start, start + chunk.shape[0]), scores.shape)
+            if best_scores is not None:
+                scores = np.concatenate([best_scores, scores], axis=1)
+                ids = np.concatenate([best_ids, ids], axis=1)
+            keep = min(k, scores.shape[1])
+            top = np.argpartition(-scores, keep - 1, axis=1)[:, :keep]
+            best_scores = np.take_along_axis(scores, top, axis=1)
+            best_ids = np.take_along_axis(ids, top, axis=1)
+            continue
+        hit_rows, hit_cols = np.nonzero(scores > best_scores.min(axis=1)[:, None])
+        if hit_rows.size == 0:
+            continue
+        rows = np.unique(hit_rows)
+        cand_rows = np.concatenate([np.repeat(rows, k), hit_rows])
+        cand_scores = np.concatenate([best_scores[rows].ravel(), scores[hit_rows, hit_cols]])
+        cand_ids = np.concatenate([best_ids[rows].ravel(), hit_cols + start])
+        order = np.lexsort((cand_ids, -cand_scores, cand_rows))  # by row, then best score first
+        sorted_rows = cand_rows[order]
+        group_start = np.searchsorted(sorted_rows, sorted_rows, side="left")
+        first_k = order[np.arange(len(order)) - group_start < k]  # every row has >= k candidates
+        best_scores[rows] = cand_scores[first_k].reshape(len(rows), k)
+        best_ids[rows] = cand_ids[first_k].reshape(len(rows), k)
     return best_ids
 
 

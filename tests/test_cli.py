@@ -185,3 +185,12 @@ def test_audit_bad_inputs_exit_2(tmp_path, runset):
     assert result.exit_code == 2 and "stabcli.json: corrupted manifest" in result.output
     result = invoke("audit", tmp_path / "missing.npy", tmp_path / "other.npy")
     assert result.exit_code == 2 and "missing.npy: no such file" in result.output
+
+
+def test_audit_unwritable_outputs_exit_2(runset, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = invoke("audit", runset, *AUDIT_SMALL, "--plots", blocker / "plots")
+    assert result.exit_code == 2 and "cannot write" in result.output and "Traceback" not in result.output
+    result = invoke("audit", runset, *AUDIT_SMALL, "--json", tmp_path / "missing-dir" / "r.json")
+    assert result.exit_code == 2 and "r.json: cannot write" in result.output

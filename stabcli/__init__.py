@@ -7,4 +7,6 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["__version__"]
+from stabcli.featurize import FourierFeaturizer, ProcrustesAligner  # noqa: E402  (needs __version__)
+
+__all__ = ["__version__", "FourierFeaturizer", "ProcrustesAligner"]

@@ -40,6 +40,11 @@ def keys_path_for(npy: Path) -> Path:
     return npy.with_name(npy.name[: -len(".npy")] + ".keys.txt")
 
 
+def format_for(path: Path) -> str | None:
+    """The format a suffix names (``.vec`` → ``word2vec``), or None."""
+    return _SUFFIX_FORMAT.get(path.suffix.lower())
+
+
 def is_embedding_file(path: Path) -> bool:
     return path.suffix.lower() in _SUFFIX_FORMAT and not path.name.endswith(".keys.txt")
 

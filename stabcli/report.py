@@ -101,6 +101,22 @@ def render_terminal(report: dict[str, Any], console: Console) -> None:
     render_checks(report, console)
 
 
+COMPARED = [("noise_share", "coordinate noise", _pct), ("aligned_noise_share", "aligned noise", _pct),
+            ("inner_product_noise_share", "inner-product noise", _pct), ("knn_overlap", "k-NN overlap", lambda v: _num(v, 3)),
+            ("cka", "linear CKA", lambda v: _num(v, 4)), ("semantic_displacement", "semantic displacement", lambda v: _num(v, 3))]
+
+
+def comparison_table(reports: dict[str, dict[str, Any]]) -> Table:
+    """Representation metrics of several variants side by side (e.g. raw h and phi(h))."""
+    table = Table(title="Raw vs featurized, same runs", title_justify="left")
+    table.add_column("metric")
+    for name in reports:
+        table.add_column(name, justify="right")
+    for key, label, fmt in COMPARED:
+        table.add_row(label, *[fmt(r["representation"][key]) for r in reports.values()])
+    return table
+
+
 def render_checks(report: dict[str, Any], console: Console) -> None:
     """Checks last, failed ones in red, so CI logs end with what failed."""
     checks = report["checks"]

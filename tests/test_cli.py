@@ -114,6 +114,8 @@ def test_demo_trains_the_sample(tmp_path):
     assert result.output.count("complete") == 5
     assert "coordinates: " in result.output and "Representation stability" in result.output
     assert json.loads((tmp_path / "demo" / "audit.json").read_text())["input"]["runs"] == 5
+    assert "Raw vs featurized" in result.output and "phi(h) (64 dims)" in result.output
+    assert (tmp_path / "demo" / "runs-phi64" / "run-004" / "vectors.npy").is_file()
     keys = (tmp_path / "demo" / "runs" / "keys.txt").read_text().splitlines()
     assert len(keys) > 1000 and np.load(tmp_path / "demo" / "runs" / "run-004" / "vectors.npy").shape == (len(keys), 32)
 

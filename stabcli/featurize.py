@@ -1,0 +1,403 @@
+"""Stabilizing featurization (SPEC section 6): random Fourier features and Procrustes alignment.
+
+``phi(h) = sqrt(1/k) [cos(hU), sin(hU)]`` with k = M/2 directions ``U ~ N(0, σ²)`` drawn
+from ``numpy.random.default_rng(seed)``; ``⟨phi(h), phi(h')⟩`` approximates the Gaussian
+kernel ``exp(−σ²‖h − h'‖²/2)`` (Rahimi & Recht 2007). Rows are L2-normalized first unless
+``normalize=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from scipy.linalg import orthogonal_procrustes
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from stabcli import __version__
+from stabcli.corpus import file_sha256
+from stabcli.embeddings import Embedding, format_for, keys_path_for, read_embedding, write_embedding
+from stabcli.errors import InputError, UsageError
+from stabcli.runset import KEYS, MANIFEST, RunSet, is_runset, write_json_atomic
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Random Fourier features approximating the Gaussian kernel ``exp(−σ²‖h − h'‖²/2)``.
+
+    Parameters
+    ----------
+    n_components : int, default=128
+        Output dimension M (even); ``M/2`` random directions, each giving a cos and a sin.
+    sigma : float, default=1.0
+        Standard deviation of the directions; the kernel bandwidth is ``1/σ``.
+        Matches ``sklearn.kernel_approximation.RBFSampler`` with ``gamma = σ²/2``.
+    normalize : bool, default=True
+        L2-normalize rows before projecting (zero rows stay zero).
+    random_state : int or None, default=None
+        Seed for ``numpy.random.default_rng``; the same seed gives the same directions.
+
+    Attributes
+    ----------
+    directions_ : ndarray of shape (n_features_in_, n_components // 2)
+        The random directions U.
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).standard_normal((5, 3))
+    >>> FourierFeaturizer(n_components=8, random_state=0).fit_transform(X).shape
+    (5, 8)
+    """
+
+    def __init__(self, *, n_components: int = 128, sigma: float = 1.0, normalize: bool = True, random_state: int | None = None):
+        self.n_components = n_components
+        self.sigma = sigma
+        self.normalize = normalize
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any = None) -> "FourierFeaturizer":
+        X = validate_data(self, X, dtype=(np.float64, np.float32))
+        check_parameters(self.n_components, self.sigma)
+        rng = np.random.default_rng(self.random_state)
+        self.directions_ = rng.normal(0.0, self.sigma, size=(self.n_features_in_, self.n_components // 2))
+        self._n_features_out = self.n_components
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=(np.float64, np.float32), reset=False)
+        return fourier_features(X, self.directions_, self.normalize)
+
+
+def check_parameters(n_components: int, sigma: float) -> None:
+    if not isinstance(n_components, (int, np.integer)) or n_components < 2 or n_components % 2:
+        raise UsageError(f"output dimension {n_components!r} must be an even integer >= 2")
+    if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
+        raise UsageError(f"sigma {sigma!r} must be a positive number")
+
+
+def fourier_features(X: np.ndarray, directions: np.ndarray, normalize: bool, out: np.ndarray | None = None) -> np.ndarray:
+    """``sqrt(1/k) [cos(XU), sin(XU)]`` for one block of rows, written into ``out`` if given."""
+    X = np.asarray(X, dtype=np.float64)
+    if normalize:
+        X = _unit_rows(X)
+    projected = X @ directions
+    k = directions.shape[1]
+    if out is None:
+        out = np.empty((X.shape[0], 2 * k), dtype=np.float64)
+    scale = math.sqrt(1.0 / k)
+    out[:, :k] = np.cos(projected) * scale
+    out[:, k:] = np.sin(projected) * scale
+    return out
+
+
+class ProcrustesAligner(TransformerMixin, BaseEstimator):
+    """Orthogonal Procrustes alignment onto a reference with the same rows.
+
+    ``fit(X)`` finds the rotation Q minimizing ``‖X Q − reference‖_F``
+    (``scipy.linalg.orthogonal_procrustes``); ``transform(X)`` returns ``X Q``.
+
+    Parameters
+    ----------
+    reference : array of shape (n_samples, n_features)
+        Rows matched to the rows of X given to ``fit``.
+
+    Attributes
+    ----------
+    rotation_ : ndarray of shape (n_features_in_, n_features_in_)
+    n_features_in_ : int
+    """
+
+    def __init__(self, *, reference: Any = None):
+        self.reference = reference
+
+    def fit(self, X: Any, y: Any = None) -> "ProcrustesAligner":
+        X = validate_data(self, X, dtype=(np.float64, np.float32))
+        reference = np.asarray(self.reference, dtype=np.float64) if self.reference is not None else None
+        if reference is None or reference.shape != X.shape:
+            raise ValueError(f"reference must have the shape of X {X.shape}, got "
+                             f"{None if reference is None else reference.shape}")
+        self.rotation_, _ = orthogonal_procrustes(np.asarray(X, dtype=np.float64), reference)
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=(np.float64, np.float32), reset=False)
+        return np.asarray(X, dtype=np.float64) @ self.rotation_
+
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        check_is_fitted(self)
+        return np.asarray([f"aligned{i}" for i in range(self.n_features_in_)], dtype=object)
+
+
+def gaussian_kernel_error(X: np.ndarray, sigma: float, n_components: int, seed: int, normalize: bool,
+                          pairs: int = 2000) -> float:
+    """Mean absolute error of ``⟨phi(x), phi(y)⟩`` against ``exp(−σ²‖x − y‖²/2)`` on seeded row pairs."""
+    rng = np.random.default_rng([seed, 1])
+    n = X.shape[0]
+    first = rng.integers(0, n, size=pairs)
+    second = rng.integers(0, n, size=pairs)
+    a, b = np.asarray(X[np.sort(first)], dtype=np.float64), np.asarray(X[np.sort(second)], dtype=np.float64)
+    if normalize:
+        a, b = _unit_rows(a), _unit_rows(b)
+    exact = np.exp(-(sigma ** 2) * np.square(a - b).sum(axis=1) / 2)
+    directions = FourierFeaturizer(n_components=n_components, sigma=sigma, random_state=seed).fit(a[:1]).directions_
+    approx = (fourier_features(a, directions, False) * fourier_features(b, directions, False)).sum(axis=1)
+    return float(np.abs(approx - exact).mean())
+
+
+def rahimi_recht_dimension(epsilon: float, sigma: float, dim: int, diameter: float, delta: float = 0.05) -> int:
+    """Output dimension M at which Rahimi & Recht (2007, Claim 1) guarantee a *uniform* error
+    ≤ ε with probability ≥ 1 − δ: D ≥ 4(d+2)/ε² · ln(2⁸ (σ_p·diam/ε)² / δ), σ_p = σ√d, M = 2D."""
+    sigma_p = sigma * math.sqrt(dim)
+    d_needed = 4 * (dim + 2) / epsilon ** 2 * math.log(2 ** 8 * (sigma_p * diameter / epsilon) ** 2 / delta)
+    return 2 * math.ceil(max(d_needed, 1))
+
+
+def choose_dimension(X: np.ndarray, sigma: float, epsilon: float, seed: int, normalize: bool,
+                     max_dim: int = 1 << 16) -> tuple[int, float]:
+    """Smallest even M (doubling, then bisection) whose measured mean kernel error is ≤ ε."""
+    if not (epsilon > 0):
+        raise UsageError(f"--epsilon {epsilon!r} must be positive")
+    high = 2
+    while (error := gaussian_kernel_error(X, sigma, high, seed, normalize)) > epsilon:
+        if high >= max_dim:
+            raise UsageError(f"--epsilon {epsilon:g}: not reached with M up to {max_dim} (error {error:.3g})")
+        high *= 2
+    best, best_error = high, error
+    low = high // 2  # known (or assumed, for M=2) to miss ε
+    while high - low > 2:
+        mid = (low + high) // 4 * 2
+        mid_error = gaussian_kernel_error(X, sigma, mid, seed, normalize)
+        if mid_error <= epsilon:
+            high, best, best_error = mid, mid, mid_error
+        else:
+            low = mid
+    return best, best_error
+
+
+@dataclass
+class FeaturizeSpec:
+    dim: int | None = 128         # 0 = align only; None = choose from epsilon
+    sigma: float = 1.0
+    seed: int = 0
+    normalize: bool = True
+    epsilon: float | None = None
+    align_to: Path | None = None
+    chunk_rows: int = 65_536
+
+
+@dataclass
+class FeaturizeResult:
+    output: Path
+    sidecar: Path
+    rows: int
+    input_dim: int
+    output_dim: int
+    runs: int
+    measured_error: float | None = None
+    rahimi_recht_dim: int | None = None
+    residual_before: float | None = None
+    residual_after: float | None = None
+
+
+def _sha256_array(a: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a, dtype="<f8").tobytes()).hexdigest()
+
+
+def _alignment(emb: Embedding, reference: Embedding) -> tuple[np.ndarray, float, float]:
+    """Rotation of ``emb`` onto ``reference`` over shared keys, with relative residuals before/after."""
+    position = {k: i for i, k in enumerate(reference.keys)}
+    mine = [i for i, k in enumerate(emb.keys) if k in position]
+    if not mine:
+        raise InputError(f"{reference.source}: no keys in common with {emb.source}")
+    if reference.dim != emb.dim:
+        raise InputError(f"{reference.source}: dimension {reference.dim}, but {emb.source} has {emb.dim}")
+    x = np.asarray(emb.vectors[mine], dtype=np.float64)
+    r = np.asarray(reference.vectors[[position[emb.keys[i]] for i in mine]], dtype=np.float64)
+    aligner = ProcrustesAligner(reference=r).fit(x)
+    scale = np.linalg.norm(r) or 1.0
+    return aligner.rotation_, float(np.linalg.norm(x - r) / scale), float(np.linalg.norm(x @ aligner.rotation_ - r) / scale)
+
+
+def _transform_rows(emb: Embedding, out: np.ndarray, rotation: np.ndarray | None, directions: np.ndarray | None,
+                    normalize: bool, chunk_rows: int) -> None:
+    """Stream ``emb`` through alignment and features into ``out`` (float32), chunk by chunk."""
+    for start in range(0, emb.vectors.shape[0], chunk_rows):
+        block = np.asarray(emb.vectors[start:start + chunk_rows], dtype=np.float64)
+        finite = np.isfinite(block).all(axis=1)
+        if not finite.all():
+            row = start + int(np.argmin(finite))
+            raise InputError(f"{emb.source}: key {emb.keys[row]!r} has NaN or infinite values")
+        if rotation is not None:
+            block = block @ rotation
+        if directions is not None:
+            block = fourier_features(block, directions, normalize)
+        out[start:start + block.shape[0]] = block
+
+
+def _featurize_one(emb: Embedding, target: Path, fmt: str, rotation: np.ndarray | None, directions: np.ndarray | None,
+                   spec: FeaturizeSpec) -> None:
+    width = emb.dim if directions is None else 2 * directions.shape[1]
+    if fmt == "npy":
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        try:
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(emb.vectors.shape[0], width))
+            _transform_rows(emb, out, rotation, directions, spec.normalize, spec.chunk_rows)
+            out.flush()
+            del out
+            keys_path_for(tmp).write_text("".join(k + "\n" for k in emb.keys), encoding="utf-8")
+            os.replace(keys_path_for(tmp), keys_path_for(target))
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+            keys_path_for(tmp).unlink(missing_ok=True)
+        return
+    out = np.empty((emb.vectors.shape[0], width), dtype=np.float32)
+    _transform_rows(emb, out, rotation, directions, spec.normalize, spec.chunk_rows)
+    write_embedding(target, emb.keys, out, fmt)
+
+
+def featurize(input_path: str | Path, output: str | Path, spec: FeaturizeSpec, fmt: str | None = None,
+              save_transform: Path | None = None, on_run: Callable[[str], None] | None = None) -> FeaturizeResult:
+    """Featurize one embedding file, or every run of a run set with the same directions U.
+
+    A run set is written as a new run set (built under a temporary name, then renamed) that
+    ``stabcli audit`` reads. The sidecar ``OUTPUT.featurize.json`` records everything needed
+    to reproduce the output bit for bit.
+    """
+    source, output = Path(input_path), Path(output)
+    runset = RunSet.open(source) if source.is_dir() and is_runset(source) else None
+    if source.is_dir() and runset is None:
+        raise InputError(f"{source}: a directory but not a run set (no {MANIFEST})")
+    if runset is not None and not runset.runs:
+        raise InputError(f"{source}: run set has no complete runs")
+    if spec.dim is not None and spec.dim != 0:
+        check_parameters(spec.dim, spec.sigma)
+    elif not (math.isfinite(spec.sigma) and spec.sigma > 0):
+        check_parameters(2, spec.sigma)
+    if spec.dim == 0 and spec.align_to is None:
+        raise UsageError("--dim 0 only aligns: it needs --align-to")
+    if spec.chunk_rows < 1:
+        raise UsageError("--chunk-rows must be at least 1")
+    if not output.parent.is_dir():
+        raise UsageError(f"{output}: directory {output.parent} does not exist")
+    if runset is not None and output.exists():
+        raise UsageError(f"{output}: already exists; choose a new run-set directory")
+    if runset is None:
+        fmt = fmt or format_for(output)
+        if fmt is None:
+            raise UsageError(f"{output}: cannot tell the format from the suffix; pass --format")
+    else:
+        fmt = "npy"
+
+    embeddings = [runset.load(i) for i in runset.runs] if runset else [read_embedding(source)]
+    first = embeddings[0]
+    reference = read_embedding(spec.align_to) if spec.align_to else None
+    alignments = [_alignment(e, reference) for e in embeddings] if reference else [(None, None, None)] * len(embeddings)
+    dim, measured, rr_dim = spec.dim, None, None
+    if dim is None:
+        if spec.epsilon is None:
+            raise UsageError("give --dim M or --epsilon E")
+        dim, measured = choose_dimension(first.vectors, spec.sigma, spec.epsilon, spec.seed, spec.normalize)
+        diameter = 2.0 if spec.normalize else 2.0 * float(np.linalg.norm(np.asarray(first.vectors[:10_000]), axis=1).max())
+        rr_dim = rahimi_recht_dimension(spec.epsilon, spec.sigma, first.dim, diameter)
+    directions = None
+    if dim:
+        directions = FourierFeaturizer(n_components=dim, sigma=spec.sigma, normalize=spec.normalize,
+                                       random_state=spec.seed).fit(np.zeros((1, first.dim))).directions_
+    for emb in embeddings[1:]:
+        if emb.dim != first.dim:
+            raise InputError(f"{emb.source}: dimension {emb.dim}, but {first.source} has {first.dim}")
+
+    sidecar = {
+        "stabcli_version": __version__,
+        "input": str(source.resolve()),
+        "seed": spec.seed,
+        "sigma": spec.sigma,
+        "dim": dim,
+        "input_dim": first.dim,
+        "normalize": spec.normalize,
+        "epsilon": spec.epsilon,
+        "measured_kernel_error": measured,
+        "align_to": str(spec.align_to.resolve()) if spec.align_to else None,
+        "align_to_sha256": file_sha256(spec.align_to) if spec.align_to else None,
+        "directions_sha256": _sha256_array(directions) if directions is not None else None,
+        "format": fmt,
+    }
+    sidecar_path = output.with_name(output.name + ".featurize.json")
+    try:
+        if runset is None:
+            _featurize_one(first, output, fmt, alignments[0][0], directions, spec)
+        else:
+            _featurize_runset(runset, embeddings, output, alignments, directions, spec, sidecar, on_run)
+        write_json_atomic(sidecar_path, sidecar)
+        if save_transform is not None:
+            _save_transform(save_transform, directions, [a[0] for a in alignments], sidecar)
+    except PermissionError as exc:
+        raise UsageError(f"{exc.filename or output}: cannot write (permission denied)") from None
+    residuals = [a for a in alignments if a[1] is not None]
+    return FeaturizeResult(
+        output, sidecar_path, len(first.keys), first.dim, dim or first.dim, len(embeddings), measured, rr_dim,
+        float(np.mean([a[1] for a in residuals])) if residuals else None,
+        float(np.mean([a[2] for a in residuals])) if residuals else None,
+    )
+
+
+def _featurize_runset(runset: RunSet, embeddings: list[Embedding], output: Path, alignments: list, directions: np.ndarray | None,
+                      spec: FeaturizeSpec, sidecar: dict, on_run: Callable[[str], None] | None) -> None:
+    building = output.with_name(f".{output.name}.partial-{os.getpid()}")
+    if building.exists():
+        shutil.rmtree(building)
+    building.mkdir()
+    try:
+        if (runset.root / KEYS).is_file():
+            shutil.copyfile(runset.root / KEYS, building / KEYS)
+        for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments):
+            src, dst = runset.run_dir(index), building / runset.run_dir(index).name
+            dst.mkdir()
+            for name in (KEYS, "losses.json", "log.txt"):
+                if (src / name).is_file():
+                    shutil.copyfile(src / name, dst / name)
+            out = np.lib.format.open_memmap(dst / "vectors.npy", mode="w+", dtype=np.float32,
+                                            shape=(emb.vectors.shape[0], emb.dim if directions is None else 2 * directions.shape[1]))
+            _transform_rows(emb, out, rotation, directions, spec.normalize, spec.chunk_rows)
+            out.flush()
+            del out
+            if on_run:
+                on_run(dst.name)
+        manifest = dict(runset.manifest)
+        manifest["featurize"] = sidecar
+        manifest["source_run_set"] = str(runset.root.resolve())
+        write_json_atomic(building / MANIFEST, manifest)
+        os.replace(building, output)
+    finally:
+        if building.exists():
+            shutil.rmtree(building)
+
+
+def _save_transform(path: Path, directions: np.ndarray | None, rotations: list, sidecar: dict) -> None:
+    recipe = ("serve: h -> (h @ rotation if aligned) -> h / ||h|| if normalize -> z = h @ directions "
+              "(a dense layer without bias) -> sqrt(1/k) * concat(cos(z), sin(z)), k = directions.shape[1]")
+    arrays: dict[str, Any] = {"recipe": np.array(recipe), "sidecar": np.array(json.dumps(sidecar))}
+    if directions is not None:
+        arrays["directions"] = directions
+    if rotations and rotations[0] is not None:
+        arrays["rotation"] = np.stack(rotations) if len(rotations) > 1 else rotations[0]
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)

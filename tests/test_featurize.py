@@ -1,0 +1,220 @@
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import ortho_group
+from sklearn.base import clone
+from sklearn.kernel_approximation import RBFSampler
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from typer.testing import CliRunner
+
+from stabcli import FourierFeaturizer, ProcrustesAligner
+from stabcli.audit import load_runs
+from stabcli.cli import app
+from stabcli.embeddings import read_embedding, write_embedding
+from stabcli.errors import UsageError
+from stabcli.featurize import FeaturizeSpec, choose_dimension, featurize, gaussian_kernel_error
+
+runner = CliRunner()
+
+
+def unit(x):
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def exact_kernel(x, sigma):
+    sq = np.square(x[:, None, :] - x[None, :, :]).sum(-1)
+    return np.exp(-(sigma ** 2) * sq / 2)
+
+
+def test_features_follow_the_formula():
+    X = np.random.default_rng(1).standard_normal((7, 4))
+    phi = FourierFeaturizer(n_components=10, sigma=0.7, random_state=3).fit_transform(X)
+    U = np.random.default_rng(3).normal(0.0, 0.7, size=(4, 5))
+    Z = unit(X) @ U
+    np.testing.assert_allclose(phi, np.sqrt(1 / 5) * np.hstack([np.cos(Z), np.sin(Z)]), atol=1e-12)
+    raw = FourierFeaturizer(n_components=10, sigma=0.7, normalize=False, random_state=3).fit_transform(X)
+    np.testing.assert_allclose(raw, np.sqrt(1 / 5) * np.hstack([np.cos(X @ U), np.sin(X @ U)]), atol=1e-12)
+
+
+def mean_error(n_components, seeds=range(10), sigma=1.0):
+    X = unit(np.random.default_rng(0).standard_normal((60, 8)))
+    K = exact_kernel(X, sigma)
+    ours, theirs = [], []
+    for seed in seeds:
+        phi = FourierFeaturizer(n_components=n_components, sigma=sigma, normalize=False, random_state=seed).fit_transform(X)
+        ours.append(np.abs(phi @ phi.T - K).mean())
+        rbf = RBFSampler(gamma=sigma ** 2 / 2, n_components=n_components, random_state=seed).fit_transform(X)
+        theirs.append(np.abs(rbf @ rbf.T - K).mean())
+    return np.mean(ours), np.mean(theirs)
+
+
+def test_kernel_error_shrinks_like_one_over_sqrt_m_and_is_no_worse_than_rbfsampler():
+    small, rbf_small = mean_error(32)
+    large, rbf_large = mean_error(512)
+    assert 2.5 < small / large < 6.5  # sqrt(512/32) = 4
+    assert small <= rbf_small and large <= rbf_large
+
+
+def test_kernel_is_rotation_invariant_within_monte_carlo_error():
+    X = np.random.default_rng(2).standard_normal((40, 6))
+    Q = ortho_group.rvs(6, random_state=0)
+    f = FourierFeaturizer(n_components=2048, random_state=0)
+    a = f.fit_transform(X)
+    b = f.transform(X @ Q)
+    assert np.abs(a @ a.T - b @ b.T).mean() < 3 / np.sqrt(1024)
+    assert np.abs(a - b).mean() > 0.01  # the features themselves do change
+
+
+def test_sklearn_compatibility():
+    from sklearn.utils.estimator_checks import check_estimator
+
+    results = check_estimator(FourierFeaturizer(n_components=8, random_state=0), on_fail=None)
+    ran = [r for r in results if r["status"] == "passed"]
+    failed = [r for r in results if r["status"] == "failed"]
+    assert len(ran) > 20
+    # sklearn forces n_components=1 in some checks; an odd M is rejected by design (cos/sin pairs)
+    assert all("must be an even integer" in str(r["exception"]) for r in failed), failed
+    f = FourierFeaturizer(n_components=16, sigma=2.0, random_state=1)
+    assert clone(f).get_params() == f.get_params()
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((80, 5))
+    y = (X[:, 0] > 0).astype(int)
+    pipe = make_pipeline(FourierFeaturizer(n_components=64, random_state=0), LogisticRegression()).fit(X, y)
+    assert pipe.score(X, y) > 0.8
+    names = f.fit(X).get_feature_names_out()
+    assert len(names) == 16 and names[0] == "fourierfeaturizer0"
+    with pytest.raises(Exception, match="not fitted"):
+        FourierFeaturizer().transform(X)
+
+
+def test_procrustes_aligner_recovers_a_rotated_copy():
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((50, 6))
+    rotated = ref @ ortho_group.rvs(6, random_state=1)
+    aligner = ProcrustesAligner(reference=ref)
+    np.testing.assert_allclose(aligner.fit_transform(rotated), ref, atol=1e-10)
+    np.testing.assert_array_equal(clone(aligner).get_params()["reference"], ref)
+    y = (ref[:, 0] > 0).astype(int)
+    pipe = make_pipeline(ProcrustesAligner(reference=ref), FourierFeaturizer(n_components=64, random_state=0),
+                         LogisticRegression()).fit(rotated, y)
+    assert pipe.score(rotated, y) > 0.8
+    assert list(aligner.get_feature_names_out())[:2] == ["aligned0", "aligned1"]
+
+
+@pytest.fixture
+def emb(tmp_path):
+    rng = np.random.default_rng(0)
+    keys = [f"k{i}" for i in range(100)]
+    vectors = rng.standard_normal((100, 8)).astype(np.float32)
+    write_embedding(tmp_path / "in.npy", keys, vectors)
+    return tmp_path / "in.npy", keys, vectors
+
+
+def test_streaming_equals_unchunked_and_is_bitwise_reproducible(tmp_path, emb):
+    path, keys, vectors = emb
+    featurize(path, tmp_path / "a.npy", FeaturizeSpec(dim=16, chunk_rows=7))
+    featurize(path, tmp_path / "b.npy", FeaturizeSpec(dim=16, chunk_rows=100_000))
+    a = np.load(tmp_path / "a.npy")
+    assert a.dtype == np.float32 and a.shape == (100, 16)
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+    direct = FourierFeaturizer(n_components=16, random_state=0).fit_transform(vectors.astype(np.float64))
+    np.testing.assert_array_equal(a, direct.astype(np.float32))
+    assert read_embedding(tmp_path / "a.npy").keys == keys
+    side = json.loads((tmp_path / "a.npy.featurize.json").read_text())
+    assert {k: side[k] for k in ("seed", "sigma", "dim", "input_dim", "normalize")} == \
+        {"seed": 0, "sigma": 1.0, "dim": 16, "input_dim": 8, "normalize": True}
+    U = FourierFeaturizer(n_components=16, random_state=0).fit(vectors[:1]).directions_
+    import hashlib
+    assert side["directions_sha256"] == hashlib.sha256(U.astype("<f8").tobytes()).hexdigest()
+
+
+@pytest.mark.parametrize("name, binary", [("o.txt", False), ("o.bin", True)])
+def test_word2vec_outputs_load_in_gensim(tmp_path, emb, name, binary):
+    from gensim.models import KeyedVectors
+
+    path, keys, _ = emb
+    featurize(path, tmp_path / name, FeaturizeSpec(dim=6))
+    kv = KeyedVectors.load_word2vec_format(str(tmp_path / name), binary=binary)
+    assert kv.index_to_key == keys
+    np.testing.assert_allclose(kv.vectors, np.load(featurize(path, tmp_path / "x.npy", FeaturizeSpec(dim=6)).output), atol=1e-6)
+
+
+def test_align_to_recovers_the_reference(tmp_path, emb):
+    path, keys, vectors = emb
+    rotated = vectors @ ortho_group.rvs(8, random_state=3).astype(np.float32)
+    write_embedding(tmp_path / "rot.npy", keys[::-1], rotated[::-1])  # other key order
+    result = featurize(tmp_path / "rot.npy", tmp_path / "back.npy", FeaturizeSpec(dim=0, align_to=path))
+    back = read_embedding(tmp_path / "back.npy")
+    order = [back.keys.index(k) for k in keys]
+    np.testing.assert_allclose(np.asarray(back.vectors)[order], vectors, atol=1e-5)
+    assert result.residual_before > 0.5 and result.residual_after < 1e-5
+
+
+def test_epsilon_picks_a_dimension_that_meets_it(emb):
+    _, _, vectors = emb
+    dim, error = choose_dimension(vectors, 1.0, 0.02, 0, True)
+    assert dim % 2 == 0 and error <= 0.02
+    assert error == gaussian_kernel_error(vectors, 1.0, dim, 0, True)
+    assert gaussian_kernel_error(vectors, 1.0, dim // 2, 0, True) > 0.02  # the doubling step before missed it
+
+
+def test_run_set_becomes_a_run_set_audit_reads(tmp_path, sessions_file):
+    from stabcli.training import TrainConfig, pretrain
+
+    pretrain(tmp_path / "runs", sessions_file, TrainConfig(dim=6, epochs=2), runs=3, jobs=1)
+    result = featurize(tmp_path / "runs", tmp_path / "phi", FeaturizeSpec(dim=10))
+    assert result.runs == 3
+    runs = load_runs([tmp_path / "phi"])
+    assert runs.dim == 10 and len(runs.arrays) == 3 and runs.keys == load_runs([tmp_path / "runs"]).keys
+    manifest = json.loads((tmp_path / "phi" / "stabcli.json").read_text())
+    assert manifest["featurize"]["dim"] == 10 and manifest["source_run_set"].endswith("runs")
+    U = FourierFeaturizer(n_components=10, random_state=0).fit(np.zeros((1, 6))).directions_
+    raw = np.load(tmp_path / "runs" / "run-002" / "vectors.npy").astype(np.float64)
+    phi = np.load(tmp_path / "phi" / "run-002" / "vectors.npy")
+    np.testing.assert_array_equal(phi, FourierFeaturizer(n_components=10, random_state=0).fit(raw).transform(raw).astype(np.float32))
+    assert manifest["featurize"]["directions_sha256"] == __import__("hashlib").sha256(U.astype("<f8").tobytes()).hexdigest()
+
+
+def test_save_transform_holds_u_and_recipe(tmp_path, emb):
+    path, _, _ = emb
+    featurize(path, tmp_path / "o.npy", FeaturizeSpec(dim=8, align_to=path), save_transform=tmp_path / "t.npz")
+    saved = np.load(tmp_path / "t.npz")
+    assert saved["directions"].shape == (8, 4) and saved["rotation"].shape == (8, 8)
+    assert "cos" in str(saved["recipe"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dim", "7"], "output dimension 7 must be an even integer >= 2"),
+    (["--dim", "0"], "--dim 0 only aligns: it needs --align-to"),
+    (["--sigma", "-1"], "sigma -1.0 must be a positive number"),
+    (["--chunk-rows", "0"], "--chunk-rows must be at least 1"),
+])
+def test_cli_bad_options(tmp_path, emb, args, message):
+    path, _, _ = emb
+    result = runner.invoke(app, ["featurize", str(path), "--out", str(tmp_path / "o.npy"), *args])
+    assert result.exit_code == 2 and message in result.output
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_cli_bad_inputs_leave_no_output(tmp_path, emb):
+    path, keys, vectors = emb
+    bad = vectors.copy()
+    bad[50, 3] = np.nan
+    write_embedding(tmp_path / "nan.npy", keys, bad)
+    result = runner.invoke(app, ["featurize", str(tmp_path / "nan.npy"), "--out", str(tmp_path / "o.npy"), "--chunk-rows", "10"])
+    assert result.exit_code == 2 and "nan.npy: key 'k50' has NaN or infinite values" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.keys.txt", "in.npy", "nan.keys.txt", "nan.npy"]
+    write_embedding(tmp_path / "other.npy", ["zz"], vectors[:1])
+    result = runner.invoke(app, ["featurize", str(path), "--out", str(tmp_path / "o.npy"), "--align-to", str(tmp_path / "other.npy")])
+    assert result.exit_code == 2 and "no keys in common" in result.output
+    result = runner.invoke(app, ["featurize", str(path), "--out", str(tmp_path / "missing" / "o.npy")])
+    assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_cli_featurize_reports(tmp_path, emb):
+    path, _, _ = emb
+    result = runner.invoke(app, ["featurize", str(path), "--out", str(tmp_path / "o.npy"), "--epsilon", "0.05"])
+    assert result.exit_code == 0, result.output
+    assert "measured mean kernel error" in result.output and "Rahimi–Recht" in result.output

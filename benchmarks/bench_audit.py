@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from itertools import combinations
 from pathlib import Path
 
 import numpy as np

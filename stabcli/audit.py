@@ -130,7 +130,7 @@ def _normalized(arrays: list[np.ndarray]) -> list[np.ndarray]:
 def representation_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Every SPEC section 4 metric over the common keys of ``runs``."""
     step = on_step or (lambda _: None)
-    n, d = len(runs.keys), runs.dim
+    n = len(runs.keys)
     if options.knn_k < 1 or options.knn_k >= n:
         raise UsageError(f"--knn-k {options.knn_k}: needs 1 <= k < number of common keys ({n})")
     if options.pairs < 1 or options.knn_queries < 1 or options.top < 0:

@@ -37,7 +37,7 @@ class Embedding:
 
 def keys_path_for(npy: Path) -> Path:
     """``NAME.keys.txt`` beside ``NAME.npy``."""
-    return npy.with_name(npy.name[: -len(".npy")] + ".keys.txt")
+    return npy.with_name(npy.stem + ".keys.txt")
 
 
 def format_for(path: Path) -> str | None:

@@ -348,8 +348,8 @@ def featurize(input_path: str | Path, output: str | Path, spec: FeaturizeSpec, f
         write_json_atomic(sidecar_path, sidecar)
         if save_transform is not None:
             _save_transform(save_transform, directions, [a[0] for a in alignments], sidecar)
-    except PermissionError as exc:
-        raise UsageError(f"{exc.filename or output}: cannot write (permission denied)") from None
+    except OSError as exc:  # permission denied, disk full, ...: the temporary files are already gone
+        raise UsageError(f"{exc.filename or output}: cannot write ({exc.strerror})") from None
     residuals = [a for a in alignments if a[1] is not None]
     return FeaturizeResult(
         output, sidecar_path, len(first.keys), first.dim, dim or first.dim, len(embeddings), measured, rr_dim,

@@ -528,7 +528,7 @@ def _run_script(task: _Task, work: Path) -> float | None:
         raise _RunFailed(f"script exited with code {code}")
     found = sorted(p for p in out_dir.iterdir() if p.is_file() and is_embedding_file(p))
     if not found:
-        raise _RunFailed(f"script wrote no embedding file into {{out}} (.npy, .txt, .vec, .bin, .kv, .parquet)")
+        raise _RunFailed("script wrote no embedding file into {out} (.npy, .txt, .vec, .bin, .kv, .parquet)")
     if len(found) > 1:
         raise _RunFailed(f"script wrote {len(found)} embedding files into {{out}}; expected one ({', '.join(p.name for p in found)})")
     try:

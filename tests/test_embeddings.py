@@ -11,7 +11,7 @@ def emb():
     return ["a", "b", "ünï", "d"], rng.standard_normal((4, 5)).astype(np.float32)
 
 
-@pytest.mark.parametrize("name", ["e.npy", "e.txt", "e.vec", "e.bin", "e.kv"])
+@pytest.mark.parametrize("name", ["e.npy", "e.txt", "e.vec", "e.bin", "e.kv", "e.parquet"])
 def test_round_trip_every_format(tmp_path, emb, name):
     keys, vectors = emb
     write_embedding(tmp_path / name, keys, vectors)

@@ -13,7 +13,6 @@ from stabcli import FourierFeaturizer, ProcrustesAligner
 from stabcli.audit import load_runs
 from stabcli.cli import app
 from stabcli.embeddings import read_embedding, write_embedding
-from stabcli.errors import UsageError
 from stabcli.featurize import FeaturizeSpec, choose_dimension, featurize, gaussian_kernel_error
 
 runner = CliRunner()
@@ -139,6 +138,20 @@ def test_word2vec_outputs_load_in_gensim(tmp_path, emb, name, binary):
     kv = KeyedVectors.load_word2vec_format(str(tmp_path / name), binary=binary)
     assert kv.index_to_key == keys
     np.testing.assert_allclose(kv.vectors, np.load(featurize(path, tmp_path / "x.npy", FeaturizeSpec(dim=6)).output), atol=1e-6)
+
+
+@pytest.mark.parametrize("fmt, name", [("kv", "o.kv"), ("parquet", "o.parquet"), ("npy", "o.vectors")])
+def test_other_output_formats_round_trip(tmp_path, emb, fmt, name):
+    path, keys, _ = emb
+    direct = np.load(featurize(path, tmp_path / "d.npy", FeaturizeSpec(dim=6)).output)
+    featurize(path, tmp_path / name, FeaturizeSpec(dim=6), fmt=fmt)
+    if fmt == "npy":
+        np.testing.assert_array_equal(np.load(tmp_path / name, allow_pickle=False), direct)
+        assert (tmp_path / "o.keys.txt").read_text().splitlines() == keys
+    else:
+        got = read_embedding(tmp_path / name)
+        assert got.keys == keys
+        np.testing.assert_array_equal(np.asarray(got.vectors), direct)
 
 
 def test_align_to_recovers_the_reference(tmp_path, emb):

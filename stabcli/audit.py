@@ -119,12 +119,7 @@ def _check_finite(emb: Embedding, arr: np.ndarray, keys: list[str]) -> None:
 
 
 def _normalized(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    out = []
-    for a in arrays:
-        a = np.asarray(a, dtype=np.float32)
-        norms = np.linalg.norm(a, axis=1, keepdims=True)
-        out.append(np.divide(a, norms, out=np.zeros_like(a), where=norms > 0))
-    return out
+    return [m.unit_rows(np.asarray(a, dtype=np.float32)) for a in arrays]
 
 
 def representation_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -26,12 +26,8 @@ from stabcli import __version__
 from stabcli.corpus import file_sha256
 from stabcli.embeddings import Embedding, format_for, keys_path_for, read_embedding, write_embedding
 from stabcli.errors import InputError, UsageError
+from stabcli.metrics import unit_rows
 from stabcli.runset import KEYS, MANIFEST, RunSet, is_runset, write_json_atomic
-
-
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
 
 
 class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -94,7 +90,7 @@ def fourier_features(X: np.ndarray, directions: np.ndarray, normalize: bool, out
     """``sqrt(1/k) [cos(XU), sin(XU)]`` for one block of rows, written into ``out`` if given."""
     X = np.asarray(X, dtype=np.float64)
     if normalize:
-        X = _unit_rows(X)
+        X = unit_rows(X)
     projected = X @ directions
     k = directions.shape[1]
     if out is None:
@@ -153,7 +149,7 @@ def gaussian_kernel_error(X: np.ndarray, sigma: float, n_components: int, seed: 
     second = rng.integers(0, n, size=pairs)
     a, b = np.asarray(X[np.sort(first)], dtype=np.float64), np.asarray(X[np.sort(second)], dtype=np.float64)
     if normalize:
-        a, b = _unit_rows(a), _unit_rows(b)
+        a, b = unit_rows(a), unit_rows(b)
     exact = np.exp(-(sigma ** 2) * np.square(a - b).sum(axis=1) / 2)
     directions = FourierFeaturizer(n_components=n_components, sigma=sigma, random_state=seed).fit(a[:1]).directions_
     approx = (fourier_features(a, directions, False) * fourier_features(b, directions, False)).sum(axis=1)

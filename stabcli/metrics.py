@@ -184,7 +184,8 @@ def sample_pairs(n: int, count: int, rng: np.random.Generator) -> tuple[np.ndarr
     return first, second
 
 
-def _unit_rows(x: np.ndarray) -> np.ndarray:
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm; zero rows stay zero."""
     norms = np.linalg.norm(x, axis=-1, keepdims=True)
     return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
 
@@ -199,7 +200,7 @@ def inner_product_noise_share(runs: Sequence[np.ndarray], first: np.ndarray, sec
         b = np.empty_like(a)
         a[order[0]] = h[first[order[0]]]  # sorted gathers read a memory map sequentially
         b[order[1]] = h[second[order[1]]]
-        cos[r] = np.einsum("pd,pd->p", _unit_rows(a), _unit_rows(b))
+        cos[r] = np.einsum("pd,pd->p", unit_rows(a), unit_rows(b))
     energy = np.square(cos).mean(axis=0).sum()
     return float(cos.var(axis=0).sum() / energy) if energy > 0 else 0.0
 
@@ -213,11 +214,11 @@ def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray
     as a set per query, not in rank order.
     """
     n = h.shape[0]
-    q_unit = _unit_rows(np.asarray(h[queries], dtype=np.float32))
+    q_unit = unit_rows(np.asarray(h[queries], dtype=np.float32))
     step = max(k + 1, (1 << 22) // max(len(queries), 1))
     best_scores = best_ids = None
     for start in range(0, n, step):
-        chunk = _unit_rows(np.asarray(h[start:start + step], dtype=np.float32))
+        chunk = unit_rows(np.asarray(h[start:start + step], dtype=np.float32))
         scores = q_unit @ chunk.T
         inside = (queries >= start) & (queries < start + chunk.shape[0])
         scores[np.flatnonzero(inside), queries[inside] - start] = -np.inf

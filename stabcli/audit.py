@@ -17,7 +17,7 @@ import numpy as np
 
 from stabcli import __version__
 from stabcli import metrics as m
-from stabcli.embeddings import Embedding, read_embedding
+from stabcli.embeddings import Embedding, read_embedding, require_finite
 from stabcli.errors import InputError, UsageError
 from stabcli.runset import RunSet, is_runset
 
@@ -112,10 +112,7 @@ def _common_keys(embeddings: list[Embedding]) -> tuple[list[str], list[np.ndarra
 def _check_finite(emb: Embedding, arr: np.ndarray, keys: list[str]) -> None:
     step = 1 << 16
     for start in range(0, arr.shape[0], step):
-        ok = np.isfinite(arr[start:start + step]).all(axis=1)
-        if not ok.all():
-            row = start + int(np.argmin(ok))
-            raise InputError(f"{emb.source}: key {keys[row]!r} has NaN or infinite values")
+        require_finite(emb.source, keys, arr[start:start + step], start)
 
 
 def _normalized(arrays: list[np.ndarray]) -> list[np.ndarray]:

@@ -40,6 +40,14 @@ def keys_path_for(npy: Path) -> Path:
     return npy.with_name(npy.stem + ".keys.txt")
 
 
+def require_finite(source: Path, keys: list[str], block: np.ndarray, start: int = 0) -> None:
+    """InputError naming the first key whose row of ``block`` (rows ``start``, ``start+1``, …
+    of ``keys``) holds NaN or inf."""
+    ok = np.isfinite(block).all(axis=1)
+    if not ok.all():
+        raise InputError(f"{source}: key {keys[start + int(np.argmin(ok))]!r} has NaN or infinite values")
+
+
 def format_for(path: Path) -> str | None:
     """The format a suffix names (``.vec`` → ``word2vec``), or None."""
     return _SUFFIX_FORMAT.get(path.suffix.lower())

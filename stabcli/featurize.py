@@ -24,7 +24,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from stabcli import __version__
 from stabcli.corpus import file_sha256
-from stabcli.embeddings import Embedding, format_for, keys_path_for, read_embedding, write_embedding
+from stabcli.embeddings import Embedding, format_for, keys_path_for, read_embedding, require_finite, write_embedding
 from stabcli.errors import InputError, UsageError
 from stabcli.metrics import unit_rows
 from stabcli.runset import KEYS, MANIFEST, RunSet, is_runset, write_json_atomic
@@ -67,9 +67,7 @@ class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
 
     def fit(self, X: Any, y: Any = None) -> "FourierFeaturizer":
         X = validate_data(self, X, dtype=(np.float64, np.float32))
-        check_parameters(self.n_components, self.sigma)
-        rng = np.random.default_rng(self.random_state)
-        self.directions_ = rng.normal(0.0, self.sigma, size=(self.n_features_in_, self.n_components // 2))
+        self.directions_ = draw_directions(self.n_features_in_, self.n_components, self.sigma, self.random_state)
         self._n_features_out = self.n_components
         return self
 
@@ -79,9 +77,19 @@ class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
         return fourier_features(X, self.directions_, self.normalize)
 
 
-def check_parameters(n_components: int, sigma: float) -> None:
+def draw_directions(input_dim: int, n_components: int, sigma: float, seed: int | None) -> np.ndarray:
+    """U ∈ R^{d × M/2}, entries ~ N(0, σ²) from ``numpy.random.default_rng(seed)``."""
+    _check_output_dim(n_components)
+    _check_sigma(sigma)
+    return np.random.default_rng(seed).normal(0.0, sigma, size=(input_dim, n_components // 2))
+
+
+def _check_output_dim(n_components: int) -> None:
     if not isinstance(n_components, (int, np.integer)) or n_components < 2 or n_components % 2:
         raise UsageError(f"output dimension {n_components!r} must be an even integer >= 2")
+
+
+def _check_sigma(sigma: float) -> None:
     if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
         raise UsageError(f"sigma {sigma!r} must be a positive number")
 
@@ -151,7 +159,7 @@ def gaussian_kernel_error(X: np.ndarray, sigma: float, n_components: int, seed: 
     if normalize:
         a, b = unit_rows(a), unit_rows(b)
     exact = np.exp(-(sigma ** 2) * np.square(a - b).sum(axis=1) / 2)
-    directions = FourierFeaturizer(n_components=n_components, sigma=sigma, random_state=seed).fit(a[:1]).directions_
+    directions = draw_directions(a.shape[1], n_components, sigma, seed)
     approx = (fourier_features(a, directions, False) * fourier_features(b, directions, False)).sum(axis=1)
     return float(np.abs(approx - exact).mean())
 
@@ -235,10 +243,7 @@ def _transform_rows(emb: Embedding, out: np.ndarray, rotation: np.ndarray | None
     """Stream ``emb`` through alignment and features into ``out`` (float32), chunk by chunk."""
     for start in range(0, emb.vectors.shape[0], chunk_rows):
         block = np.asarray(emb.vectors[start:start + chunk_rows], dtype=np.float64)
-        finite = np.isfinite(block).all(axis=1)
-        if not finite.all():
-            row = start + int(np.argmin(finite))
-            raise InputError(f"{emb.source}: key {emb.keys[row]!r} has NaN or infinite values")
+        require_finite(emb.source, emb.keys, block, start)
         if rotation is not None:
             block = block @ rotation
         if directions is not None:
@@ -246,16 +251,25 @@ def _transform_rows(emb: Embedding, out: np.ndarray, rotation: np.ndarray | None
         out[start:start + block.shape[0]] = block
 
 
+def _width(emb: Embedding, directions: np.ndarray | None) -> int:
+    return emb.dim if directions is None else 2 * directions.shape[1]
+
+
+def _stream_to_npy(emb: Embedding, path: Path, rotation: np.ndarray | None, directions: np.ndarray | None,
+                   spec: FeaturizeSpec) -> None:
+    """Stream ``emb`` into a float32 ``.npy`` memory map at ``path``: one chunk in memory at a time."""
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(emb.vectors.shape[0], _width(emb, directions)))
+    _transform_rows(emb, out, rotation, directions, spec.normalize, spec.chunk_rows)
+    out.flush()
+    del out
+
+
 def _featurize_one(emb: Embedding, target: Path, fmt: str, rotation: np.ndarray | None, directions: np.ndarray | None,
                    spec: FeaturizeSpec) -> None:
-    width = emb.dim if directions is None else 2 * directions.shape[1]
     if fmt == "npy":
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         try:
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(emb.vectors.shape[0], width))
-            _transform_rows(emb, out, rotation, directions, spec.normalize, spec.chunk_rows)
-            out.flush()
-            del out
+            _stream_to_npy(emb, tmp, rotation, directions, spec)
             keys_path_for(tmp).write_text("".join(k + "\n" for k in emb.keys), encoding="utf-8")
             os.replace(keys_path_for(tmp), keys_path_for(target))
             os.replace(tmp, target)
@@ -263,7 +277,7 @@ def _featurize_one(emb: Embedding, target: Path, fmt: str, rotation: np.ndarray 
             tmp.unlink(missing_ok=True)
             keys_path_for(tmp).unlink(missing_ok=True)
         return
-    out = np.empty((emb.vectors.shape[0], width), dtype=np.float32)
+    out = np.empty((emb.vectors.shape[0], _width(emb, directions)), dtype=np.float32)
     _transform_rows(emb, out, rotation, directions, spec.normalize, spec.chunk_rows)
     write_embedding(target, emb.keys, out, fmt)
 
@@ -282,10 +296,9 @@ def featurize(input_path: str | Path, output: str | Path, spec: FeaturizeSpec, f
         raise InputError(f"{source}: a directory but not a run set (no {MANIFEST})")
     if runset is not None and not runset.runs:
         raise InputError(f"{source}: run set has no complete runs")
-    if spec.dim is not None and spec.dim != 0:
-        check_parameters(spec.dim, spec.sigma)
-    elif not (math.isfinite(spec.sigma) and spec.sigma > 0):
-        check_parameters(2, spec.sigma)
+    if spec.dim:
+        _check_output_dim(spec.dim)
+    _check_sigma(spec.sigma)
     if spec.dim == 0 and spec.align_to is None:
         raise UsageError("--dim 0 only aligns: it needs --align-to")
     if spec.chunk_rows < 1:
@@ -303,6 +316,9 @@ def featurize(input_path: str | Path, output: str | Path, spec: FeaturizeSpec, f
 
     embeddings = [runset.load(i) for i in runset.runs] if runset else [read_embedding(source)]
     first = embeddings[0]
+    for emb in embeddings[1:]:
+        if emb.dim != first.dim:
+            raise InputError(f"{emb.source}: dimension {emb.dim}, but {first.source} has {first.dim}")
     reference = read_embedding(spec.align_to) if spec.align_to else None
     alignments = [_alignment(e, reference) for e in embeddings] if reference else [(None, None, None)] * len(embeddings)
     dim, measured, rr_dim = spec.dim, None, None
@@ -312,13 +328,7 @@ def featurize(input_path: str | Path, output: str | Path, spec: FeaturizeSpec, f
         dim, measured = choose_dimension(first.vectors, spec.sigma, spec.epsilon, spec.seed, spec.normalize)
         diameter = 2.0 if spec.normalize else 2.0 * float(np.linalg.norm(np.asarray(first.vectors[:10_000]), axis=1).max())
         rr_dim = rahimi_recht_dimension(spec.epsilon, spec.sigma, first.dim, diameter)
-    directions = None
-    if dim:
-        directions = FourierFeaturizer(n_components=dim, sigma=spec.sigma, normalize=spec.normalize,
-                                       random_state=spec.seed).fit(np.zeros((1, first.dim))).directions_
-    for emb in embeddings[1:]:
-        if emb.dim != first.dim:
-            raise InputError(f"{emb.source}: dimension {emb.dim}, but {first.source} has {first.dim}")
+    directions = draw_directions(first.dim, dim, spec.sigma, spec.seed) if dim else None
 
     sidecar = {
         "stabcli_version": __version__,
@@ -369,11 +379,7 @@ def _featurize_runset(runset: RunSet, embeddings: list[Embedding], output: Path,
             for name in (KEYS, "losses.json", "log.txt"):
                 if (src / name).is_file():
                     shutil.copyfile(src / name, dst / name)
-            out = np.lib.format.open_memmap(dst / "vectors.npy", mode="w+", dtype=np.float32,
-                                            shape=(emb.vectors.shape[0], emb.dim if directions is None else 2 * directions.shape[1]))
-            _transform_rows(emb, out, rotation, directions, spec.normalize, spec.chunk_rows)
-            out.flush()
-            del out
+            _stream_to_npy(emb, dst / "vectors.npy", rotation, directions, spec)
             if on_run:
                 on_run(dst.name)
         manifest = dict(runset.manifest)

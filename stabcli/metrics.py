@@ -215,7 +215,7 @@ def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray
     """
     n = h.shape[0]
     q_unit = unit_rows(np.asarray(h[queries], dtype=np.float32))
-    step = max(k + 1, (1 << 22) // max(len(queries), 1))
+    step = max(k + 1, CHUNK_ELEMENTS // max(len(queries), 1))
     best_scores = best_ids = None
     for start in range(0, n, step):
         chunk = unit_rows(np.asarray(h[start:start + step], dtype=np.float32))

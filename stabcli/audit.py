@@ -142,9 +142,10 @@ def representation_report(runs: Runs, options: AuditOptions, on_step: Callable[[
     inner = m.inner_product_noise_share(arrays, first, second)
     step("nearest neighbours")
     queries = np.sort(rng.choice(n, size=min(options.knn_queries, n), replace=False))
-    knn = m.knn_overlap(arrays, queries, options.knn_k)
     least_idx = np.argsort(-aligned.per_key_variance, kind="stable")[: options.top]
-    least_knn = m.knn_overlap(arrays, least_idx, options.knn_k) if len(least_idx) else np.array([])
+    # one pass over every run serves both the sampled queries and the least stable keys
+    overlaps = m.knn_overlap(arrays, np.concatenate([queries, least_idx]), options.knn_k)
+    knn, least_knn = overlaps[: len(queries)], overlaps[len(queries):]
     step("PIP, CKA, eigenspaces, displacement")
     pip = m.pairwise_mean(grams, m.pip_loss)
     gram_norm = float(np.mean([np.sqrt(m.frobenius_sq(grams.G[r, r])) for r in range(len(arrays))]))

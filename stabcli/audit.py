@@ -17,6 +17,7 @@ import numpy as np
 
 from stabcli import __version__
 from stabcli import metrics as m
+from stabcli.downstream import DownstreamOptions, downstream_report
 from stabcli.embeddings import Embedding, read_embedding, require_finite
 from stabcli.errors import InputError, UsageError
 from stabcli.runset import RunSet, is_runset
@@ -119,24 +120,41 @@ def _normalized(arrays: list[np.ndarray]) -> list[np.ndarray]:
     return [m.unit_rows(np.asarray(a, dtype=np.float32)) for a in arrays]
 
 
-def representation_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Every SPEC section 4 metric over the common keys of ``runs``."""
-    step = on_step or (lambda _: None)
-    n = len(runs.keys)
-    if options.knn_k < 1 or options.knn_k >= n:
-        raise UsageError(f"--knn-k {options.knn_k}: needs 1 <= k < number of common keys ({n})")
-    if options.pairs < 1 or options.knn_queries < 1 or options.top < 0:
-        raise UsageError("--pairs and --knn-queries must be at least 1, --top at least 0")
-    arrays = _normalized(runs.arrays) if options.normalize else runs.arrays
-    rng = np.random.default_rng(options.seed)
+@dataclass
+class _Frame:
+    """The arrays every section reads, their cross-Gram blocks and consensus rotations."""
 
-    step("coordinate noise")
-    raw = m.noise_share(arrays)
+    arrays: list[np.ndarray]
+    grams: m.Grams
+    rotations: list[np.ndarray]
+    iterations: int
+
+
+def _frame(runs: Runs, options: AuditOptions, step: Callable[[str], None]) -> _Frame:
+    arrays = _normalized(runs.arrays) if options.normalize else runs.arrays
     step("cross-Gram blocks")
     grams = m.gram_blocks(arrays)
     step("Procrustes alignment")
     rotations, iterations = m.generalized_procrustes(grams)
-    aligned = m.noise_share(arrays, rotations)
+    return _Frame(arrays, grams, rotations, iterations)
+
+
+def _check_options(options: AuditOptions, n: int) -> None:
+    if options.knn_k < 1 or options.knn_k >= n:
+        raise UsageError(f"--knn-k {options.knn_k}: needs 1 <= k < number of common keys ({n})")
+    if options.pairs < 1 or options.knn_queries < 1 or options.top < 0:
+        raise UsageError("--pairs and --knn-queries must be at least 1, --top at least 0")
+
+
+def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step: Callable[[str], None]) -> dict[str, Any]:
+    """Every SPEC section 4 metric over the common keys of ``runs``."""
+    n = len(runs.keys)
+    arrays, grams, iterations = frame.arrays, frame.grams, frame.iterations
+    rng = np.random.default_rng(options.seed)
+
+    step("coordinate noise")
+    raw = m.noise_share(arrays)
+    aligned = m.noise_share(arrays, frame.rotations)
     step("inner products")
     first, second = m.sample_pairs(n, options.pairs, rng)
     inner = m.inner_product_noise_share(arrays, first, second)
@@ -222,7 +240,15 @@ def _epoch_noise_share(runs: Runs, epoch: int, normalize: bool) -> float | None:
     return m.noise_share(_normalized(arrays) if normalize else arrays).overall
 
 
-def build_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+def build_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], None] | None = None,
+                 downstream: DownstreamOptions | None = None) -> dict[str, Any]:
+    """The whole audit report; ``downstream`` (label options) adds SPEC section 5."""
+    step = on_step or (lambda _: None)
+    _check_options(options, len(runs.keys))
+    frame = _frame(runs, options, step)
+    # downstream first: a bad label file fails before the long representation metrics
+    labelled = (downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step)
+                if downstream else None)
     return {
         "stabcli_version": __version__,
         "input": {
@@ -235,9 +261,9 @@ def build_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], Non
             "normalized": options.normalize,
             "seed": options.seed,
         },
-        "representation": representation_report(runs, options, on_step),
+        "representation": representation_report(runs, frame, options, step),
         "training": training_report(runs, options),
-        "downstream": None,
+        "downstream": labelled,
         "checks": [],
         "passed": True,
     }
@@ -269,19 +295,29 @@ def parse_check(expression: str) -> tuple[str, str, float]:
 
 
 def resolve(report: dict[str, Any], path: str) -> float:
-    """The number at dotted ``path`` in the report; UsageError naming the first bad part."""
+    """The number at dotted ``path`` in the report; UsageError naming the first bad part.
+
+    A key may itself contain dots (variant ``phi:64@0.5``): at each level the longest run
+    of parts that is a key wins.
+    """
     node: Any = report
-    walked = []
-    for part in path.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
+    parts = path.split(".")
+    walked: list[str] = []
+    while parts:
+        for size in range(len(parts), 0, -1):
+            name = ".".join(parts[:size])
+            if isinstance(node, dict) and name in node:
+                node = node[name]
+                break
+            if size == 1 and isinstance(node, list) and name.isdigit() and int(name) < len(node):
+                node = node[int(name)]
+                break
         else:
             where = ".".join(walked) or "the report"
             options = ", ".join(sorted(node)) if isinstance(node, dict) else "no named fields"
-            raise UsageError(f"--check: no {part!r} in {where} (has: {options})")
-        walked.append(part)
+            raise UsageError(f"--check: no {parts[0]!r} in {where} (has: {options})")
+        walked.append(name)
+        parts = parts[size:]
     if isinstance(node, bool) or not isinstance(node, (int, float)):
         raise UsageError(f"--check: {path} is not a number (it is {type(node).__name__})")
     return float(node)

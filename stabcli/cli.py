@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 from stabcli import __version__
 from stabcli.audit import AuditOptions, build_report, evaluate_checks, load_runs, parse_check
 from stabcli.corpus import CorpusOptions
+from stabcli.downstream import DownstreamOptions
 from stabcli.errors import StabcliError, UsageError
 from stabcli.featurize import FeaturizeSpec, featurize
 from stabcli.report import comparison_table, render_markdown, render_terminal, write_plots
@@ -187,14 +188,30 @@ def pretrain_cmd(
     _report_pretrain(result, fmt)
 
 
+def _comma_list(value: Optional[str], kind: type, option: str) -> Optional[list[Any]]:
+    """``'16,32'`` → ``[16, 32]``; a bad item is a usage error naming the option."""
+    if value is None:
+        return None
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    try:
+        parsed = [kind(item) for item in items]
+    except ValueError:
+        raise UsageError(f"{option} {value!r}: expected a comma-separated list of {kind.__name__} values") from None
+    if not parsed:
+        raise UsageError(f"{option}: empty list")
+    return parsed
+
+
 def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[str], fmt: str,
-                      json_path: Optional[Path], markdown_path: Optional[Path], plots: Optional[Path]) -> dict[str, Any]:
+                      json_path: Optional[Path], markdown_path: Optional[Path], plots: Optional[Path],
+                      downstream: Optional[DownstreamOptions] = None) -> dict[str, Any]:
     """Load, compute, write every requested rendering; returns the report."""
     for expression in checks:
         parse_check(expression)  # a malformed expression fails before any heavy work
     runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False))
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
-        report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None)
+        report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
+                              downstream=downstream)
     evaluate_checks(report, checks)
     text = json.dumps(report, indent=2) + "\n"
     if json_path:
@@ -239,9 +256,31 @@ def audit(
     fmt: str = typer.Option("table", "--format", help="table (terminal) or json (stdout, exact)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the JSON report here."),
     markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report here."),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures (paper Fig. 1a-1d) into this directory."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures (paper Fig. 1a-1d; with --labels "
+                                         "also the downstream spread) into this directory."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="Key→label file (CSV/TSV key,label; MovieLens u.item, "
+                                          "movies.dat or movies.csv): adds the downstream audit."),
+    task: str = typer.Option("auto", "--task", help="auto, classification or regression (auto: numeric labels with "
+                             "fractions or more than 20 values are regression)."),
+    model: Optional[str] = typer.Option(None, "--model", help="logreg, knn or ridge (default: logreg for "
+                                        "classification, ridge for regression)."),
+    test_size: float = typer.Option(0.2, "--test-size", help="Share of labeled keys in the test split."),
+    split_seed: int = typer.Option(0, "--split-seed", help="Seed of the train/test split shared by all runs."),
+    variants: Optional[str] = typer.Option(None, "--variants", help="Comma list of h, avg, aligned, phi:M, phi:M@SIGMA, "
+                                           "aligned+phi:M (default h,avg,aligned,phi:d,phi:2d)."),
+    featurize_dims: Optional[str] = typer.Option(None, "--featurize-dims", help="Sweep M of every phi variant, "
+                                                 "e.g. 16,32,64,128 (paper Fig. A.3)."),
+    sigmas: Optional[str] = typer.Option(None, "--sigmas", help="Sweep sigma of every phi variant, e.g. 0.5,1,2 "
+                                         "(paper Fig. A.4)."),
+    reference: int = typer.Option(0, "--reference", help="Position of the run whose model is reused stale on the others."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
+    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of the label file (MovieLens files: latin-1)."),
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
+
+    With --labels, also how much a downstream model fluctuates across runs (mean and std of
+    its test metric, churn, stale-model compatibility) for raw, averaged, aligned and
+    featurized variants, and which variant to use.
 
     Examples:
 
@@ -250,11 +289,24 @@ def audit(
         stabcli audit a.vec b.vec c.vec --normalize --format json
 
         stabcli audit runs/exp1 --check 'representation.knn_overlap>=0.6' --markdown report.md
+
+        stabcli audit runs/exp1 --labels item_genres.tsv --check 'downstream.variants.h.churn<=0.05'
+
+        stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
     """
     if fmt not in ("table", "json"):
         raise typer.BadParameter("choose table or json", param_hint="--format")
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
-    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots)
+    given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model}
+    if labels is None:
+        extra = [name for name, value in given.items() if value is not None]
+        if extra:
+            raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
+    downstream = None if labels is None else DownstreamOptions(
+        labels, task=task, model=model, test_size=test_size, split_seed=split_seed,
+        variants=_comma_list(variants, str, "--variants"), featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
+        sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs, encoding=encoding)
+    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream)
     if not report["passed"]:
         raise typer.Exit(EXIT_FAILED_CHECK)
 
@@ -314,8 +366,9 @@ def demo(
 ) -> None:
     """Run the pipeline on the bundled synthetic sample data (about a minute on 2 cores).
 
-    Trains 5 item2vec runs (dim 32) on sample sessions into OUT/runs, audits them (report
-    also in OUT/audit.json, OUT/audit.md and OUT/plots), featurizes every run with the same
+    Trains 5 item2vec runs (dim 32) on sample sessions into OUT/runs, audits them with the
+    sample's item genres as downstream labels (report also in OUT/audit.json, OUT/audit.md
+    and OUT/plots), featurizes every run with the same
     random Fourier directions (M = 64) into OUT/runs-phi64, audits that too and shows both
     side by side. Rerunning reuses the trained runs.
 
@@ -330,8 +383,9 @@ def demo(
                            corpus_options=CorpusOptions(format="lines"), timeout=None)
     _report_pretrain(result, "table")
     out.print()
+    labels = DownstreamOptions(sample_path("item_genres.tsv"), jobs=jobs)
     raw = _audit_and_render([out_dir / "runs"], AuditOptions(top=10), [], "table", out_dir / "audit.json",
-                            out_dir / "audit.md", out_dir / "plots")
+                            out_dir / "audit.md", out_dir / "plots", labels)
     featurized = out_dir / "runs-phi64"
     if featurized.exists():
         shutil.rmtree(featurized)  # the demo owns its directory: rebuild from the current runs

@@ -110,7 +110,7 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
         raise InputError(f"{path}: no such file")
     fmt = detect_format(path, model, options) if options.format == "auto" else options.format
     if fmt == "lines":
-        corpus = Corpus(path, fmt, [line.split() for _, line in _text_lines(path, options.encoding) if line.strip()])
+        corpus = Corpus(path, fmt, [line.split() for _, line in text_lines(path, options.encoding) if line.strip()])
     elif fmt == "tagged":
         corpus = _read_tagged(path, options.encoding)
     elif fmt == "movielens":
@@ -122,12 +122,12 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
     return corpus
 
 
-def _text_lines(path: Path, encoding: str) -> Iterator[tuple[int, str]]:
+def text_lines(path: Path, encoding: str) -> Iterator[tuple[int, str]]:
     """Yield (line number, decoded line without newline); a bad byte names its line."""
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
             if b"\x00" in raw:
-                raise InputError(f"{path}:{lineno}: contains NUL bytes; this looks like a binary file, not a text corpus")
+                raise InputError(f"{path}:{lineno}: contains NUL bytes; this looks like a binary file, not text")
             try:
                 text = raw.decode(encoding)
             except UnicodeDecodeError as exc:
@@ -141,7 +141,7 @@ def _text_lines(path: Path, encoding: str) -> Iterator[tuple[int, str]]:
 def _read_tagged(path: Path, encoding: str) -> Corpus:
     tags: list[str] = []
     sequences: list[list[str]] = []
-    for lineno, line in _text_lines(path, encoding):
+    for lineno, line in text_lines(path, encoding):
         if not line.strip():
             continue
         tag, sep, text = line.partition("\t")
@@ -197,7 +197,7 @@ def _read_table(path: Path, encoding: str, sep: str, header: int | None) -> pd.D
             engine="python" if len(sep) > 1 else "c", skip_blank_lines=True,
         )
     except UnicodeDecodeError:
-        for _ in _text_lines(path, encoding):  # re-scan to name the offending line
+        for _ in text_lines(path, encoding):  # re-scan to name the offending line
             pass
         raise InputError(f"{path}: not valid {encoding}; re-encode the file or pass --encoding") from None
     except pd.errors.EmptyDataError:

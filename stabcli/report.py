@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -98,7 +99,64 @@ def render_terminal(report: dict[str, Any], console: Console) -> None:
         if tr["final_loss_mean"] is not None:
             console.print(f"final loss: mean {_num(tr['final_loss_mean'])}, std {_num(tr['final_loss_std'])}, "
                           f"CV {_num(tr['final_loss_cv'], 3)}", highlight=False)
+    if report["downstream"]:
+        render_downstream(report["downstream"], console)
     render_checks(report, console)
+
+
+def render_downstream(ds: dict[str, Any], console: Console) -> None:
+    headers, rows = downstream_table(ds)
+    table = Table(title="Downstream fluctuation across runs", title_justify="left")
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=i > 0)
+    chosen = ds["recommendation"]["variant"]
+    for row in rows:
+        table.add_row(*row, style="bold green" if row[0] == chosen else None)
+    console.print(table)
+    for note in downstream_notes(ds):
+        console.print(note, style="yellow" if note.startswith("warning") else "dim", highlight=False, soft_wrap=True)
+    console.print(Text(f"recommendation: {ds['recommendation']['reason']}", style="bold"), soft_wrap=True)
+
+
+def _mean_std(entry: dict[str, Any], metric: str) -> str:
+    mean, std = entry[f"{metric}_mean"], entry[f"{metric}_std"]
+    return f"{mean:.3f}" + ("" if std is None else f" ({std:.3f})")
+
+
+def _fixed(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def downstream_table(ds: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the paper's Table 1 layout plus churn and stale columns."""
+    classification = ds["task"] == "classification"
+    metrics = ("accuracy", "f1_macro") if classification else ("r2", "rmse")
+    primary = metrics[0]
+    headers = ["variant", "dims", *(("accuracy", "macro-F1") if classification else ("R²", "RMSE")),
+               "churn" if classification else "churn (RMS)", "stale " + ("acc." if classification else "R²"), "drop"]
+    rows = []
+    for name, entry in ds["variants"].items():
+        churn = entry["churn"]
+        rows.append([
+            name, str(entry["dim"]), *(_mean_std(entry, metric) for metric in metrics),
+            "—" if churn is None else (f"{churn:.1%}" if classification else f"{churn:.4g}"),
+            _fixed(entry[f"stale_{primary}_mean"]), _fixed(entry["stale_drop"]),
+        ])
+    return headers, rows
+
+
+def downstream_notes(ds: dict[str, Any]) -> list[str]:
+    """Lines under the table: the protocol in one line, baselines, warnings."""
+    notes = [f"{ds['model']} on {Path(ds['labels']).name} ({ds['task']}): {ds['train']:,} train / {ds['test']:,} test keys, "
+             f"one split (seed {ds['split_seed']}) for every run; mean (std over runs); stale = the model of "
+             f"{ds['reference']} applied unchanged to the other runs"]
+    if ds["majority_accuracy"] is not None:
+        notes.append(f"{ds['classes']} classes; always predicting the majority class scores accuracy {ds['majority_accuracy']:.3f}")
+    if ds["skipped_keys"]:
+        notes.append(f"{ds['skipped_keys']:,} keys have no label and were skipped")
+    if ds["not_converged"]:
+        notes.append(f"warning: {ds['not_converged']} fits stopped before the solver converged; their spread includes solver noise")
+    return notes
 
 
 COMPARED = [("noise_share", "coordinate noise", _pct), ("aligned_noise_share", "aligned noise", _pct),
@@ -148,6 +206,14 @@ def render_markdown(report: dict[str, Any]) -> str:
     if tr["final_loss_mean"] is not None:
         lines += ["", f"Final training loss: mean {_num(tr['final_loss_mean'])}, std {_num(tr['final_loss_std'])}, "
                       f"CV {_num(tr['final_loss_cv'], 3)}."]
+    if report["downstream"]:
+        ds = report["downstream"]
+        headers, rows = downstream_table(ds)
+        lines += ["", "### Downstream fluctuation across runs", "", "| " + " | ".join(headers) + " |",
+                  "| --- " + "| ---: " * (len(headers) - 1) + "|"]
+        lines += ["| " + " | ".join([f"`{row[0]}`", *row[1:]]) + " |" for row in rows]
+        lines += [""] + [f"- {note}" for note in downstream_notes(ds)]
+        lines += ["", f"**Recommendation:** {ds['recommendation']['reason']}"]
     if report["checks"]:
         lines += ["", "| check | value | result |", "| --- | ---: | --- |"]
         lines += [f"| `{c['name']}` | {_num(c['value'])} | {'pass' if c['passed'] else '**FAIL**'} |" for c in report["checks"]]
@@ -201,5 +267,20 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
     for x, v in enumerate(values):
         ax.text(x, v + 0.02, _pct(v), ha="center")
     save(fig, "fig1d_coordinate_vs_inner_product.png")
+
+    if report["downstream"]:
+        ds = report["downstream"]
+        primary, label = ("accuracy", "test accuracy") if ds["task"] == "classification" else ("r2", "test R²")
+        names = list(ds["variants"])
+        fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 3.8))
+        for x, name in enumerate(names):
+            values = ds["variants"][name][f"{primary}_by_run"]
+            offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [0.0]
+            ax.scatter(x + np.asarray(offsets), values, s=18, color="#4c72b0", alpha=0.8,
+                       marker="o" if len(values) > 1 else "D")
+            ax.hlines(np.mean(values), x - 0.3, x + 0.3, color="#c44e52")
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+        ax.set(ylabel=label, title="Downstream metric per run (one dot per run, line = mean)")
+        save(fig, "fig2_downstream_spread.png")
     return written
 

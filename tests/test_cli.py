@@ -115,6 +115,9 @@ def test_demo_trains_the_sample(tmp_path):
     assert "coordinates: " in result.output and "Representation stability" in result.output
     assert json.loads((tmp_path / "demo" / "audit.json").read_text())["input"]["runs"] == 5
     assert "Raw vs featurized" in result.output and "phi(h) (64 dims)" in result.output
+    assert "Downstream fluctuation across runs" in result.output and "recommendation: " in result.output
+    downstream = json.loads((tmp_path / "demo" / "audit.json").read_text())["downstream"]
+    assert downstream["classes"] == 12 and downstream["variants"]["h"]["accuracy_mean"] > 0.5
     assert (tmp_path / "demo" / "runs-phi64" / "run-004" / "vectors.npy").is_file()
     keys = (tmp_path / "demo" / "runs" / "keys.txt").read_text().splitlines()
     assert len(keys) > 1000 and np.load(tmp_path / "demo" / "runs" / "run-004" / "vectors.npy").shape == (len(keys), 32)
@@ -196,3 +199,55 @@ def test_audit_unwritable_outputs_exit_2(runset, tmp_path):
     assert result.exit_code == 2 and "cannot write" in result.output and "Traceback" not in result.output
     result = invoke("audit", runset, *AUDIT_SMALL, "--json", tmp_path / "missing-dir" / "r.json")
     assert result.exit_code == 2 and "r.json: cannot write" in result.output
+
+
+@pytest.fixture
+def genre_labels(tmp_path):
+    path = tmp_path / "genres.csv"
+    path.write_text("item,genre\n" + "".join(f"t{i},g{i // 10}\n" for i in range(40)))
+    return path
+
+
+def test_audit_with_labels_table_json_markdown_plots(runset, genre_labels, tmp_path):
+    result = invoke("audit", runset, *AUDIT_SMALL, "--labels", genre_labels, "--variants", "h,aligned,phi:8",
+                    "--sigmas", "0.5,1", "--json", tmp_path / "r.json", "--markdown", tmp_path / "r.md",
+                    "--plots", tmp_path / "plots", "--jobs", "1")
+    assert result.exit_code == 0, result.output
+    for text in ("Downstream fluctuation across runs", "stale acc.", "phi:8@0.5", "recommendation: ",
+                 "logreg on genres.csv (classification): 32 train / 8 test keys"):
+        assert text in result.output
+    ds = json.loads((tmp_path / "r.json").read_text())["downstream"]
+    assert list(ds["variants"]) == ["h", "aligned", "phi:8@0.5", "phi:8@1"]
+    assert set(ds["variants"]["h"]) >= {"accuracy_mean", "accuracy_std", "f1_macro_mean", "f1_macro_std", "churn",
+                                         "stale_accuracy_mean", "stale_drop"}
+    assert ds["recommendation"]["variant"] in ds["variants"] and ds["reference"] == "run-000"
+    assert "### Downstream fluctuation across runs" in (tmp_path / "r.md").read_text()
+    assert (tmp_path / "plots" / "fig2_downstream_spread.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_audit_checks_reach_downstream_variants(runset, genre_labels):
+    result = invoke("audit", runset, *AUDIT_SMALL, "--labels", genre_labels, "--variants", "h,phi:8@0.5",
+                    "--check", "downstream.variants.h.churn<=1", "--check", "downstream.variants.phi:8@0.5.churn>=0",
+                    "--check", "downstream.variants.h.accuracy_mean>1")
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines()[-1].startswith("FAIL downstream.variants.h.accuracy_mean>1")
+    assert result.output.count("PASS") == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--variants", "h"], "--variants only apply with --labels FILE"),
+    (["--labels", "MISSING"], "missing.csv: label file not found"),
+    (["--labels", "GENRES", "--variants", "h,rff:8"], "unknown variant 'rff:8'"),
+    (["--labels", "GENRES", "--featurize-dims", "8,x"], "--featurize-dims '8,x': expected a comma-separated list of int"),
+    (["--labels", "GENRES", "--model", "svm"], "--model 'svm': choose one of logreg, knn, ridge"),
+    (["--labels", "GENRES", "--test-size", "1.5"], "--test-size 1.5: must be between 0 and 1"),
+    (["--labels", "GENRES", "--task", "regression"], "--task regression needs numeric labels, found 'g"),
+    (["--labels", "ONECLASS"], "only one class ('g') among the 40 labeled keys"),
+])
+def test_audit_bad_label_options_exit_2(runset, genre_labels, tmp_path, args, message):
+    (tmp_path / "one.csv").write_text("".join(f"t{i},g\n" for i in range(40)))
+    paths = {"MISSING": tmp_path / "missing.csv", "GENRES": genre_labels, "ONECLASS": tmp_path / "one.csv"}
+    result = invoke("audit", runset, *AUDIT_SMALL, *[paths.get(a, a) for a in args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1

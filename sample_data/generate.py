@@ -3,13 +3,16 @@
     python sample_data/generate.py [--seed 0] [--out sample_data]
 
 Writes sessions.txt (corpus ``lines``: one user session of item ids per line),
-item_genres.tsv (``item<TAB>genre`` with a header: downstream labels) and
+item_genres.tsv (``item<TAB>genre`` with a header: downstream labels),
+item_popularity.tsv (``item<TAB>log_count``: a regression target) and
 item_descriptions.tsv (corpus ``tagged``: ``item<TAB>description words``).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -62,8 +65,13 @@ def generate(seed: int = 0) -> dict[str, str]:
         words = rng.permutation(np.concatenate([own, common]))
         descriptions.append(f"{items[j]}\t{' '.join(words)}")
 
+    # a regression target the embedding may or may not encode: how often the item was seen
+    counts = Counter(token for session in sessions for token in session.split())
+    popularity_rows = "".join(f"{item}\t{math.log(counts[item]):.4f}\n" for item in items if counts[item])
+
     return {
         "sessions.txt": "\n".join(sessions) + "\n",
+        "item_popularity.tsv": "item\tlog_count\n" + popularity_rows,
         "item_genres.tsv": "item\tgenre\n" + "".join(f"{items[j]}\t{GENRES[item_genre[j]]}\n" for j in range(N_ITEMS)),
         "item_descriptions.tsv": "\n".join(descriptions) + "\n",
     }

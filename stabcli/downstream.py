@@ -329,7 +329,7 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
         "not_converged": sum(not f.converged for group in fits.values() for f in group),
         "variants": results,
     }
-    report["recommendation"] = recommend(results, primary)
+    report["recommendation"] = recommend(results, primary, 1 / len(test) if targets.task == "classification" else 0.0)
     return report
 
 
@@ -357,15 +357,20 @@ def _majority(y_train: np.ndarray, y_test: np.ndarray) -> float:
     return float(np.mean(y_test == classes[int(np.argmax(counts))]))
 
 
-def recommend(results: dict[str, dict[str, Any]], primary: str) -> dict[str, Any]:
-    """The most stable variant (lowest churn, then std) whose mean is within one std of the best."""
+def recommend(results: dict[str, dict[str, Any]], primary: str, resolution: float = 0.0) -> dict[str, Any]:
+    """The most stable variant (lowest churn, then std) whose mean is within one std of the best.
+
+    ``resolution`` is the smallest difference the metric can show (one test prediction,
+    1/n_test, for accuracy): "within one std" means within max(std, resolution), so a
+    best variant whose std happens to be 0 does not exclude a variant one prediction behind.
+    """
     eligible = {name: r for name, r in results.items() if r["churn"] is not None and r[f"{primary}_std"] is not None}
     if not eligible:
         return {"variant": None, "reason": "no variant has more than one run; nothing to compare"}
     label = "accuracy" if primary == "accuracy" else "R²"
     best = max(eligible, key=lambda n: eligible[n][f"{primary}_mean"])
     best_mean, best_std = eligible[best][f"{primary}_mean"], eligible[best][f"{primary}_std"]
-    close = [n for n, r in eligible.items() if r[f"{primary}_mean"] >= best_mean - best_std]
+    close = [n for n, r in eligible.items() if r[f"{primary}_mean"] >= best_mean - max(best_std, resolution) - 1e-12]
     choice = min(close, key=lambda n: (eligible[n]["churn"], eligible[n][f"{primary}_std"]))
     c = eligible[choice]
     churn_text = _churn_text(primary, c["churn"])

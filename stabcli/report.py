@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -106,9 +107,10 @@ def render_terminal(report: dict[str, Any], console: Console) -> None:
 
 def render_downstream(ds: dict[str, Any], console: Console) -> None:
     headers, rows = downstream_table(ds)
-    table = Table(title="Downstream fluctuation across runs", title_justify="left")
+    table = Table(title="Downstream fluctuation across runs", title_justify="left", box=box.SIMPLE_HEAD)
     for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=i > 0)
+        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=i > 0,
+                         overflow="fold" if i == 0 else "ellipsis")
     chosen = ds["recommendation"]["variant"]
     for row in rows:
         table.add_row(*row, style="bold green" if row[0] == chosen else None)
@@ -133,13 +135,13 @@ def downstream_table(ds: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     metrics = ("accuracy", "f1_macro") if classification else ("r2", "rmse")
     primary = metrics[0]
     headers = ["variant", "dims", *(("accuracy", "macro-F1") if classification else ("R²", "RMSE")),
-               "churn" if classification else "churn (RMS)", "stale " + ("acc." if classification else "R²"), "drop"]
+               "churn", "stale " + ("acc." if classification else "R²"), "drop"]
     rows = []
     for name, entry in ds["variants"].items():
         churn = entry["churn"]
         rows.append([
             name, str(entry["dim"]), *(_mean_std(entry, metric) for metric in metrics),
-            "—" if churn is None else (f"{churn:.1%}" if classification else f"{churn:.4g}"),
+            "—" if churn is None else (f"{churn:.1%}" if classification else f"{churn:.3f}"),
             _fixed(entry[f"stale_{primary}_mean"]), _fixed(entry["stale_drop"]),
         ])
     return headers, rows
@@ -150,6 +152,8 @@ def downstream_notes(ds: dict[str, Any]) -> list[str]:
     notes = [f"{ds['model']} on {Path(ds['labels']).name} ({ds['task']}): {ds['train']:,} train / {ds['test']:,} test keys, "
              f"one split (seed {ds['split_seed']}) for every run; mean (std over runs); stale = the model of "
              f"{ds['reference']} applied unchanged to the other runs"]
+    if ds["task"] == "regression":
+        notes.append("churn = root-mean-square difference between two runs' predictions, in label units")
     if ds["majority_accuracy"] is not None:
         notes.append(f"{ds['classes']} classes; always predicting the majority class scores accuracy {ds['majority_accuracy']:.3f}")
     if ds["skipped_keys"]:

@@ -148,6 +148,10 @@ def test_recommendation_picks_the_most_stable_close_variant():
     assert rec["reason"] + " A downstream model that is not refit scores accuracy 0.590 with aligned (drop 0.200); " \
         "with h it keeps 0.800, so refit on every refresh or use h." == recommend(results, "accuracy")["reason"]
     assert recommend({"h": entry(0.8, 0.01, 0.05), "phi:8": entry(0.8, 0.01, 0.05)}, "accuracy")["variant"] == "h"
+    # std 0 on the best: "within one std" still admits a variant one test prediction (1/100) behind
+    exact = {"h": entry(0.99, 0.0, 0.0), "phi:64": entry(1.0, 0.0, 0.0)}
+    assert recommend(exact, "accuracy")["variant"] == "phi:64"
+    assert recommend(exact, "accuracy", resolution=0.01)["variant"] == "h"
 
 
 def test_parse_variants_defaults_sweeps_and_errors():

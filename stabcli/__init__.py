@@ -1,12 +1,21 @@
 """stabcli: audit the run-to-run stability of pretrained embeddings."""
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 try:
     __version__ = version("stabcli")
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
-from stabcli.featurize import FourierFeaturizer, ProcrustesAligner  # noqa: E402  (needs __version__)
-
 __all__ = ["__version__", "FourierFeaturizer", "ProcrustesAligner"]
+
+
+def __getattr__(name: str) -> Any:
+    # imported on first use: scikit-learn takes seconds to import, and pretrain's worker
+    # processes (which import this package) never need it
+    if name in ("FourierFeaturizer", "ProcrustesAligner"):
+        from stabcli import featurize
+
+        return getattr(featurize, name)
+    raise AttributeError(f"module 'stabcli' has no attribute {name!r}")

@@ -9,7 +9,7 @@ import sys
 from contextlib import nullcontext
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -18,14 +18,17 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from stabcli import __version__
-from stabcli.audit import AuditOptions, build_report, evaluate_checks, load_runs, parse_check
 from stabcli.corpus import CorpusOptions
-from stabcli.downstream import DownstreamOptions
 from stabcli.errors import StabcliError, UsageError
-from stabcli.featurize import FeaturizeSpec, featurize
-from stabcli.report import comparison_table, render_markdown, render_terminal, write_plots
 from stabcli.runset import write_text_atomic
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
+
+if TYPE_CHECKING:
+    from stabcli.audit import AuditOptions
+    from stabcli.downstream import DownstreamOptions
+
+# audit, featurize and downstream import scipy and scikit-learn (seconds): each command
+# imports what it needs, so `stabcli pretrain` and `--help` start fast
 
 EXIT_FAILED_CHECK = 1
 EXIT_BAD_INPUT = 2
@@ -206,6 +209,9 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
                       json_path: Optional[Path], markdown_path: Optional[Path], plots: Optional[Path],
                       downstream: Optional[DownstreamOptions] = None) -> dict[str, Any]:
     """Load, compute, write every requested rendering; returns the report."""
+    from stabcli.audit import build_report, evaluate_checks, load_runs, parse_check
+    from stabcli.report import render_markdown, render_terminal, write_plots
+
     for expression in checks:
         parse_check(expression)  # a malformed expression fails before any heavy work
     runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False))
@@ -294,6 +300,9 @@ def audit(
 
         stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
     """
+    from stabcli.audit import AuditOptions
+    from stabcli.downstream import DownstreamOptions
+
     if fmt not in ("table", "json"):
         raise typer.BadParameter("choose table or json", param_hint="--format")
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
@@ -338,6 +347,8 @@ def featurize_cmd(
 
         stabcli featurize today.vec --out today-aligned.npy --dim 0 --align-to yesterday.vec
     """
+    from stabcli.featurize import FeaturizeSpec, featurize
+
     if dim is not None and epsilon is not None:
         raise typer.BadParameter("give --dim or --epsilon, not both", param_hint="--epsilon")
     spec = FeaturizeSpec(dim=dim if dim is not None or epsilon is not None else 128, sigma=sigma, seed=seed,
@@ -376,6 +387,11 @@ def demo(
 
         stabcli demo --out /tmp/stabcli-demo
     """
+    from stabcli.audit import AuditOptions, build_report, load_runs
+    from stabcli.downstream import DownstreamOptions
+    from stabcli.featurize import FeaturizeSpec, featurize
+    from stabcli.report import comparison_table
+
     sessions = sample_path("sessions.txt")
     err.print(f"stabcli demo: 5 item2vec runs on the synthetic sample {sessions.name} → {out_dir / 'runs'}", highlight=False)
     config = TrainConfig(model="word2vec", dim=32, window=3, negative=3, epochs=10, checkpoints=True)

@@ -19,12 +19,14 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
-import pandas as pd
 
 from stabcli.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = ("auto", "lines", "tagged", "movielens", "interactions")
 MOVIELENS_NAMES = {"u.data", "ratings.dat", "ratings.csv"}
@@ -190,7 +192,9 @@ def _read_interactions(path: Path, options: CorpusOptions) -> Corpus:
     return _sequences_by_user(path, table, options.min_rating, 2, "interactions")
 
 
-def _read_table(path: Path, encoding: str, sep: str, header: int | None) -> pd.DataFrame:
+def _read_table(path: Path, encoding: str, sep: str, header: int | None) -> "pd.DataFrame":
+    import pandas as pd  # only the tabular formats need pandas; workers training `lines` never import it
+
     try:
         return pd.read_csv(
             path, sep=sep, header=header, dtype=str, keep_default_na=False, encoding=encoding,
@@ -210,8 +214,10 @@ def _short(exc: Exception) -> str:
     return str(exc).strip().splitlines()[-1]
 
 
-def _sequences_by_user(path: Path, table: pd.DataFrame, min_rating: float | None, first_line: int, fmt: str) -> Corpus:
+def _sequences_by_user(path: Path, table: "pd.DataFrame", min_rating: float | None, first_line: int, fmt: str) -> Corpus:
     """One sequence of item ids per user, ordered by timestamp (file order breaks ties)."""
+    import pandas as pd
+
     for col in ("user", "item"):
         empty = np.flatnonzero(table[col].str.strip().to_numpy() == "")
         if empty.size:

@@ -184,10 +184,20 @@ def sample_pairs(n: int, count: int, rng: np.random.Generator) -> tuple[np.ndarr
     return first, second
 
 
+def row_norms(x: np.ndarray) -> np.ndarray:
+    """L2 norm of every row (last axis), in x's precision; NaN or inf rows give NaN or inf."""
+    return np.sqrt(np.einsum("...i,...i->...", x, x))
+
+
+def inverse_norms(x: np.ndarray, norms: np.ndarray | None = None) -> np.ndarray:
+    """1/‖row‖, and 0 for zero rows (so normalizing leaves them zero)."""
+    norms = row_norms(x) if norms is None else norms
+    return np.divide(1, norms, out=np.zeros_like(norms), where=norms > 0)
+
+
 def unit_rows(x: np.ndarray) -> np.ndarray:
     """Rows scaled to unit L2 norm; zero rows stay zero."""
-    norms = np.linalg.norm(x, axis=-1, keepdims=True)
-    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+    return x * inverse_norms(x)[..., None]
 
 
 def inner_product_noise_share(runs: Sequence[np.ndarray], first: np.ndarray, second: np.ndarray) -> float:

@@ -10,7 +10,7 @@ wall time and the child's own peak RSS (``os.wait4``) are measured.
 * ``rbfsampler``: ``np.load`` + ``RBFSampler(n_components=128).fit_transform`` + ``np.save``
   (what a user writes instead; it holds input, projection and output in memory);
 * ``stabcli``: ``stabcli featurize IN.npy --out OUT.npy --dim 128`` end to end (reads the
-  input as a memory map, streams 65,536-row chunks into a memory-mapped output).
+  input as a memory map, streams 8,192-row chunks into a memory-mapped output).
 
 Compute floor, in this process on the same rows: one float32 matrix product ``X @ U`` and
 M cos/sin evaluations per row into contiguous preallocated buffers, against stabcli's own

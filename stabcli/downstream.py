@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import signal
 import warnings
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -224,8 +225,10 @@ class _Fit:
 
 
 def _fit_predict(model_name: str, task: str, x: np.ndarray, transform: _Transform, train: np.ndarray,
-                 test: np.ndarray, y: np.ndarray, keep_model: bool) -> tuple[np.ndarray, Any, bool]:
+                 test: np.ndarray, y: np.ndarray, keep_model: bool, parent_pid: int) -> tuple[np.ndarray, Any, bool]:
     """Fit on the training rows of one run; (test predictions, the model if kept, converged)."""
+    if os.getpid() != parent_pid:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a worker: Ctrl-C is the parent's to handle (exit 130)
     model = make_model(model_name, task)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
@@ -292,7 +295,7 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
     parallel = Parallel(n_jobs=min(n_jobs, len(jobs_list)), return_as="generator")
     outputs = parallel(
         delayed(_fit_predict)(model_name, targets.task, x, transform, train, test, y,
-                              v.source != "avg" and r == options.reference)
+                              v.source != "avg" and r == options.reference, os.getpid())
         for v, r, x, transform in jobs_list
     )
     fits: dict[str, list[_Fit]] = {v.name: [] for v in variants}

@@ -31,7 +31,7 @@ from joblib import Parallel, delayed
 from stabcli import __version__
 from stabcli.corpus import Corpus, CorpusOptions, file_sha256, read_corpus
 from stabcli.embeddings import Embedding, is_embedding_file, read_embedding
-from stabcli.errors import RunSetError, StabcliError, UsageError
+from stabcli.errors import InputError, RunSetError, StabcliError, UsageError
 from stabcli.runset import (
     KEYS, MANIFEST, SCHEMA_VERSION, RunSetLock, clear_leftovers, complete_runs, failed_dir, finish_run,
     partial_dir, read_manifest, run_name, write_json_atomic, write_text_atomic,
@@ -156,6 +156,7 @@ class _Task:
     config: TrainConfig
     corpus: Path | None
     timeout: float | None
+    parent_pid: int = field(default_factory=os.getpid)
 
 
 def pretrain(
@@ -190,9 +191,15 @@ def pretrain(
     _validate(config, runs, seed, timeout, corpus_path)
     jobs = jobs or len(os.sched_getaffinity(0))
     corpus: Corpus | None = None
+    vocabulary: list[str] = []
     corpus_info = None
     if corpus_path is not None:
         corpus = read_corpus(corpus_path, config.model, corpus_options)
+        if config.script is None:
+            vocabulary = corpus.vocabulary(config.min_count)
+            if len(vocabulary) < 2:
+                raise InputError(f"{corpus_path}: only {len(vocabulary)} distinct token(s) occur at least --min-count "
+                                 f"{config.min_count} time(s); an embedding needs at least 2")
         corpus_info = {
             "path": str(Path(corpus_path).resolve()),
             "sha256": file_sha256(Path(corpus_path)),
@@ -212,7 +219,7 @@ def pretrain(
 
     with RunSetLock(root):
         manifest = _open_manifest(root, config, corpus_info, seed, force)
-        keys = corpus.vocabulary(config.min_count) if corpus is not None and config.script is None else None
+        keys = vocabulary if corpus is not None and config.script is None else None
         if keys is not None:
             write_text_atomic(root / KEYS, "".join(k + "\n" for k in keys))
             _write_prepared_corpus(root / PREPARED_CORPUS, corpus)
@@ -391,14 +398,21 @@ class _ProgressPoller:
 
 def _execute(task: _Task) -> RunResult:
     """Train one run into its partial directory and publish it; never raises for a failed run."""
+    if os.getpid() != task.parent_pid:
+        # a worker process: Ctrl-C reaches the whole process group, and the parent alone
+        # handles it (stops the pool, exits 130); the run's partial directory is discarded
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     work = partial_dir(task.root, task.index)
     work.mkdir()
     start = time.perf_counter()
     try:
-        if task.config.script is not None:
-            final_loss = _run_script(task, work)
-        else:
-            final_loss = _run_gensim(task, work)
+        try:
+            if task.config.script is not None:
+                final_loss = _run_script(task, work)
+            else:
+                final_loss = _run_gensim(task, work)
+        except OSError as exc:  # a full disk, a vanished directory: this run fails, finished runs stay
+            raise _RunFailed(f"cannot write {exc.filename or work} ({exc.strerror or exc})") from None
     except _RunFailed as exc:
         (work / "progress").unlink(missing_ok=True)
         failed = failed_dir(task.root, task.index)
@@ -502,6 +516,32 @@ def _vectors_in_key_order(model: Any, keys: list[str], is_word2vec: bool) -> tup
     return np.ascontiguousarray(kv.vectors[rows], dtype=np.float32), run_keys
 
 
+LOG_LIMIT = 10 * 2**20  # bytes of a script's output kept in log.txt; the rest is counted and dropped
+
+
+class _LogPump(threading.Thread):
+    """Copies a script's output pipe into log.txt up to LOG_LIMIT bytes, keeps draining (so
+    the script never blocks on a full pipe) and remembers the last bytes for error messages."""
+
+    def __init__(self, pipe: Any, log: Any) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.log, self.kept, self.dropped, self.tail = pipe, log, 0, 0, b""
+
+    def run(self) -> None:
+        for chunk in iter(lambda: self.pipe.read(1 << 16), b""):
+            room = max(LOG_LIMIT - self.kept, 0)
+            self.log.write(chunk[:room])
+            self.kept += min(len(chunk), room)
+            self.dropped += max(len(chunk) - room, 0)
+            self.tail = (self.tail + chunk)[-4096:]
+        if self.dropped:
+            self.log.write(f"\n[stabcli: output truncated at {LOG_LIMIT:,} bytes; {self.dropped:,} more bytes dropped]\n".encode())
+
+    def last_line(self) -> str:
+        lines = [line.strip() for line in self.tail.decode("utf-8", "replace").splitlines() if line.strip()]
+        return lines[-1][:200] if lines else ""
+
+
 def _run_script(task: _Task, work: Path) -> float | None:
     out_dir = work / "output"
     out_dir.mkdir()
@@ -510,11 +550,14 @@ def _run_script(task: _Task, work: Path) -> float | None:
         log.write(("$ " + shlex.join(argv) + "\n").encode())
         log.flush()
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
         except FileNotFoundError:
             raise _RunFailed(f"command not found: {argv[0]}") from None
         except PermissionError:
             raise _RunFailed(f"not executable: {argv[0]}") from None
+        pump = _LogPump(proc.stdout, log)
+        pump.start()
         try:
             code = proc.wait(timeout=task.timeout)
         except subprocess.TimeoutExpired:
@@ -524,8 +567,11 @@ def _run_script(task: _Task, work: Path) -> float | None:
         finally:
             if proc.poll() is None:  # interrupted: take the script's whole process group down with us
                 os.killpg(proc.pid, signal.SIGKILL)
+            pump.join(timeout=10)
+            proc.stdout.close()
     if code != 0:
-        raise _RunFailed(f"script exited with code {code}")
+        last = pump.last_line()
+        raise _RunFailed(f"script exited with code {code}" + (f": {last}" if last else ""))
     found = sorted(p for p in out_dir.iterdir() if p.is_file() and is_embedding_file(p))
     if not found:
         raise _RunFailed("script wrote no embedding file into {out} (.npy, .txt, .vec, .bin, .kv, .parquet)")

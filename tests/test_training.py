@@ -205,7 +205,7 @@ def test_script_failures_are_per_run_and_leave_the_other_runs_alone(tmp_path):
     status = {r.index: r.status for r in result.runs}
     assert status == {0: "complete", 1: "failed", 2: "failed", 3: "failed", 4: "failed", 5: "failed"}
     errors = {r.index: r.error for r in result.runs}
-    assert "run-001: script exited with code 3 (log: " in errors[1]
+    assert "run-001: script exited with code 3: training run 1 (log: " in errors[1]  # the output's last line
     assert "run-002: script timed out after 3 s" in errors[2]
     assert "run-003: script wrote no embedding file" in errors[3]
     assert "run-004: unreadable output: " in errors[4] and "header says 2 vectors, found 1" in errors[4]
@@ -235,7 +235,7 @@ def test_script_template_checks(tmp_path, sessions_file):
 def test_sigkill_mid_pretrain_then_resume_equals_an_uninterrupted_run(tmp_path, sessions_file):
     """A real SIGKILL of the whole process group while runs are being written."""
     big = tmp_path / "big.txt"
-    big.write_text(sessions_file.read_text() * 30)
+    big.write_text(sessions_file.read_text() * 100)
     args = [sys.executable, "-m", "stabcli", "pretrain", str(big), "--runs", "4", "--dim", "8", "--epochs", "6",
             "--jobs", "1", "--checkpoints"]
     killed = tmp_path / "killed"

@@ -1,0 +1,135 @@
+"""Interrupted and failing work: Ctrl-C, a full disk, two writers, a script that floods its log."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import REPO
+from stabcli import training
+from stabcli.cli import app
+from stabcli.runset import RunSet
+from stabcli.training import TrainConfig, pretrain
+
+runner = CliRunner()
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def slow_pretrain(tmp_path, sessions_file, out, jobs="2"):
+    big = tmp_path / "big.txt"
+    if not big.exists():
+        big.write_text(sessions_file.read_text() * 150)
+    args = [sys.executable, "-m", "stabcli", "pretrain", str(big), "--runs", "6", "--dim", "8", "--epochs", "8",
+            "--jobs", jobs, "--out", str(out)]
+    return args, subprocess.Popen(args, env=ENV, start_new_session=True, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, seconds=120):
+    deadline = time.time() + seconds
+    while time.time() < deadline and not predicate():
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_ctrl_c_exits_130_keeps_finished_runs_and_resumes(tmp_path, sessions_file):
+    out = tmp_path / "runs"
+    args, proc = slow_pretrain(tmp_path, sessions_file, out)
+    assert wait_for(lambda: (out / "run-000").exists()), "no run finished in time"
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal does: the whole foreground process group
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == "interrupted; finished runs are kept" and "Traceback" not in stderr
+    kept = RunSet.open(out).runs
+    assert 0 in kept and len(kept) < 6
+    assert not (out / "stabcli.lock").exists()
+    json.loads((out / "stabcli.json").read_text())  # the manifest is intact
+    vectors = {i: (out / f"run-{i:03d}" / "vectors.npy").read_bytes() for i in kept}
+    subprocess.run(args, env=ENV, check=True, capture_output=True)
+    assert RunSet.open(out).runs == list(range(6))
+    assert all((out / f"run-{i:03d}" / "vectors.npy").read_bytes() == v for i, v in vectors.items())
+
+
+def test_a_second_pretrain_on_the_same_run_set_is_refused(tmp_path, sessions_file):
+    out = tmp_path / "runs"
+    args, proc = slow_pretrain(tmp_path, sessions_file, out, jobs="1")
+    try:
+        assert wait_for(lambda: (out / "stabcli.lock").exists())
+        second = subprocess.run(args, env=ENV, capture_output=True, text=True)
+        assert second.returncode == 2
+        assert f"another stabcli (pid {proc.pid}) is writing" in second.stderr and "Traceback" not in second.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_disk_full_while_saving_a_run(tmp_path, sessions_file, monkeypatch):
+    root = tmp_path / "runs"
+    pretrain(root, sessions_file, TrainConfig(dim=4, epochs=1), runs=1, jobs=1)
+    before = (root / "run-000" / "vectors.npy").read_bytes()
+    real_save = np.save
+
+    def full_disk(path, *args, **kwargs):
+        if "run-001" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_save(path, *args, **kwargs)
+
+    monkeypatch.setattr(training.np, "save", full_disk)
+    result = runner.invoke(app, ["pretrain", str(sessions_file), "--out", str(root), "--runs", "2", "--dim", "4",
+                                 "--epochs", "1", "--jobs", "1"])
+    assert result.exit_code == 2, result.output
+    assert "run-001" in result.output and "No space left on device" in result.output
+    assert "Traceback" not in result.output
+    assert (root / "run-000" / "vectors.npy").read_bytes() == before  # finished work untouched
+    assert RunSet.open(root).runs == [0]
+    assert json.loads((root / "stabcli.json").read_text())["runs"]["run-001"]["status"] == "failed"
+
+
+def test_disk_full_while_featurizing_leaves_no_output(tmp_path, monkeypatch):
+    from stabcli import featurize as featurize_module
+    from stabcli.embeddings import write_embedding
+
+    write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(20)], np.ones((20, 4), np.float32))
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(featurize_module, "_transform_rows", full_disk)
+    result = runner.invoke(app, ["featurize", str(tmp_path / "in.npy"), "--out", str(tmp_path / "out.npy"), "--dim", "8"])
+    assert result.exit_code == 2 and "No space left on device" in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.keys.txt", "in.npy"]
+
+
+def test_a_script_that_floods_its_output_gets_a_capped_log(tmp_path, monkeypatch):
+    monkeypatch.setattr(training, "LOG_LIMIT", 100_000)
+    trainer = tmp_path / "train.py"
+    trainer.write_text("import sys, numpy as np\n"
+                       "for _ in range(2000): sys.stdout.write('x' * 999 + '\\n')\n"
+                       "np.save(sys.argv[1] + '/vectors.npy', np.ones((3, 2)))\n")
+    result = pretrain(tmp_path / "runs", None, TrainConfig(script=f"{sys.executable} {trainer} {{out}}"), runs=1, jobs=1)
+    assert result.runs[0].status == "complete", result.runs[0].error
+    log = (tmp_path / "runs" / "run-000" / "log.txt").read_text()
+    assert len(log) < 101_000 and "output truncated at 100,000 bytes; 1,900,000 more bytes dropped" in log
+
+
+@pytest.mark.parametrize("name", ["a b.txt", "it's.txt", "x;rm -rf y.txt", "$(touch pwned).txt"])
+def test_script_placeholders_are_never_interpreted_by_a_shell(tmp_path, name):
+    corpus = tmp_path / name
+    corpus.write_text("a b\n")
+    trainer = tmp_path / "train.py"
+    trainer.write_text("import sys, json, numpy as np\n"
+                       "json.dump(sys.argv[1:], open(sys.argv[2] + '/../argv.json', 'w'))\n"
+                       "np.save(sys.argv[2] + '/vectors.npy', np.ones((2, 2)))\n")
+    result = pretrain(tmp_path / "runs", corpus, TrainConfig(script=f"{sys.executable} {trainer} {{corpus}} {{out}}"),
+                      runs=1, jobs=1)
+    assert result.runs[0].status == "complete", result.runs[0].error
+    argv = json.loads((tmp_path / "runs" / "run-000" / "argv.json").read_text())
+    assert argv[0] == str(corpus.resolve())  # one argument, exactly the file name
+    assert not (tmp_path / "pwned").exists() and not list(REPO.glob("pwned"))

@@ -216,7 +216,6 @@ class _Transform:
 
 @dataclass
 class _Fit:
-    run: int
     x: np.ndarray
     transform: _Transform
     predictions: np.ndarray
@@ -299,8 +298,8 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
         for v, r, x, transform in jobs_list
     )
     fits: dict[str, list[_Fit]] = {v.name: [] for v in variants}
-    for done, ((v, r, x, transform), (pred, model, converged)) in enumerate(zip(jobs_list, outputs), start=1):
-        fits[v.name].append(_Fit(r, x, transform, pred, model, converged))
+    for done, ((v, _, x, transform), (pred, model, converged)) in enumerate(zip(jobs_list, outputs), start=1):
+        fits[v.name].append(_Fit(x, transform, pred, model, converged))
         step(f"downstream: fit {done}/{len(jobs_list)} ({v.name})")
 
     primary = "accuracy" if targets.task == "classification" else "r2"

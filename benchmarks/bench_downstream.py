@@ -1,0 +1,84 @@
+"""What `audit --labels` adds to an audit: wall time and peak RSS, in fresh processes.
+
+    python benchmarks/bench_downstream.py                  # 10 runs × 50,000 keys × 64 dims, 12 classes
+    python benchmarks/bench_downstream.py --n 200000
+
+Synthetic runs: 12 Gaussian clusters (the cluster is the label) plus per-run noise, each
+run rotated. The same run set is audited without and with `--labels` (default variants
+h, avg, aligned, phi:64, phi:128; logistic regression). Prints the times and the
+downstream table's numbers; writes benchmarks/results/downstream.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_runset(root: Path, runs: int, n: int, d: int, classes: int) -> Path:
+    from scipy.stats import ortho_group
+
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((classes, d))
+    y = rng.integers(0, classes, n)
+    base = (centers[y] + 1.5 * rng.standard_normal((n, d))).astype(np.float32)
+    root.mkdir(parents=True)
+    (root / "keys.txt").write_text("".join(f"k{i}\n" for i in range(n)))
+    for r in range(runs):
+        (root / f"run-{r:03d}").mkdir()
+        noisy = base + 0.3 * rng.standard_normal((n, d), dtype=np.float32)
+        np.save(root / f"run-{r:03d}" / "vectors.npy", (noisy @ ortho_group.rvs(d, random_state=r)).astype(np.float32))
+    (root / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
+    labels = root.parent / "labels.csv"
+    labels.write_text("".join(f"k{i},c{y[i]}\n" for i in range(n)))
+    return labels
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--n", type=int, default=50_000)
+    parser.add_argument("--dim", type=int, default=64)
+    args = parser.parse_args()
+    results: dict = {"date": time.strftime("%Y-%m-%d"), "cores": len(os.sched_getaffinity(0)),
+                     "runs": args.runs, "keys": args.n, "dim": args.dim}
+    with tempfile.TemporaryDirectory(prefix="stabcli-bench-") as tmp:
+        root = Path(tmp) / "runs"
+        labels = make_runset(root, args.runs, args.n, args.dim, classes=12)
+        base = [sys.executable, "-m", "stabcli", "audit", str(root), "--format", "json"]
+        for name, argv in (("audit", base), ("audit --labels", base + ["--labels", str(labels)])):
+            start = time.perf_counter()
+            proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+            seconds = time.perf_counter() - start
+            if proc.returncode != 0:
+                raise SystemExit(proc.stderr)
+            # ru_maxrss of RUSAGE_CHILDREN: the largest process so far (the audit or one of its workers)
+            peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+            results[name] = {"seconds": round(seconds, 1), "peak_rss_mb_so_far": round(peak)}
+            print(f"{name:>15}: {seconds:6.1f} s, peak RSS so far {peak:,.0f} MB", flush=True)
+            if name == "audit --labels":
+                ds = json.loads(proc.stdout)["downstream"]
+                results["downstream"] = {k: {m: v[m] for m in ("accuracy_mean", "accuracy_std", "churn",
+                                                                 "stale_accuracy_mean")}
+                                         for k, v in ds["variants"].items()}
+                for k, v in results["downstream"].items():
+                    print(f"  {k:>8}: " + ", ".join(f"{m} {'—' if x is None else f'{x:.4f}'}" for m, x in v.items()))
+    out = ROOT / "benchmarks" / "results" / "downstream.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

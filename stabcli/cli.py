@@ -23,12 +23,11 @@ from stabcli.errors import StabcliError, UsageError
 from stabcli.runset import write_text_atomic
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 
+# audit, featurize and downstream import scipy and scikit-learn (seconds): each command
+# imports what it needs, so `stabcli pretrain` and `--help` start fast
 if TYPE_CHECKING:
     from stabcli.audit import AuditOptions
     from stabcli.downstream import DownstreamOptions
-
-# audit, featurize and downstream import scipy and scikit-learn (seconds): each command
-# imports what it needs, so `stabcli pretrain` and `--help` start fast
 
 EXIT_FAILED_CHECK = 1
 EXIT_BAD_INPUT = 2

@@ -57,6 +57,27 @@ def test_ctrl_c_exits_130_keeps_finished_runs_and_resumes(tmp_path, sessions_fil
     assert all((out / f"run-{i:03d}" / "vectors.npy").read_bytes() == v for i, v in vectors.items())
 
 
+def test_ctrl_c_in_featurize_and_audit_exits_130_without_partial_output(tmp_path, monkeypatch):
+    from stabcli import audit as audit_module
+    from stabcli import featurize as featurize_module
+    from stabcli.embeddings import write_embedding
+
+    for name in ("a.npy", "b.npy"):
+        write_embedding(tmp_path / name, [f"k{i}" for i in range(20)], np.random.default_rng(0).random((20, 4)))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(featurize_module, "_transform_rows", interrupted)
+    monkeypatch.setattr(audit_module, "representation_report", interrupted)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for argv in (["featurize", tmp_path / "a.npy", "--out", tmp_path / "out.npy"],
+                 ["audit", tmp_path / "a.npy", tmp_path / "b.npy", "--json", tmp_path / "r.json", "--knn-k", "3"]):
+        result = runner.invoke(app, [str(a) for a in argv])
+        assert result.exit_code == 130 and result.output.strip().startswith("interrupted"), result.output
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 def test_a_second_pretrain_on_the_same_run_set_is_refused(tmp_path, sessions_file):
     out = tmp_path / "runs"
     args, proc = slow_pretrain(tmp_path, sessions_file, out, jobs="1")

@@ -528,9 +528,11 @@ class _LogPump(threading.Thread):
         self.pipe, self.log, self.kept, self.dropped, self.tail = pipe, log, 0, 0, b""
 
     def run(self) -> None:
-        for chunk in iter(lambda: self.pipe.read(1 << 16), b""):
+        for chunk in iter(lambda: self.pipe.read1(1 << 16), b""):  # read1: whatever is there, so the log stays live
             room = max(LOG_LIMIT - self.kept, 0)
-            self.log.write(chunk[:room])
+            if room:
+                self.log.write(chunk[:room])
+                self.log.flush()
             self.kept += min(len(chunk), room)
             self.dropped += max(len(chunk) - room, 0)
             self.tail = (self.tail + chunk)[-4096:]

@@ -103,12 +103,15 @@ def complete_runs(root: Path) -> list[int]:
 
 
 def clear_leftovers(root: Path, redo: list[int]) -> None:
-    """Remove every interrupted attempt (``.run-NNN.partial``) and the failed runs about to be redone.
+    """Remove every interrupted attempt (``.run-NNN.partial``), temporary files of interrupted
+    atomic writes (``.NAME.tmp-PID``) and the failed runs about to be redone.
 
     Only call while holding the run set's lock: nobody else is writing then.
     """
     for path in root.glob(".run-*.partial"):
         shutil.rmtree(path)
+    for path in root.glob(".*.tmp-*"):
+        path.unlink()
     for index in redo:
         if failed_dir(root, index).exists():
             shutil.rmtree(failed_dir(root, index))

@@ -227,6 +227,14 @@ def pretrain(
         results: dict[int, RunResult] = {}
         for index in sorted(done):
             entry = manifest["runs"].get(run_name(index), {})
+            if entry.get("status") != "complete":  # killed between publishing the run and recording it
+                try:
+                    losses = _read_losses(root / run_name(index) / "losses.json") or []
+                except _RunFailed:
+                    losses = []
+                final = next((v for v in reversed(losses) if v is not None), None)
+                entry = manifest["runs"][run_name(index)] = {"seed": seed + index, "status": "complete",
+                                                             "seconds": None, "final_loss": final}
             results[index] = RunResult(index, seed + index, "kept", entry.get("seconds"), entry.get("final_loss"))
         todo = [i for i in range(runs) if i not in done]
         manifest["seeds"] = [seed + i for i in range(max(runs, max(done, default=-1) + 1))]
@@ -586,7 +594,7 @@ def _run_script(task: _Task, work: Path) -> float | None:
         raise _RunFailed(f"unreadable output: {exc}") from None
     if not np.isfinite(vectors).all():
         raise _RunFailed(f"output {found[0].name} contains NaN or infinite values")
-    losses = _script_losses(out_dir / "losses.json")
+    losses = _read_losses(out_dir / "losses.json")
     np.save(work / "vectors.npy", vectors)
     write_text_atomic(work / KEYS, "".join(k + "\n" for k in embedding.keys))
     (work / "losses.json").write_text(json.dumps(losses) + "\n")
@@ -594,7 +602,7 @@ def _run_script(task: _Task, work: Path) -> float | None:
     return losses[-1] if losses else None
 
 
-def _script_losses(path: Path) -> list[float | None] | None:
+def _read_losses(path: Path) -> list[float | None] | None:
     """A script may leave per-epoch losses as ``losses.json`` (a list) beside its embedding."""
     if not path.is_file():
         return None

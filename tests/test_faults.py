@@ -2,6 +2,7 @@
 
 import errno
 import json
+import shutil
 import os
 import signal
 import subprocess
@@ -154,3 +155,40 @@ def test_script_placeholders_are_never_interpreted_by_a_shell(tmp_path, name):
     argv = json.loads((tmp_path / "runs" / "run-000" / "argv.json").read_text())
     assert argv[0] == str(corpus.resolve())  # one argument, exactly the file name
     assert not (tmp_path / "pwned").exists() and not list(REPO.glob("pwned"))
+
+
+def crash_state(root, point):
+    """The on-disk state a SIGKILL leaves at ``point``, given atomic renames and temp files."""
+    if point == "during training":
+        shutil.rmtree(root / "run-002")
+        (root / ".run-002.partial" / "epochs").mkdir(parents=True)
+        (root / ".run-002.partial" / "progress").write_text("1")
+    elif point == "while writing a run":
+        os.replace(root / "run-002", root / ".run-002.partial")
+        data = (root / ".run-002.partial" / "vectors.npy").read_bytes()
+        (root / ".run-002.partial" / "vectors.npy").write_bytes(data[: len(data) // 2])  # truncated
+    elif point == "between the run's rename and the manifest update":
+        manifest = json.loads((root / "stabcli.json").read_text())
+        manifest["runs"]["run-002"] = {"seed": 2, "status": "pending"}
+        (root / "stabcli.json").write_text(json.dumps(manifest))
+    elif point == "while writing the manifest":
+        (root / f".stabcli.json.tmp-{os.getpid() + 1}").write_text('{"schema_version": 1, "ru')  # half a temp file
+    (root / "stabcli.lock").write_text("999999999\n")  # the dead process's lock
+
+
+@pytest.mark.parametrize("point", ["during training", "while writing a run",
+                                   "between the run's rename and the manifest update", "while writing the manifest"])
+def test_rerun_after_a_kill_at_any_point_equals_an_uninterrupted_run(tmp_path, sessions_file, point):
+    config = TrainConfig(dim=6, epochs=2)
+    full, crashed = tmp_path / "full", tmp_path / "crashed"
+    pretrain(full, sessions_file, config, runs=3, jobs=1)
+    pretrain(crashed, sessions_file, config, runs=3, jobs=1)
+    crash_state(crashed, point)
+    result = pretrain(crashed, sessions_file, config, runs=3, jobs=1)
+    assert [r.status for r in result.runs] == ["kept", "kept", "kept" if "rename" in point or "manifest" in point
+                                               else "complete"]
+    for i in range(3):
+        assert (crashed / f"run-{i:03d}" / "vectors.npy").read_bytes() == (full / f"run-{i:03d}" / "vectors.npy").read_bytes()
+    assert sorted(p.name for p in crashed.iterdir()) == sorted(p.name for p in full.iterdir())
+    manifest = json.loads((crashed / "stabcli.json").read_text())
+    assert [manifest["runs"][f"run-{i:03d}"]["status"] for i in range(3)] == ["complete"] * 3

@@ -11,16 +11,18 @@ import operator
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from stabcli import __version__
 from stabcli import metrics as m
-from stabcli.downstream import DownstreamOptions, downstream_report
 from stabcli.embeddings import Embedding, read_embedding, require_finite
 from stabcli.errors import InputError, UsageError
 from stabcli.runset import RunSet, is_runset
+
+if TYPE_CHECKING:  # downstream imports scikit-learn (seconds); only an audit with labels needs it
+    from stabcli.downstream import DownstreamOptions
 
 HISTOGRAM_BINS = 10
 
@@ -246,9 +248,11 @@ def build_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], Non
     step = on_step or (lambda _: None)
     _check_options(options, len(runs.keys))
     frame = _frame(runs, options, step)
-    # downstream first: a bad label file fails before the long representation metrics
-    labelled = (downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step)
-                if downstream else None)
+    labelled = None
+    if downstream:  # first: a bad label file fails before the long representation metrics
+        from stabcli.downstream import downstream_report
+
+        labelled = downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step)
     return {
         "stabcli_version": __version__,
         "input": {

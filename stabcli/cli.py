@@ -300,20 +300,25 @@ def audit(
         stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
     """
     from stabcli.audit import AuditOptions
-    from stabcli.downstream import DownstreamOptions
 
     if fmt not in ("table", "json"):
         raise typer.BadParameter("choose table or json", param_hint="--format")
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
-    given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model}
+    downstream = None
     if labels is None:
+        given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model}
         extra = [name for name, value in given.items() if value is not None]
         if extra:
             raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
-    downstream = None if labels is None else DownstreamOptions(
-        labels, task=task, model=model, test_size=test_size, split_seed=split_seed,
-        variants=_comma_list(variants, str, "--variants"), featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
-        sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs, encoding=encoding)
+    else:
+        from stabcli.downstream import DownstreamOptions
+
+        downstream = DownstreamOptions(
+            labels, task=task, model=model, test_size=test_size, split_seed=split_seed,
+            variants=_comma_list(variants, str, "--variants"),
+            featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
+            sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
+            encoding=encoding)
     report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream)
     if not report["passed"]:
         raise typer.Exit(EXIT_FAILED_CHECK)

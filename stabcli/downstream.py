@@ -313,7 +313,8 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
             entry[f"{metric}_mean"], entry[f"{metric}_std"] = _mean_std(values)
             entry[f"{metric}_by_run"] = values
         entry["churn"] = churn(targets.task, predictions) if len(predictions) > 1 else None
-        entry[f"stale_{primary}_mean"], entry["stale_drop"] = _stale(fits[v.name], test, targets, primary)
+        refit = entry[f"{primary}_by_run"]
+        entry[f"stale_{primary}_mean"], entry["stale_drop"] = _stale(fits[v.name], refit, test, targets, primary)
         results[v.name] = entry
     report = {
         "labels": str(options.labels),
@@ -335,22 +336,21 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
     return report
 
 
-def _stale(fits: list[_Fit], test: np.ndarray, targets: Targets, primary: str) -> tuple[float | None, float | None]:
-    """The reference run's model on every other run's test rows: (mean metric, mean drop vs refit).
-
-    None for a variant with a single fit (avg)."""
+def _stale(fits: list[_Fit], refit: list[float], test: np.ndarray, targets: Targets,
+           primary: str) -> tuple[float | None, float | None]:
+    """The reference run's model on every other run's test rows: (mean metric, mean drop vs
+    ``refit``, the refit metric of each fit). None for a variant with a single fit (avg)."""
     reference = next((f.model for f in fits if f.model is not None), None)
     if reference is None or len(fits) < 2:
         return None, None
+    truth = targets.y[test]
     stale, drops = [], []
-    for f in fits:
+    for f, refit_metric in zip(fits, refit):
         if f.model is not None:
             continue
-        truth = targets.y[test]
         metric = _scores(targets.task, truth, reference.predict(f.transform(f.x[test])), targets.classes)[primary]
-        refit = _scores(targets.task, truth, f.predictions, targets.classes)[primary]
         stale.append(metric)
-        drops.append(refit - metric)
+        drops.append(refit_metric - metric)
     return float(np.mean(stale)), float(np.mean(drops))
 
 

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -29,21 +30,32 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def write_runset(root: Path, n: int, runs: Iterable[np.ndarray]) -> None:
+    """A run set `stabcli audit` reads: keys k0..k{n-1} shared by every run, one
+    ``run-NNN/vectors.npy`` per array (written as they come), a minimal manifest."""
+    from stabcli.runset import write_json_atomic
+
+    root.mkdir(parents=True)
+    (root / "keys.txt").write_text("".join(f"k{i}\n" for i in range(n)))
+    for r, vectors in enumerate(runs):
+        (root / f"run-{r:03d}").mkdir()
+        np.save(root / f"run-{r:03d}" / "vectors.npy", vectors)
+    write_json_atomic(root / "stabcli.json", {"schema_version": 1, "runs": {}})
+
+
 def make_runset(root: Path, runs: int, n: int, d: int, seed: int = 0) -> None:
     from scipy.stats import ortho_group
 
-    from stabcli.runset import write_json_atomic
-
     rng = np.random.default_rng(seed)
     base = rng.standard_normal((n, d)).astype(np.float32)
-    root.mkdir(parents=True)
-    (root / "keys.txt").write_text("".join(f"k{i}\n" for i in range(n)))
-    for r in range(runs):
-        (root / f"run-{r:03d}").mkdir()
-        rot = ortho_group.rvs(d, random_state=seed + r).astype(np.float32)
-        noise = 0.1 * rng.standard_normal((n, d), dtype=np.float32)
-        np.save(root / f"run-{r:03d}" / "vectors.npy", (base + noise) @ rot)
-    write_json_atomic(root / "stabcli.json", {"schema_version": 1, "runs": {}})
+
+    def rotated() -> Iterator[np.ndarray]:
+        for r in range(runs):
+            rot = ortho_group.rvs(d, random_state=seed + r).astype(np.float32)
+            noise = 0.1 * rng.standard_normal((n, d), dtype=np.float32)
+            yield (base + noise) @ rot
+
+    write_runset(root, n, rotated())
 
 
 def timed_audit(root: Path) -> dict:

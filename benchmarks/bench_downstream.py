@@ -20,8 +20,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
+from bench_audit import write_runset  # benchmarks/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,13 +35,13 @@ def make_runset(root: Path, runs: int, n: int, d: int, classes: int) -> Path:
     centers = rng.standard_normal((classes, d))
     y = rng.integers(0, classes, n)
     base = (centers[y] + 1.5 * rng.standard_normal((n, d))).astype(np.float32)
-    root.mkdir(parents=True)
-    (root / "keys.txt").write_text("".join(f"k{i}\n" for i in range(n)))
-    for r in range(runs):
-        (root / f"run-{r:03d}").mkdir()
-        noisy = base + 0.3 * rng.standard_normal((n, d), dtype=np.float32)
-        np.save(root / f"run-{r:03d}" / "vectors.npy", (noisy @ ortho_group.rvs(d, random_state=r)).astype(np.float32))
-    (root / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
+
+    def rotated() -> Iterator[np.ndarray]:
+        for r in range(runs):
+            noisy = base + 0.3 * rng.standard_normal((n, d), dtype=np.float32)
+            yield (noisy @ ortho_group.rvs(d, random_state=r)).astype(np.float32)
+
+    write_runset(root, n, rotated())
     labels = root.parent / "labels.csv"
     labels.write_text("".join(f"k{i},c{y[i]}\n" for i in range(n)))
     return labels

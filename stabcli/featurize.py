@@ -13,9 +13,10 @@ import json
 import math
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from scipy.linalg import orthogonal_procrustes
@@ -46,13 +47,13 @@ def _check_sigma(sigma: float) -> None:
 
 
 def fourier_features(X: np.ndarray, directions: np.ndarray, normalize: bool, out: np.ndarray | None = None,
-                     norms: np.ndarray | None = None, work: np.ndarray | None = None) -> np.ndarray:
+                     inverse: np.ndarray | None = None, work: np.ndarray | None = None) -> np.ndarray:
     """``sqrt(1/k) [cos(XU), sin(XU)]`` for one block of rows, written into ``out`` if given.
 
     Computed in float32 when X is float32 (the streamed files: SIMD cos/sin, half the
     memory traffic; within a few float32 ulps of the float64 result), else in float64.
     Normalizing scales the projection, ``(x/‖x‖)U = (xU)/‖x‖``, one pass over k columns
-    instead of a normalized copy of X; ``norms`` passes row norms already computed and
+    instead of a normalized copy of X; ``inverse`` passes the 1/‖x‖ already computed and
     ``work`` a reusable buffer (at least len(X) × k, X's dtype) for the projection.
     """
     dtype = np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
@@ -60,7 +61,7 @@ def fourier_features(X: np.ndarray, directions: np.ndarray, normalize: bool, out
     weights = directions.astype(dtype, copy=False)
     projected = X @ weights if work is None else np.matmul(X, weights, out=work[: X.shape[0]])
     if normalize:
-        projected *= inverse_norms(X, norms)[:, None]
+        projected *= (inverse_norms(X) if inverse is None else inverse)[:, None]
     k = directions.shape[1]
     if out is None:
         out = np.empty((X.shape[0], 2 * k), dtype=dtype)
@@ -124,7 +125,7 @@ class FeaturizeSpec:
     normalize: bool = True
     epsilon: float | None = None
     align_to: Path | None = None
-    chunk_rows: int = 8_192           # rows per chunk: the buffers stay in cache (measured in benchmarks/)
+    chunk_rows: int | None = None     # rows per chunk; None: about CHUNK_BYTES of output (stays in cache)
 
 
 @dataclass
@@ -160,30 +161,68 @@ def _alignment(emb: Embedding, reference: Embedding) -> tuple[np.ndarray, float,
     return rotation, float(np.linalg.norm(x - r) / scale), float(np.linalg.norm(x @ rotation - r) / scale)
 
 
-def _transform_rows(emb: Embedding, out: np.ndarray, rotation: np.ndarray | None, directions: np.ndarray | None,
-                    normalize: bool, chunk_rows: int) -> None:
-    """Stream ``emb`` through alignment and features into ``out`` (float32), chunk by chunk,
-    computing in float32 and writing the features straight into ``out``."""
+# Output bytes per chunk by default: the chunk's buffers stay in a core's L2 cache. On the
+# benchmark machine 1–2 MB was fastest at M = 128, 512 and 2,048 (benchmarks/bench_featurize.py).
+CHUNK_BYTES = 2 << 20
+
+
+def _chunk_rows(chunk_rows: int | None, width: int) -> int:
+    return chunk_rows or max(256, CHUNK_BYTES // (4 * width))
+
+
+# Below this norm a float32 sum of squares may have lost terms to underflow (x² < 1.2e-38).
+_SMALLEST_FLOAT32_NORM = 1e-12
+
+
+def _inverse_norms32(block: np.ndarray) -> np.ndarray | None:
+    """1/‖row‖ of a float32 block (0 for zero rows), or None where float32 cannot give it:
+    a NaN or infinite value, squares that overflow, or a nonzero row so small they underflow."""
+    norms = row_norms(block)
+    low, high = norms.min(), norms.max()  # NaN propagates
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    if low >= _SMALLEST_FLOAT32_NORM:
+        return np.reciprocal(norms, out=norms)
+    small = norms < _SMALLEST_FLOAT32_NORM
+    if block[small].any():
+        return None
+    norms[small] = 1
+    inverse = np.reciprocal(norms, out=norms)
+    inverse[small] = 0
+    return inverse
+
+
+def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.ndarray | None, normalize: bool,
+                    chunk_rows: int | None, buffers: int = 1) -> Iterator[tuple[int, np.ndarray]]:
+    """The output, chunk by chunk: (first row, float32 rows) after alignment and features.
+
+    Computed in float32 (in float64 for a block float32 cannot normalize) into ``buffers``
+    reused arrays that stay in cache: a yielded block is overwritten ``buffers`` chunks later.
+    """
+    n = emb.vectors.shape[0]
+    chunk_rows = _chunk_rows(chunk_rows, _width(emb, directions))
     rotation32 = None if rotation is None else rotation.astype(np.float32)
-    work = None if directions is None else np.empty((min(chunk_rows, emb.vectors.shape[0]), directions.shape[1]), np.float32)
-    for start in range(0, emb.vectors.shape[0], chunk_rows):
+    if directions is not None:
+        rows, k = min(chunk_rows, n), directions.shape[1]
+        work = np.empty((rows, k), np.float32)
+        outs = [np.empty((rows, 2 * k), np.float32) for _ in range(buffers)]
+    for chunk, start in enumerate(range(0, n, chunk_rows)):
         block = np.asarray(emb.vectors[start:start + chunk_rows], dtype=np.float32)
-        norms = None
+        inverse = None
         if directions is not None and normalize:
-            norms = row_norms(block)  # NaN/inf rows show up here: no separate pass over the block
-            if not np.isfinite(norms).all():
-                require_finite(emb.source, emb.keys, block, start)  # raises, unless float32 squares overflowed
-                block, norms = block.astype(np.float64), None
+            inverse = _inverse_norms32(block)
+            if inverse is None:
+                require_finite(emb.source, emb.keys, block, start)  # raises, unless float32 is the problem
+                block = block.astype(np.float64)
         else:
             require_finite(emb.source, emb.keys, block, start)
         if rotation32 is not None:
             block = block @ (rotation32 if block.dtype == np.float32 else rotation)
-        target = out[start:start + block.shape[0]]
-        if directions is not None:
-            fourier_features(block, directions, normalize, out=target, norms=norms,
-                             work=work if block.dtype == np.float32 else None)
+        if directions is None:
+            yield start, block
         else:
-            target[:] = block
+            yield start, fourier_features(block, directions, normalize, out=outs[chunk % buffers][: block.shape[0]],
+                                          inverse=inverse, work=work if block.dtype == np.float32 else None)
 
 
 def _width(emb: Embedding, directions: np.ndarray | None) -> int:
@@ -192,11 +231,19 @@ def _width(emb: Embedding, directions: np.ndarray | None) -> int:
 
 def _stream_to_npy(emb: Embedding, path: Path, rotation: np.ndarray | None, directions: np.ndarray | None,
                    spec: FeaturizeSpec) -> None:
-    """Stream ``emb`` into a float32 ``.npy`` memory map at ``path``: one chunk in memory at a time."""
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(emb.vectors.shape[0], _width(emb, directions)))
-    _transform_rows(emb, out, rotation, directions, spec.normalize, spec.chunk_rows)
-    out.flush()
-    del out
+    """Stream ``emb`` into a float32 ``.npy`` at ``path``, a chunk in memory at a time; a writer
+    thread saves one chunk while the next is computed."""
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+              "shape": (emb.vectors.shape[0], _width(emb, directions))}
+    with open(path, "wb") as file, ThreadPoolExecutor(1) as writer:
+        np.lib.format.write_array_header_1_0(file, header)
+        pending = None
+        for _, block in _feature_chunks(emb, rotation, directions, spec.normalize, spec.chunk_rows, buffers=2):
+            if pending is not None:
+                pending.result()  # its buffer is the one the next chunk overwrites
+            pending = writer.submit(file.write, np.ascontiguousarray(block))
+        if pending is not None:
+            pending.result()
 
 
 def _featurize_one(emb: Embedding, target: Path, fmt: str, rotation: np.ndarray | None, directions: np.ndarray | None,
@@ -213,7 +260,8 @@ def _featurize_one(emb: Embedding, target: Path, fmt: str, rotation: np.ndarray 
             keys_path_for(tmp).unlink(missing_ok=True)
         return
     out = np.empty((emb.vectors.shape[0], _width(emb, directions)), dtype=np.float32)
-    _transform_rows(emb, out, rotation, directions, spec.normalize, spec.chunk_rows)
+    for start, block in _feature_chunks(emb, rotation, directions, spec.normalize, spec.chunk_rows):
+        out[start:start + block.shape[0]] = block
     write_embedding(target, emb.keys, out, fmt)
 
 
@@ -236,7 +284,7 @@ def featurize(input_path: str | Path, output: str | Path, spec: FeaturizeSpec, f
     _check_sigma(spec.sigma)
     if spec.dim == 0 and spec.align_to is None:
         raise UsageError("--dim 0 only aligns: it needs --align-to")
-    if spec.chunk_rows < 1:
+    if spec.chunk_rows is not None and spec.chunk_rows < 1:
         raise UsageError("--chunk-rows must be at least 1")
     if not output.parent.is_dir():
         raise UsageError(f"{output}: directory {output.parent} does not exist")

@@ -1,7 +1,9 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from stabcli.embeddings import keys_path_for, read_embedding, write_embedding
+from stabcli.embeddings import keys_path_for, read_embedding, require_finite, write_embedding
 from stabcli.errors import InputError
 
 
@@ -115,3 +117,13 @@ def test_kv_file_that_is_not_keyedvectors(tmp_path):
     (tmp_path / "e.kv").write_bytes(b"not a pickle")
     with pytest.raises(InputError, match=r"e\.kv: not a gensim KeyedVectors file"):
         read_embedding(tmp_path / "e.kv")
+
+
+def test_require_finite_names_the_first_bad_key_and_accepts_sums_that_overflow():
+    big = np.full((3, 4), np.finfo(np.float32).max, np.float32)  # finite rows whose sum overflows
+    require_finite(Path("e.npy"), ["a", "b", "c"], big)
+    for bad in (np.nan, np.inf, -np.inf):
+        block = np.ones((3, 4), np.float32)
+        block[2, 1] = bad
+        with pytest.raises(InputError, match=r"e\.npy: key 'd' has NaN or infinite values"):
+            require_finite(Path("e.npy"), ["a", "b", "c", "d"], block, start=1)

@@ -69,7 +69,7 @@ def test_ctrl_c_in_featurize_and_audit_exits_130_without_partial_output(tmp_path
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(featurize_module, "_transform_rows", interrupted)
+    monkeypatch.setattr(featurize_module, "_feature_chunks", interrupted)
     monkeypatch.setattr(audit_module, "representation_report", interrupted)
     before = sorted(p.name for p in tmp_path.iterdir())
     for argv in (["featurize", tmp_path / "a.npy", "--out", tmp_path / "out.npy"],
@@ -123,7 +123,7 @@ def test_disk_full_while_featurizing_leaves_no_output(tmp_path, monkeypatch):
     def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(featurize_module, "_transform_rows", full_disk)
+    monkeypatch.setattr(featurize_module, "_feature_chunks", full_disk)
     result = runner.invoke(app, ["featurize", str(tmp_path / "in.npy"), "--out", str(tmp_path / "out.npy"), "--dim", "8"])
     assert result.exit_code == 2 and "No space left on device" in result.output, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.keys.txt", "in.npy"]

@@ -131,6 +131,23 @@ def test_streaming_equals_unchunked_and_is_bitwise_reproducible(tmp_path, emb):
     assert side["directions_sha256"] == hashlib.sha256(U.astype("<f8").tobytes()).hexdigest()
 
 
+def test_rows_float32_cannot_normalize_are_still_exact(tmp_path):
+    """Zero rows stay zero before the cosine; rows whose float32 squares underflow (1e-25) or
+    overflow (1e25) are normalized in float64 instead of being taken for zero or infinite."""
+    rng = np.random.default_rng(4)
+    vectors = rng.standard_normal((12, 6)).astype(np.float32)
+    vectors[3] = 0
+    vectors[7] *= np.float32(1e-25)
+    vectors[11] *= np.float32(1e25)
+    write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(12)], vectors)
+    featurize(tmp_path / "in.npy", tmp_path / "out.npy", FeaturizeSpec(dim=8, chunk_rows=4))  # one odd row per chunk
+    x = vectors.astype(np.float64)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    z = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0) @ np.random.default_rng(0).normal(0.0, 1.0, (6, 4))
+    expected = np.sqrt(1 / 4) * np.hstack([np.cos(z), np.sin(z)])
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), expected, rtol=0, atol=3e-7)
+
+
 @pytest.mark.parametrize("name, binary", [("o.txt", False), ("o.bin", True)])
 def test_word2vec_outputs_load_in_gensim(tmp_path, emb, name, binary):
     from gensim.models import KeyedVectors

@@ -79,6 +79,38 @@ def test_ctrl_c_in_featurize_and_audit_exits_130_without_partial_output(tmp_path
         assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+def test_a_real_ctrl_c_while_featurize_writes_leaves_nothing(tmp_path):
+    """SIGINT to the process group while the writer thread is saving chunks: exit 130, one
+    line, and neither the output nor its temporary file left."""
+    from stabcli.embeddings import write_embedding
+
+    write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(2000)],
+                    np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32))
+    slow = tmp_path / "slow.py"  # featurize with every chunk delayed, so the signal lands mid-file
+    slow.write_text("import sys, time\n"
+                    "from stabcli import featurize\n"
+                    "from stabcli.cli import main\n"
+                    "chunks = featurize._feature_chunks\n"
+                    "def slowly(*args, **kwargs):\n"
+                    "    for item in chunks(*args, **kwargs):\n"
+                    "        time.sleep(0.02)\n"
+                    "        yield item\n"
+                    "featurize._feature_chunks = slowly\n"
+                    "sys.argv[0] = 'stabcli'\n"
+                    "main()\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = subprocess.Popen([sys.executable, str(slow), "featurize", str(tmp_path / "in.npy"), "--out",
+                             str(tmp_path / "out.npy"), "--dim", "8", "--chunk-rows", "10"],
+                            env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    partial = lambda: [p for p in tmp_path.iterdir() if p.name.startswith(".out.npy.tmp-") and p.stat().st_size > 1000]
+    assert wait_for(partial), "featurize never started writing"
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().startswith("interrupted") and len(stderr.strip().splitlines()) == 1, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 def test_a_second_pretrain_on_the_same_run_set_is_refused(tmp_path, sessions_file):
     out = tmp_path / "runs"
     args, proc = slow_pretrain(tmp_path, sessions_file, out, jobs="1")

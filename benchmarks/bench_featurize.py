@@ -3,6 +3,7 @@
     python benchmarks/bench_featurize.py                # 1,000,000 × 64 float32 → 128 dims, 3 repetitions
     python benchmarks/bench_featurize.py --rows 200000 --reps 5
     python benchmarks/bench_featurize.py --error-only   # only the kernel-approximation comparison
+    python benchmarks/bench_featurize.py --error-only --chunk-sweep   # and the chunk-size sweep
 
 Throughput: each contender is a fresh child process, alternating within every repetition;
 wall time and the child's own peak RSS (``os.wait4``) are measured.
@@ -10,7 +11,7 @@ wall time and the child's own peak RSS (``os.wait4``) are measured.
 * ``rbfsampler``: ``np.load`` + ``RBFSampler(n_components=128).fit_transform`` + ``np.save``
   (what a user writes instead; it holds input, projection and output in memory);
 * ``stabcli``: ``stabcli featurize IN.npy --out OUT.npy --dim 128`` end to end (reads the
-  input as a memory map, computes 4,096-row chunks, 2 MB of output, into two reused
+  input as a memory map, computes 2,048-row chunks, 1 MB of output, into two reused
   buffers and writes each from a second thread while the next is computed).
 
 Compute, in this process on the same rows, no file IO, minimum of 15 alternating
@@ -89,14 +90,14 @@ def throughput(rows: int, dim: int, out_dim: int, reps: int) -> dict:
     return results
 
 
-def compute_floor(x: np.ndarray, out_dim: int, chunk_rows: int | None = None, reps: int = 15) -> dict:
+def compute_floor(x: np.ndarray, out_dim: int, reps: int = 15) -> dict:
     """Minimum seconds over alternating repetitions of the floor, in two forms, and of stabcli."""
     from threadpoolctl import threadpool_limits
 
     from stabcli.embeddings import Embedding
     from stabcli.featurize import FeaturizeSpec, _chunk_rows, _feature_chunks, draw_directions
 
-    spec = FeaturizeSpec(dim=out_dim, chunk_rows=chunk_rows)
+    spec = FeaturizeSpec(dim=out_dim)
     u = draw_directions(x.shape[1], out_dim, spec.sigma, spec.seed)
     u32 = u.astype(np.float32)
     k, rows = u.shape[1], _chunk_rows(spec.chunk_rows, out_dim)
@@ -139,6 +140,34 @@ def compute_floor(x: np.ndarray, out_dim: int, chunk_rows: int | None = None, re
             "ratio_chunked_no_normalize": round(best["stabcli_no_normalize"] / best["floor_chunked"], 3)}
 
 
+def chunk_sweep(rows: int, dim: int, out_dims: tuple[int, ...] = (128, 512, 2048), reps: int = 7) -> list[dict]:
+    """Seconds of stabcli's chunk loop (no IO, BLAS on one thread) per chunk size and output
+    dimension, minimum over alternating repetitions; ``auto`` marks the default size."""
+    from threadpoolctl import threadpool_limits
+
+    from stabcli.embeddings import Embedding
+    from stabcli.featurize import _chunk_rows, _feature_chunks, draw_directions
+
+    x = np.random.default_rng(0).standard_normal((rows, dim), dtype=np.float32)
+    emb = Embedding([f"k{i}" for i in range(rows)], x, "bench")
+    table = []
+    for m in out_dims:
+        u = draw_directions(dim, m, 1.0, 0)
+        sizes = [256, 512, 1024, 2048, 4096, 8192, 16384]
+        best = dict.fromkeys(sizes, float("inf"))
+        with threadpool_limits(1):
+            for _ in range(reps):
+                for size in sizes:
+                    start = time.perf_counter()
+                    for _ in _feature_chunks(emb, None, u, True, size):
+                        pass
+                    best[size] = min(best[size], time.perf_counter() - start)
+        table.append({"M": m, "auto": _chunk_rows(None, m), "seconds": {str(k): round(v, 3) for k, v in best.items()}})
+        print(f"  M={m:5d} (auto {table[-1]['auto']:,} rows): "
+              + ", ".join(f"{k}: {v:.3f}" for k, v in table[-1]["seconds"].items()), flush=True)
+    return table
+
+
 def kernel_error(dims: list[int], seeds: int = 10, n: int = 20_000, d: int = 64, sigma: float = 1.0) -> list[dict]:
     from sklearn.kernel_approximation import RBFSampler
 
@@ -171,6 +200,7 @@ def main() -> None:
     parser.add_argument("--out-dim", type=int, default=128)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--error-only", action="store_true")
+    parser.add_argument("--chunk-sweep", action="store_true", help="also time the chunk loop per chunk size, M = 128, 512, 2048")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "featurize.json")
     args = parser.parse_args()
     results: dict = {"date": time.strftime("%Y-%m-%d"),
@@ -196,6 +226,10 @@ def main() -> None:
               f"{f['ratio_chunked_no_normalize']}x with --no-normalize)")
         for name, ok in t["targets"].items():
             print(f"{'PASS' if ok else 'MISS'} {name}")
+    if args.chunk_sweep:
+        rows = min(args.rows, 250_000)
+        print(f"chunk loop seconds by chunk rows, {rows:,} × {args.dim} rows:", flush=True)
+        results["chunk_sweep"] = chunk_sweep(rows, args.dim)
     print("kernel error at equal output dimension (mean |k_hat - k| over 2,000 pairs, 10 seeds):", flush=True)
     results["kernel_error"] = kernel_error([32, 128, 512])
     args.out.parent.mkdir(parents=True, exist_ok=True)

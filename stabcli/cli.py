@@ -336,7 +336,7 @@ def featurize_cmd(
     align_to: Optional[Path] = typer.Option(None, "--align-to", help="Rotate onto this reference embedding (shared keys) first."),
     fmt: Optional[str] = typer.Option(None, "--format", help="npy, word2vec, word2vec-bin, kv or parquet (default: from the suffix)."),
     save_transform: Optional[Path] = typer.Option(None, "--save-transform", help="Write U (and the rotation) with a serving recipe (.npz)."),
-    chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", help="Rows per streamed chunk (default: about 2 MB of output, which stays in cache)."),
+    chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", help="Rows per streamed chunk (default: about 1 MB of output, which stays in cache)."),
 ) -> None:
     """Turn embeddings into random Fourier features phi(h), optionally aligned to a reference.
 

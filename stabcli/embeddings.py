@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -49,6 +50,11 @@ def require_finite(source: Path, keys: list[str], block: np.ndarray, start: int 
     ok = np.isfinite(block).all(axis=1)
     if not ok.all():
         raise InputError(f"{source}: key {keys[start + int(np.argmin(ok))]!r} has NaN or infinite values")
+
+
+def keys_text(keys: Sequence[str]) -> str:
+    """The contents of a keys file: one key per line, each ending in a newline."""
+    return "\n".join(keys) + "\n" if keys else ""
 
 
 def format_for(path: Path) -> str | None:
@@ -245,7 +251,7 @@ def write_embedding(path: str | Path, keys: list[str], vectors: np.ndarray, fmt:
             np.save(fh, vectors)
         written.append((tmp, path))
         keys_tmp = tmp.with_name(tmp.name + ".keys")
-        keys_tmp.write_text("".join(k + "\n" for k in keys), encoding="utf-8")
+        keys_tmp.write_text(keys_text(keys), encoding="utf-8")
         written.append((keys_tmp, keys_path_for(path)))
     elif fmt == "word2vec":
         with open(tmp, "w", encoding="utf-8") as fh:

@@ -23,7 +23,9 @@ from scipy.linalg import orthogonal_procrustes
 
 from stabcli import __version__
 from stabcli.corpus import file_sha256
-from stabcli.embeddings import Embedding, format_for, keys_path_for, read_embedding, require_finite, write_embedding
+from stabcli.embeddings import (
+    Embedding, format_for, keys_path_for, keys_text, read_embedding, require_finite, write_embedding,
+)
 from stabcli.errors import InputError, UsageError
 from stabcli.metrics import inverse_norms, row_norms, unit_rows
 from stabcli.runset import KEYS, MANIFEST, RunSet, is_runset, write_json_atomic
@@ -162,8 +164,9 @@ def _alignment(emb: Embedding, reference: Embedding) -> tuple[np.ndarray, float,
 
 
 # Output bytes per chunk by default: the chunk's buffers stay in a core's L2 cache. On the
-# benchmark machine 1–2 MB was fastest at M = 128, 512 and 2,048 (benchmarks/bench_featurize.py).
-CHUNK_BYTES = 2 << 20
+# benchmark machine about 1 MB was fastest or within noise of it at M = 128, 512 and 2,048
+# (benchmarks/bench_featurize.py --chunk-sweep).
+CHUNK_BYTES = 1 << 20
 
 
 def _chunk_rows(chunk_rows: int | None, width: int) -> int:
@@ -252,7 +255,7 @@ def _featurize_one(emb: Embedding, target: Path, fmt: str, rotation: np.ndarray 
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         try:
             _stream_to_npy(emb, tmp, rotation, directions, spec)
-            keys_path_for(tmp).write_text("".join(k + "\n" for k in emb.keys), encoding="utf-8")
+            keys_path_for(tmp).write_text(keys_text(emb.keys), encoding="utf-8")
             os.replace(keys_path_for(tmp), keys_path_for(target))
             os.replace(tmp, target)
         finally:

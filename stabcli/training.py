@@ -30,7 +30,7 @@ from joblib import Parallel, delayed
 
 from stabcli import __version__
 from stabcli.corpus import Corpus, CorpusOptions, file_sha256, read_corpus
-from stabcli.embeddings import Embedding, is_embedding_file, read_embedding
+from stabcli.embeddings import Embedding, is_embedding_file, keys_text, read_embedding
 from stabcli.errors import InputError, RunSetError, StabcliError, UsageError
 from stabcli.runset import (
     KEYS, MANIFEST, SCHEMA_VERSION, RunSetLock, clear_leftovers, complete_runs, failed_dir, finish_run,
@@ -221,7 +221,7 @@ def pretrain(
         manifest = _open_manifest(root, config, corpus_info, seed, force)
         keys = vocabulary if corpus is not None and config.script is None else None
         if keys is not None:
-            write_text_atomic(root / KEYS, "".join(k + "\n" for k in keys))
+            write_text_atomic(root / KEYS, keys_text(keys))
             _write_prepared_corpus(root / PREPARED_CORPUS, corpus)
         done = set(complete_runs(root))
         results: dict[int, RunResult] = {}
@@ -505,7 +505,7 @@ def _run_gensim(task: _Task, work: Path) -> float | None:
 
     vectors, run_keys = _vectors_in_key_order(model, keys, is_word2vec)
     if run_keys != keys:
-        write_text_atomic(work / KEYS, "".join(k + "\n" for k in run_keys))
+        write_text_atomic(work / KEYS, keys_text(run_keys))
     np.save(work / "vectors.npy", vectors)
     (work / "losses.json").write_text(json.dumps(losses) + "\n")
     return losses[-1] if losses else None
@@ -596,7 +596,7 @@ def _run_script(task: _Task, work: Path) -> float | None:
         raise _RunFailed(f"output {found[0].name} contains NaN or infinite values")
     losses = _read_losses(out_dir / "losses.json")
     np.save(work / "vectors.npy", vectors)
-    write_text_atomic(work / KEYS, "".join(k + "\n" for k in embedding.keys))
+    write_text_atomic(work / KEYS, keys_text(embedding.keys))
     (work / "losses.json").write_text(json.dumps(losses) + "\n")
     shutil.rmtree(out_dir)
     return losses[-1] if losses else None

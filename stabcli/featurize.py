@@ -27,7 +27,7 @@ from stabcli.embeddings import (
     Embedding, format_for, keys_path_for, keys_text, read_embedding, require_finite, write_embedding,
 )
 from stabcli.errors import InputError, UsageError
-from stabcli.metrics import inverse_norms, row_norms, unit_rows
+from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
 from stabcli.runset import KEYS, MANIFEST, RunSet, is_runset, write_json_atomic
 
 
@@ -173,26 +173,13 @@ def _chunk_rows(chunk_rows: int | None, width: int) -> int:
     return chunk_rows or max(256, CHUNK_BYTES // (4 * width))
 
 
-# Below this norm a float32 sum of squares may have lost terms to underflow (x² < 1.2e-38).
-_SMALLEST_FLOAT32_NORM = 1e-12
-
-
-def _inverse_norms32(block: np.ndarray) -> np.ndarray | None:
-    """1/‖row‖ of a float32 block (0 for zero rows), or None where float32 cannot give it:
-    a NaN or infinite value, squares that overflow, or a nonzero row so small they underflow."""
-    norms = row_norms(block)
+def _float32_carries(block: np.ndarray, norms: np.ndarray) -> bool:
+    """Whether normalizing and projecting ``block`` in float32 is exact to float32 precision:
+    no NaN, inf or overflowing squares, and no nonzero row so small its squares underflow."""
     low, high = norms.min(), norms.max()  # NaN propagates
     if not (math.isfinite(low) and math.isfinite(high)):
-        return None
-    if low >= _SMALLEST_FLOAT32_NORM:
-        return np.reciprocal(norms, out=norms)
-    small = norms < _SMALLEST_FLOAT32_NORM
-    if block[small].any():
-        return None
-    norms[small] = 1
-    inverse = np.reciprocal(norms, out=norms)
-    inverse[small] = 0
-    return inverse
+        return False
+    return low >= SMALLEST_RELIABLE_NORM32 or not block[norms < SMALLEST_RELIABLE_NORM32].any()
 
 
 def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.ndarray | None, normalize: bool,
@@ -213,8 +200,10 @@ def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.
         block = np.asarray(emb.vectors[start:start + chunk_rows], dtype=np.float32)
         inverse = None
         if directions is not None and normalize:
-            inverse = _inverse_norms32(block)
-            if inverse is None:
+            norms = row_norms(block)  # NaN/inf rows show up here: no separate pass over the block
+            if _float32_carries(block, norms):
+                inverse = inverse_norms(block, norms)
+            else:
                 require_finite(emb.source, emb.keys, block, start)  # raises, unless float32 is the problem
                 block = block.astype(np.float64)
         else:

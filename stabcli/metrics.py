@@ -189,9 +189,25 @@ def row_norms(x: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("...i,...i->...", x, x))
 
 
+# Below this a float32 row norm may have lost terms to underflow (squares under 1.2e-38).
+SMALLEST_RELIABLE_NORM32 = 1e-12
+
+
 def inverse_norms(x: np.ndarray, norms: np.ndarray | None = None) -> np.ndarray:
-    """1/‖row‖, and 0 for zero rows (so normalizing leaves them zero)."""
+    """1/‖row‖ in x's precision, and 0 for zero rows (so normalizing leaves them zero).
+
+    float32 rows whose squares underflow (tiny values) or overflow (huge ones) are measured
+    again in float64, so they are not taken for zero or infinite rows; NaN and inf rows give 0.
+    """
     norms = row_norms(x) if norms is None else norms
+    if x.dtype == np.float32:
+        redo = ~((norms >= SMALLEST_RELIABLE_NORM32) & (norms < np.inf))  # also zero and NaN rows
+        if redo.any():
+            norms = norms.copy()
+            with np.errstate(over="ignore"):  # beyond float32's range (3.4e38) the norm stays inf
+                norms[redo] = row_norms(np.asarray(x[redo], dtype=np.float64))
+    if norms.size and norms.min() > 0 and norms.max() < np.inf:  # the common case: no masked divide
+        return np.reciprocal(norms)
     return np.divide(1, norms, out=np.zeros_like(norms), where=norms > 0)
 
 

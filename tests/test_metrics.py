@@ -217,3 +217,17 @@ def test_zero_rows_do_not_divide_by_zero():
     first, second = np.array([3, 1]), np.array([1, 3])
     assert np.isfinite(m.inner_product_noise_share(runs, first, second))
     assert np.isfinite(m.knn_overlap(runs, np.array([3, 4]), 3)).all()
+
+
+def test_unit_rows_of_float32_rows_whose_squares_under_or_overflow():
+    """float32 squares of 1e-25 underflow and of 1e25 overflow: those rows must still come
+    out as unit rows, not as zero rows; zero rows stay zero."""
+    x = np.random.default_rng(5).standard_normal((5, 6)).astype(np.float32)
+    x[1] *= np.float32(1e-25)
+    x[2] *= np.float32(1e25)
+    x[3] = 0
+    expected = x.astype(np.float64) / np.maximum(np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True), 1e-300)
+    got = m.unit_rows(x)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(got[3], 0)

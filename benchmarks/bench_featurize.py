@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -90,12 +91,36 @@ def throughput(rows: int, dim: int, out_dim: int, reps: int) -> dict:
     return results
 
 
-def compute_floor(x: np.ndarray, out_dim: int, reps: int = 15) -> dict:
-    """Minimum seconds over alternating repetitions of the floor, in two forms, and of stabcli."""
+def chunk_loop(emb: Any, directions: np.ndarray, normalize: bool, rows: int) -> Callable[[], None]:
+    """stabcli's chunk loop, everything featurize computes (normalization, finite check,
+    scale) without file IO, as a callable to time."""
+    from stabcli.featurize import _feature_chunks
+
+    def run() -> None:
+        for _ in _feature_chunks(emb, None, directions, normalize, rows):
+            pass
+    return run
+
+
+def fastest(contenders: dict[Any, Callable[[], None]], reps: int) -> dict[Any, float]:
+    """Minimum seconds of each callable over ``reps`` alternating repetitions, BLAS on one
+    thread (a second BLAS thread only added noise to these timings)."""
     from threadpoolctl import threadpool_limits
 
+    best = dict.fromkeys(contenders, float("inf"))
+    with threadpool_limits(1):
+        for _ in range(reps):
+            for name, run in contenders.items():
+                start = time.perf_counter()
+                run()
+                best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def compute_floor(x: np.ndarray, out_dim: int, reps: int = 15) -> dict:
+    """Minimum seconds over alternating repetitions of the floor, in two forms, and of stabcli."""
     from stabcli.embeddings import Embedding
-    from stabcli.featurize import FeaturizeSpec, _chunk_rows, _feature_chunks, draw_directions
+    from stabcli.featurize import FeaturizeSpec, _chunk_rows, draw_directions
 
     spec = FeaturizeSpec(dim=out_dim)
     u = draw_directions(x.shape[1], out_dim, spec.sigma, spec.seed)
@@ -118,22 +143,8 @@ def compute_floor(x: np.ndarray, out_dim: int, reps: int = 15) -> dict:
             np.cos(p, out=o[:, :k])
             np.sin(p, out=o[:, k:])
 
-    def stabcli() -> None:  # everything featurize computes (normalization, finite check, scale), no file IO
-        for _ in _feature_chunks(emb, None, u, True, rows):
-            pass
-
-    def stabcli_raw() -> None:  # the same with --no-normalize
-        for _ in _feature_chunks(emb, None, u, False, rows):
-            pass
-
-    contenders = {"floor_whole": whole, "floor_chunked": chunked, "stabcli": stabcli, "stabcli_no_normalize": stabcli_raw}
-    best = dict.fromkeys(contenders, float("inf"))
-    with threadpool_limits(1):  # one core each: a second BLAS thread only added noise to these timings
-        for _ in range(reps):
-            for name, run in contenders.items():
-                start = time.perf_counter()
-                run()
-                best[name] = min(best[name], time.perf_counter() - start)
+    best = fastest({"floor_whole": whole, "floor_chunked": chunked, "stabcli": chunk_loop(emb, u, True, rows),
+                    "stabcli_no_normalize": chunk_loop(emb, u, False, rows)}, reps)
     return {"chunk_rows": rows, **{f"{name}_s": round(s, 3) for name, s in best.items()},
             "ratio": round(best["stabcli"] / best["floor_whole"], 3),
             "ratio_chunked": round(best["stabcli"] / best["floor_chunked"], 3),
@@ -143,25 +154,15 @@ def compute_floor(x: np.ndarray, out_dim: int, reps: int = 15) -> dict:
 def chunk_sweep(rows: int, dim: int, out_dims: tuple[int, ...] = (128, 512, 2048), reps: int = 7) -> list[dict]:
     """Seconds of stabcli's chunk loop (no IO, BLAS on one thread) per chunk size and output
     dimension, minimum over alternating repetitions; ``auto`` marks the default size."""
-    from threadpoolctl import threadpool_limits
-
     from stabcli.embeddings import Embedding
-    from stabcli.featurize import _chunk_rows, _feature_chunks, draw_directions
+    from stabcli.featurize import _chunk_rows, draw_directions
 
     x = np.random.default_rng(0).standard_normal((rows, dim), dtype=np.float32)
     emb = Embedding([f"k{i}" for i in range(rows)], x, "bench")
     table = []
     for m in out_dims:
         u = draw_directions(dim, m, 1.0, 0)
-        sizes = [256, 512, 1024, 2048, 4096, 8192, 16384]
-        best = dict.fromkeys(sizes, float("inf"))
-        with threadpool_limits(1):
-            for _ in range(reps):
-                for size in sizes:
-                    start = time.perf_counter()
-                    for _ in _feature_chunks(emb, None, u, True, size):
-                        pass
-                    best[size] = min(best[size], time.perf_counter() - start)
+        best = fastest({size: chunk_loop(emb, u, True, size) for size in (256, 512, 1024, 2048, 4096, 8192, 16384)}, reps)
         table.append({"M": m, "auto": _chunk_rows(None, m), "seconds": {str(k): round(v, 3) for k, v in best.items()}})
         print(f"  M={m:5d} (auto {table[-1]['auto']:,} rows): "
               + ", ".join(f"{k}: {v:.3f}" for k, v in table[-1]["seconds"].items()), flush=True)

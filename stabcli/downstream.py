@@ -338,8 +338,8 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
 
 def _stale(fits: list[_Fit], refit: list[float], test: np.ndarray, targets: Targets,
            primary: str) -> tuple[float | None, float | None]:
-    """The reference run's model on every other run's test rows: (mean metric, mean drop vs
-    ``refit``, the refit metric of each fit). None for a variant with a single fit (avg)."""
+    """The reference run's model on every other run's test rows: (mean metric, mean drop from
+    that run's ``refit`` metric). None, None for a variant with a single fit (avg)."""
     reference = next((f.model for f in fits if f.model is not None), None)
     if reference is None or len(fits) < 2:
         return None, None

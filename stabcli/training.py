@@ -219,9 +219,8 @@ def pretrain(
 
     with RunSetLock(root):
         manifest = _open_manifest(root, config, corpus_info, seed, force)
-        keys = vocabulary if corpus is not None and config.script is None else None
-        if keys is not None:
-            write_text_atomic(root / KEYS, keys_text(keys))
+        if vocabulary:  # empty when a script trains: each run brings its own keys
+            write_text_atomic(root / KEYS, keys_text(vocabulary))
             _write_prepared_corpus(root / PREPARED_CORPUS, corpus)
         done = set(complete_runs(root))
         results: dict[int, RunResult] = {}
@@ -262,7 +261,7 @@ def pretrain(
         finally:
             poller.stop()
             (root / PREPARED_CORPUS).unlink(missing_ok=True)
-    return PretrainResult(root, [results[i] for i in sorted(results)], len(keys) if keys is not None else None)
+    return PretrainResult(root, [results[i] for i in sorted(results)], len(vocabulary) if vocabulary else None)
 
 
 def _validate(config: TrainConfig, runs: int, seed: int, timeout: float | None, corpus_path: str | Path | None) -> None:

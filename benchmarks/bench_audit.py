@@ -58,18 +58,22 @@ def make_runset(root: Path, runs: int, n: int, d: int, seed: int = 0) -> None:
     write_runset(root, n, rotated())
 
 
-def timed_audit(root: Path) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def run_stabcli(argv: list[str]) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS in MB and stdout of one stabcli child process. The peak is
+    ru_maxrss of RUSAGE_CHILDREN: the largest child so far (workers included), so run the
+    sizes in increasing order."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "stabcli", "audit", str(root), "--format", "json"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "stabcli", *argv], capture_output=True, text=True, cwd=ROOT)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(proc.stderr)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    report = json.loads(proc.stdout)["representation"]
-    # ru_maxrss of RUSAGE_CHILDREN is the largest child so far: run the sizes in increasing order
-    return {"seconds": round(seconds, 2), "peak_rss_mb": round(max(peak, before) / 1024),
+    return seconds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, proc.stdout
+
+
+def timed_audit(root: Path) -> dict:
+    seconds, peak, stdout = run_stabcli(["audit", str(root), "--format", "json"])
+    report = json.loads(stdout)["representation"]
+    return {"seconds": round(seconds, 2), "peak_rss_mb": round(peak),
             "noise_share": report["noise_share"], "aligned_noise_share": report["aligned_noise_share"],
             "knn_overlap": report["knn_overlap"]}
 

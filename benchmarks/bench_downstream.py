@@ -14,16 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from bench_audit import write_runset  # benchmarks/ is on sys.path when run as a script
+from bench_audit import run_stabcli, write_runset  # benchmarks/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,19 +55,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="stabcli-bench-") as tmp:
         root = Path(tmp) / "runs"
         labels = make_runset(root, args.runs, args.n, args.dim, classes=12)
-        base = [sys.executable, "-m", "stabcli", "audit", str(root), "--format", "json"]
+        base = ["audit", str(root), "--format", "json"]
         for name, argv in (("audit", base), ("audit --labels", base + ["--labels", str(labels)])):
-            start = time.perf_counter()
-            proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
-            seconds = time.perf_counter() - start
-            if proc.returncode != 0:
-                raise SystemExit(proc.stderr)
-            # ru_maxrss of RUSAGE_CHILDREN: the largest process so far (the audit or one of its workers)
-            peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+            seconds, peak, stdout = run_stabcli(argv)  # peak: the largest process so far (the audit or a worker)
             results[name] = {"seconds": round(seconds, 1), "peak_rss_mb_so_far": round(peak)}
             print(f"{name:>15}: {seconds:6.1f} s, peak RSS so far {peak:,.0f} MB", flush=True)
             if name == "audit --labels":
-                ds = json.loads(proc.stdout)["downstream"]
+                ds = json.loads(stdout)["downstream"]
                 results["downstream"] = {k: {m: v[m] for m in ("accuracy_mean", "accuracy_std", "churn",
                                                                  "stale_accuracy_mean")}
                                          for k, v in ds["variants"].items()}

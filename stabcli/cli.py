@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 
 from stabcli import __version__
 from stabcli.corpus import CorpusOptions
-from stabcli.errors import StabcliError, UsageError
+from stabcli.errors import OptionError, StabcliError, UsageError
 from stabcli.runset import write_text_atomic
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 
@@ -38,6 +38,22 @@ def _debug_enabled(ctx: typer.Context) -> bool:
     return bool(ctx.params.get("debug")) or os.environ.get("STABCLI_DEBUG", "") not in ("", "0")
 
 
+# library parameter names whose flag is not simply ``--`` + the name with dashes
+FLAG_NAMES: dict[str, str] = {"fmt": "--format", "out": "--out", "output": "--out", "out_dir": "--out"}
+
+
+def flag_for(param: str) -> str:
+    """The command-line flag of a library parameter name (``knn_k`` → ``--knn-k``)."""
+    return FLAG_NAMES.get(param, "--" + param.replace("_", "-"))
+
+
+def error_line(exc: StabcliError) -> str:
+    """The one line the CLI prints for a library error; option errors name the flag."""
+    if isinstance(exc, OptionError):
+        return f"{flag_for(exc.param)}: {exc.problem}"
+    return str(exc)
+
+
 class _Group(TyperGroup):
     """Turns StabcliError into one line on stderr and exit 2, Ctrl-C into exit 130."""
 
@@ -47,7 +63,7 @@ class _Group(TyperGroup):
         except StabcliError as exc:
             if _debug_enabled(ctx):
                 raise
-            Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            Console(stderr=True).print(f"[bold red]error:[/] {error_line(exc)}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:
             Console(stderr=True).print("interrupted; finished runs are kept", highlight=False)

@@ -5,6 +5,7 @@
     runs/exp1/
       stabcli.json      manifest (schema version, versions, config, corpus sha256, runs)
       keys.txt          keys shared by every run without a keys.txt of its own
+      key_counts.txt    how often each key of keys.txt occurs in the corpus (one integer per line)
       stabcli.lock      present while a pretrain writes here (holds its pid)
       run-000/
         vectors.npy     float32 [n, d]
@@ -37,6 +38,7 @@ SCHEMA_VERSION = 1
 MANIFEST = "stabcli.json"
 KEYS = "keys.txt"
 LOCK = "stabcli.lock"
+KEY_COUNTS = "key_counts.txt"  # per-key token counts of the training corpus, one per line in keys.txt order
 _RUN_RE = re.compile(r"^run-(\d{3,})$")
 
 
@@ -213,6 +215,21 @@ class RunSet:
         if losses is not None and not (isinstance(losses, list) and all(v is None or isinstance(v, (int, float)) for v in losses)):
             raise InputError(f"{path}: expected a list of per-epoch losses (numbers or null)")
         return losses
+
+    def key_counts(self) -> dict[str, int] | None:
+        """Training frequency of every key (``key_counts.txt`` beside ``keys.txt``), or None
+        when the run set does not record it (script runs, older run sets)."""
+        path = self.root / KEY_COUNTS
+        if not path.is_file():
+            return None
+        keys = read_keys(self.root / KEYS)
+        try:
+            counts = [int(line) for line in path.read_text(encoding="utf-8").split()]
+        except (UnicodeDecodeError, ValueError):
+            raise InputError(f"{path}: expected one non-negative integer per line") from None
+        if len(counts) != len(keys) or any(c < 0 for c in counts):
+            raise InputError(f"{path}: {len(counts)} counts for {len(keys)} keys in {self.root / KEYS}")
+        return dict(zip(keys, counts))
 
     def checkpoints(self, index: int) -> list[Path]:
         """Per-epoch snapshot files of run ``index``, in epoch order."""

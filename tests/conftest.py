@@ -45,3 +45,34 @@ def tagged_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+def files_state(root: Path) -> dict[str, str]:
+    """Every file and directory under ``root`` with a hash of its bytes (directories: "dir"),
+    to assert that a failed command created, changed and removed nothing."""
+    import hashlib
+
+    state = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            state[rel] = "link:" + str(path.readlink())
+        elif path.is_dir():
+            state[rel] = "dir"
+        else:
+            state[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return state
+
+
+def assert_bad_input(result, fragment: str, root: Path | None = None, before: dict[str, str] | None = None) -> None:
+    """A CliRunner result of a bad input: exit 2, exactly one line on stderr, starting with
+    ``error:`` and containing ``fragment``, no traceback or warning anywhere, and (given
+    ``root`` and its ``files_state`` from before the command) nothing under ``root`` changed."""
+    stderr_lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert len(stderr_lines) == 1, result.stderr
+    assert stderr_lines[0].startswith("error:"), result.stderr
+    assert fragment in stderr_lines[0], (fragment, result.stderr)
+    assert "Traceback" not in result.output and "Warning" not in result.output, result.output
+    if root is not None:
+        assert files_state(root) == before, "the failed command changed files"

@@ -79,22 +79,24 @@ def test_movielens_ratings_csv_wrong_header(tmp_path):
 
 def test_movielens_bad_timestamp_names_the_line(tmp_path):
     path = write(tmp_path, "u.data", "1\t10\t5\t300\n1\t11\t5\tsoon\n")
-    with pytest.raises(InputError, match=r"u\.data:2: timestamp 'soon' is not a number"):
+    with pytest.raises(InputError, match=r"u\.data:2: timestamp 'soon' \(column 3\) is not a number"):
         read_corpus(path)
 
 
 def test_movielens_wrong_field_count(tmp_path):
     path = write(tmp_path, "u.data", "1\t10\t5\n1\t11\t5\n")
-    with pytest.raises(InputError, match=r"u\.data:1: expected 4 fields"):
+    with pytest.raises(InputError, match=r"u\.data:1: expected 4 tab-separated fields \(as in the first lines\), found 3"):
         read_corpus(path)
 
 
 def test_interactions_with_custom_columns(tmp_path):
-    path = write(tmp_path, "events.csv", "uid,sku,ts,score\na,x,3,1\na,y,1,5\nb,x,2,5\n")
-    options = CorpusOptions(user_col="uid", item_col="sku", time_col="ts", rating_col="score", min_rating=2)
+    path = write(tmp_path, "events.csv", "who,sku,when,stars\na,x,3,1\na,y,1,5\nb,x,2,5\na,z,0,4\nb,w,1,3\n")
+    options = CorpusOptions(user_col="who", item_col="sku", time_col="when", rating_col="stars", min_rating=2)
     corpus = read_corpus(path, options=options)
     assert corpus.format == "interactions"
-    assert corpus.sequences == [["y"], ["x"]]
+    assert corpus.sequences == [["z", "y"], ["w", "x"]]
+    assert corpus.skipped_lines == 1
+    assert corpus.columns == {"user": "'who'", "item": "'sku'", "time": "'when'", "rating": "'stars'"}
 
 
 def test_interactions_without_timestamp_keep_file_order(tmp_path):
@@ -102,10 +104,17 @@ def test_interactions_without_timestamp_keep_file_order(tmp_path):
     assert read_corpus(path).sequences == [["b", "a"]]
 
 
-def test_interactions_missing_column_lists_columns(tmp_path):
-    path = write(tmp_path, "events.csv", "uid,item\na,x\n")
-    with pytest.raises(InputError, match=r"events\.csv: no column 'user'; columns are uid, item"):
+def test_interactions_unknown_header_names_ask_for_the_option(tmp_path):
+    path = write(tmp_path, "events.csv", "who,what\n1,10\n1,11\n")
+    with pytest.raises(InputError, match=r"events\.csv: no column of the header \(who, what\) is a known user column "
+                                         r"name; pass --user-col NAME or a 0-based position"):
         read_corpus(path, options=CorpusOptions(format="interactions"))
+
+
+def test_interactions_named_column_missing_lists_columns(tmp_path):
+    path = write(tmp_path, "events.csv", "uid,item\na,x\na,y\n")
+    with pytest.raises(InputError, match=r"events\.csv: no column 'customer' for --user-col; columns are uid, item"):
+        read_corpus(path, options=CorpusOptions(user_col="customer"))
 
 
 def test_auto_detection(tmp_path):

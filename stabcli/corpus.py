@@ -242,7 +242,7 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
         nothing (most sequences one token) or on table rows (most keys hold a delimiter).
     """
     path = Path(path)
-    codec, _ = sniff_encoding(path, options.encoding)  # also refuses directories, FIFOs, devices, archives
+    codec, _ = sniff_encoding(path, options.encoding, "corpus file")  # refuses directories, FIFOs, devices, archives
     fmt = detect_format(path, model, options) if options.format == "auto" else options.format
     if fmt == "lines" and options.columns_given:
         given = next(r for r in ROLE_FLAGS if getattr(options, f"{r}_col") is not None)

@@ -54,7 +54,7 @@ def check_regular_file(path: Path, what: str = "file") -> None:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        raise InputError(f"{path}: no such {what}") from None
+        raise InputError(f"{path}: no such file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     if stat.S_ISDIR(mode):
@@ -64,10 +64,10 @@ def check_regular_file(path: Path, what: str = "file") -> None:
         raise InputError(f"{path}: is {kind}, not a regular file; save the {what} to a file first")
 
 
-def sniff_encoding(path: Path, encoding: str) -> tuple[str, int]:
+def sniff_encoding(path: Path, encoding: str, what: str = "file") -> tuple[str, int]:
     """(codec, bytes to skip): a byte-order mark decides the encoding and is skipped;
     compressed files are refused naming the tool that unpacks them."""
-    check_regular_file(path)
+    check_regular_file(path, what)
     try:
         with open(path, "rb") as fh:
             head = fh.read(8)

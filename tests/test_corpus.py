@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from stabcli.corpus import CorpusOptions, detect_format, file_sha256, read_corpus
-from stabcli.errors import InputError, UsageError
+from stabcli.errors import InputError, OptionError, UsageError
 
 
 def write(tmp_path: Path, name: str, data: str | bytes) -> Path:
@@ -151,7 +151,7 @@ def test_empty_corpus_is_an_error(tmp_path, name, data):
 def test_missing_file_and_unknown_format(tmp_path):
     with pytest.raises(InputError, match=r"nope\.txt: no such file"):
         read_corpus(tmp_path / "nope.txt")
-    with pytest.raises(UsageError, match="unknown corpus format 'xml'"):
+    with pytest.raises(OptionError, match="corpus_format: unknown corpus format 'xml'"):
         read_corpus(write(tmp_path, "c.txt", "a"), options=CorpusOptions(format="xml"))
 
 

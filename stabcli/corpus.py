@@ -308,7 +308,8 @@ def _check_reading(corpus: Corpus, auto: bool) -> None:
                 f"(with --user-col and --item-col), otherwise put one whole sequence per line")
         raise InputError(
             f"{path}: {single:,} of {n:,} users ({corpus.columns.get('user')}) have a single item, so there is no "
-            f"context to learn from; choose the column that groups items into sequences with --user-col")
+            f"context to learn from; choose the column that groups items into sequences with --user-col, or pass "
+            f"--corpus-format lines if each line is one sequence")
 
 
 # ---- delimited tables

@@ -79,7 +79,8 @@ def sniff_encoding(path: Path, encoding: str, what: str = "file") -> tuple[str, 
     for bom, codec in BOMS:
         if head.startswith(bom):
             return codec, len(bom)
-    return codecs.lookup(encoding).name, 0
+    codec = codecs.lookup(encoding).name
+    return (codec + "-le" if codec in ("utf-16", "utf-32") else codec), 0  # no mark: little-endian, as Windows writes
 
 
 def _ascii_compatible(codec: str) -> bool:

@@ -175,7 +175,7 @@ def interactions(n_users: int = 30, n_items: int = 60, seed: int = 0) -> list[tu
     for user in range(1, n_users + 1):
         count = int(rng.integers(4, 12))
         items = rng.choice(np.arange(1, n_items + 1), size=count, replace=False)
-        stamps = rng.choice(np.arange(874_724_710, 893_286_638), size=count, replace=False)
+        stamps = rng.integers(874_724_710, 893_286_638, size=count)  # ties (rare) keep file order
         ratings = rng.integers(1, 11, size=count) / 2
         rows += [(user, int(i), float(r), int(t)) for i, r, t in zip(items, ratings, stamps)]
     order = rng.permutation(len(rows))

@@ -316,6 +316,8 @@ def _check_reading(corpus: Corpus, auto: bool) -> None:
 
 
 def _split(line: str, delimiter: str) -> list[str]:
+    if " " not in line and '"' not in line:
+        return line.split(delimiter)  # the common case, nothing to strip or unquote
     if len(delimiter) == 1 and '"' in line:
         try:
             fields = next(csv.reader([line], delimiter=delimiter, strict=True))
@@ -518,22 +520,20 @@ def _read_interactions(path: Path, options: CorpusOptions, fmt: str, model: str)
     interned: dict[str, str] = {}
     skipped = 0
     row = 0
+    min_rating = options.min_rating if r is not None else None
     for lineno, fields in _table_rows(path, options.encoding, layout):
         user, item = fields[u], fields[i]
-        for role, value in (("user", user), ("item", item)):
-            if not value:
-                raise InputError(f"{path}:{lineno}: empty {role} field ({_column_label(layout, cols[role])})")
-        if len(item.split()) > 1 or item != item.strip():
-            raise InputError(f"{path}:{lineno}: item {item!r} contains whitespace, which a key cannot; "
-                             f"check --item-col")
-        if r is not None and options.min_rating is not None:
+        if not user or not item:
+            role = "user" if not user else "item"
+            raise InputError(f"{path}:{lineno}: empty {role} field ({_column_label(layout, cols[role])})")
+        if min_rating is not None:
             try:
                 rating = float(fields[r])
             except ValueError:
                 rating = math.nan
             if not math.isfinite(rating):
                 raise InputError(f"{path}:{lineno}: rating {fields[r]!r} ({_column_label(layout, r)}) is not a number")
-            if options.min_rating is not None and rating < options.min_rating:
+            if rating < min_rating:
                 skipped += 1
                 continue
         stamp = 0.0
@@ -543,14 +543,21 @@ def _read_interactions(path: Path, options: CorpusOptions, fmt: str, model: str)
                 raise InputError(f"{path}:{lineno}: timestamp {fields[t]!r} ({_column_label(layout, t)}) is not a "
                                  f"number or an ISO date")
             stamp = value
-        item = interned.setdefault(item, item)
-        if user not in items_by_user:
-            items_by_user[user] = []
+        known = interned.get(item)
+        if known is None:
+            if len(item.split()) != 1:
+                raise InputError(f"{path}:{lineno}: item {item!r} contains whitespace, which a key cannot; "
+                                 f"check --item-col")
+            known = interned[item] = item
+        items = items_by_user.get(user)
+        if items is None:
+            items = items_by_user[user] = []
             times_by_user[user] = array("d")
             first_seen[user] = (stamp, row)
-        items_by_user[user].append(item)
+        elif stamp < first_seen[user][0]:
+            first_seen[user] = (stamp, row)
+        items.append(known)
         times_by_user[user].append(stamp)
-        first_seen[user] = min(first_seen[user], (stamp, row))
         row += 1
     if t is not None:
         users = sorted(items_by_user, key=first_seen.__getitem__)

@@ -419,3 +419,22 @@ def test_min_rating_without_ratings_is_refused(tmp_path):
         read_corpus(write(tmp_path, "e.csv", "user,item\na,x\na,y\n"), options=CorpusOptions(min_rating=3))
     with pytest.raises(InputError, match=r"read as lines, which has no ratings"):
         read_corpus(write(tmp_path, "s.txt", "a b\nc d\n"), options=CorpusOptions(min_rating=3))
+
+
+def test_pretrain_on_a_renamed_u_data_trains_items_not_rows(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from stabcli.cli import app
+
+    rows = interactions(n_users=20, n_items=15)
+    path = write(tmp_path, "mydata.tsv", u_data(rows))
+    result = CliRunner().invoke(app, ["pretrain", str(path), "--out", str(tmp_path / "runs"), "--runs", "1",
+                                      "--epochs", "1", "--dim", "4", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "runs" / "stabcli.json").read_text())
+    assert manifest["corpus"]["format"] == "interactions"
+    assert manifest["corpus"]["sequences"] == 20 and manifest["corpus"]["tokens"] == len(rows)
+    keys = (tmp_path / "runs" / "keys.txt").read_text().split()
+    assert sorted(keys, key=int) == sorted({str(i) for _, i, _, _ in rows}, key=int)

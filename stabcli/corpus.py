@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from stabcli.errors import InputError, OptionError
-from stabcli.textfile import check_encoding, sniff_encoding, text_lines
+from stabcli.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
 FORMATS = ("auto", "lines", "tagged", "movielens", "interactions")
 MOVIELENS_NAMES = {"u.data", "ratings.dat", "ratings.csv"}
@@ -228,7 +228,8 @@ def detect_format(path: Path, model: str, options: CorpusOptions) -> str:
         return "movielens"
     if model == "doc2vec":
         return "tagged"
-    return "interactions" if sniff_table(path, options.encoding) is not None else "lines"
+    with csv_field_limit_lifted():
+        return "interactions" if sniff_table(path, options.encoding) is not None else "lines"
 
 
 def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOptions = CorpusOptions()) -> Corpus:
@@ -258,7 +259,8 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
         corpus = _read_tagged(path, options.encoding)
         corpus.encoding = codec
     else:
-        corpus = _read_interactions(path, options, fmt, model)
+        with csv_field_limit_lifted():
+            corpus = _read_interactions(path, options, fmt, model)
     if corpus.n_tokens == 0:
         raise InputError(f"{path}: empty corpus (no tokens in {fmt} format)")
     _check_reading(corpus, auto=options.format == "auto")
@@ -315,14 +317,18 @@ def _check_reading(corpus: Corpus, auto: bool) -> None:
 # ---- delimited tables
 
 
+class _BadQuoting(ValueError):
+    """A line whose quotes do not parse as CSV (the caller knows the file and line)."""
+
+
 def _split(line: str, delimiter: str) -> list[str]:
     if " " not in line and '"' not in line:
         return line.split(delimiter)  # the common case, nothing to strip or unquote
     if len(delimiter) == 1 and '"' in line:
         try:
             fields = next(csv.reader([line], delimiter=delimiter, strict=True))
-        except csv.Error:
-            fields = line.split(delimiter)  # unbalanced quotes: plain split, the caller checks the width
+        except csv.Error as exc:
+            raise _BadQuoting(str(exc)) from None
     else:
         fields = line.split(delimiter)
     return [f.strip() for f in fields]
@@ -354,7 +360,10 @@ def sniff_table(path: Path, encoding: str) -> TableLayout | None:
         return None
     best: tuple[int, str, list[list[str]]] | None = None
     for delimiter in DELIMITERS:
-        rows = [_split(line, delimiter) for line in sample]
+        try:
+            rows = [_split(line, delimiter) for line in sample]
+        except _BadQuoting:
+            continue
         rows = [r[:-1] if len(r) > 2 and r[-1] == "" else r for r in rows]  # a trailing delimiter
         widths = {len(r) for r in rows}
         if len(widths) != 1 or widths == {1}:
@@ -490,7 +499,10 @@ def _table_rows(path: Path, encoding: str, layout: TableLayout) -> Iterator[tupl
         if not seen_header:
             seen_header = True
             continue
-        fields = _split(line, layout.delimiter)
+        try:
+            fields = _split(line, layout.delimiter)
+        except _BadQuoting as exc:
+            raise InputError(f"{path}:{lineno}: malformed quoting ({exc})") from None
         if len(fields) == width + 1 and fields[-1] == "":
             fields.pop()  # a trailing delimiter
         if len(fields) != width:

@@ -14,14 +14,12 @@ Movies whose genre is ``unknown`` or ``(no genres listed)`` have no label.
 from __future__ import annotations
 
 import csv
-import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Iterator
 
 from stabcli.errors import InputError
-from stabcli.textfile import check_encoding, sniff_encoding, text_lines
+from stabcli.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
 # u.genre of MovieLens 100K: the order of the flags in u.item
 ML100K_GENRES = ("unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary",
@@ -60,7 +58,7 @@ def read_labels(path: str | Path, known_keys: Collection[str], encoding: str | N
                "movies.dat": lambda: _movies_dat(path, encoding), "movies.csv": lambda: _movies_csv(path, encoding)}
     by_key: dict[str, str] = {}
     first_line: dict[str, int] = {}
-    with _no_field_limit():
+    with csv_field_limit_lifted():
         for lineno, key, label in readers[fmt]():
             if label is None:
                 continue
@@ -72,17 +70,6 @@ def read_labels(path: str | Path, known_keys: Collection[str], encoding: str | N
     if not by_key:
         raise InputError(f"{path}: no labels found (empty file?)")
     return Labels(path, fmt, by_key)
-
-
-@contextmanager
-def _no_field_limit() -> Iterator[None]:
-    """The csv module refuses fields over 131,072 characters; a label file may hold longer ones."""
-    old = csv.field_size_limit()
-    csv.field_size_limit(sys.maxsize)
-    try:
-        yield
-    finally:
-        csv.field_size_limit(old)
 
 
 def _first_line(path: Path, encoding: str) -> str:

@@ -8,8 +8,11 @@ error naming the file, the line and the column, never silently replaced.
 from __future__ import annotations
 
 import codecs
+import csv
 import os
 import stat
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -140,3 +143,15 @@ def _decode_error(path: Path, codec: str, pending: str, lineno: int, exc: Unicod
     column = len(before) - (before.rfind("\n") + 1) + 1
     return InputError(f"{path}:{line}: not valid {codec} (byte 0x{data[exc.start]:02x} at column {column}); "
                       f"re-encode the file or pass --encoding")
+
+
+@contextmanager
+def csv_field_limit_lifted() -> Iterator[None]:
+    """The csv module refuses fields over 131,072 characters; our files may hold longer ones.
+    Lifts the process-wide limit for the duration and restores it."""
+    old = csv.field_size_limit()
+    csv.field_size_limit(sys.maxsize)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(old)

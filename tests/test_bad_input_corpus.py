@@ -132,6 +132,8 @@ CASES = [
      "e.csv:3: item 'my item' contains whitespace"),
     ("width changes after the sample", pretrain(lambda t: put(t, "e.csv", table(120) + "u1,i1,3\n")),
      "e.csv:122: expected 4 comma-separated fields (as in the first lines), found 3"),
+    ("unbalanced quote after the sample", pretrain(lambda t: put(t, "e.csv", table(120) + 'u1,"i1,3,4\n')),
+     "e.csv:122: malformed quoting"),
     ("bad timestamp", pretrain(lambda t: put(t, "e.csv", table() + "u1,i9,3,later\n")), "e.csv:8: timestamp 'later' ('ts')"),
     ("nan timestamp", pretrain(lambda t: put(t, "e.csv", table() + "u1,i9,3,nan\n")), "e.csv:8: timestamp 'nan'"),
     ("bad rating", pretrain(lambda t: put(t, "e.csv", table() + "u1,i9,good,7\n"), "--min-rating", "2"),

@@ -438,3 +438,19 @@ def test_pretrain_on_a_renamed_u_data_trains_items_not_rows(tmp_path):
     assert manifest["corpus"]["sequences"] == 20 and manifest["corpus"]["tokens"] == len(rows)
     keys = (tmp_path / "runs" / "keys.txt").read_text().split()
     assert sorted(keys, key=int) == sorted({str(i) for _, i, _, _ in rows}, key=int)
+
+
+def test_table_field_longer_than_the_csv_limit(tmp_path):
+    import csv
+
+    long = "x" * 200_000
+    path = write(tmp_path, "e.csv", f'user,item,note\na,x,"{long}, quoted"\na,y,n\nb,x,n\nb,y,n\n')
+    before = csv.field_size_limit()
+    assert read_corpus(path).sequences == [["x", "y"], ["x", "y"]]
+    assert csv.field_size_limit() == before
+
+
+def test_unbalanced_quote_in_a_table_names_the_line(tmp_path):
+    path = write(tmp_path, "e.csv", "user,item\n" + "a,x\n" * 100 + 'b,"y\n')
+    with pytest.raises(InputError, match=r"e\.csv:102: malformed quoting"):
+        read_corpus(path)

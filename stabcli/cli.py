@@ -171,19 +171,19 @@ def pretrain_cmd(
     script: Optional[str] = typer.Option(None, "--script", help="Train with your own command; placeholders "
                                          "{seed} {out} {run} {corpus}. Run without a shell."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds before a script run is killed."),
-    corpus_format: str = typer.Option("auto", "--corpus-format", help="auto, lines, tagged, movielens or interactions "
+    corpus_format: str = typer.Option("auto", "--corpus-format", metavar="FORMAT", help="auto, lines, tagged, movielens or interactions "
                                       "(auto: MovieLens names, doc2vec → tagged, a delimited table → interactions, else lines)."),
-    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of the corpus (a byte-order mark decides)."),
-    user_col: Optional[str] = typer.Option(None, "--user-col", help="Tables: user column, header name or 0-based position "
+    encoding: str = typer.Option("utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides)."),
+    user_col: Optional[str] = typer.Option(None, "--user-col", metavar="COL", help="Tables: user column, header name or 0-based position "
                                            "[default: a user/userId/uid… header, else column 0]."),
-    item_col: Optional[str] = typer.Option(None, "--item-col", help="Tables: item column, name or position "
+    item_col: Optional[str] = typer.Option(None, "--item-col", metavar="COL", help="Tables: item column, name or position "
                                            "[default: an item/itemId/movieId… header, else column 1]."),
-    time_col: Optional[str] = typer.Option(None, "--time-col", help="Tables: column ordering each user's items "
+    time_col: Optional[str] = typer.Option(None, "--time-col", metavar="COL", help="Tables: column ordering each user's items "
                                            "[default: a timestamp/ts/time… header; no header: column 3 in the "
                                            "MovieLens layout, else file order]."),
-    rating_col: Optional[str] = typer.Option(None, "--rating-col", help="Tables: rating column for --min-rating "
+    rating_col: Optional[str] = typer.Option(None, "--rating-col", metavar="COL", help="Tables: rating column for --min-rating "
                                              "[default: a rating/score… header; MovieLens layout: column 2]."),
-    min_rating: Optional[float] = typer.Option(None, "--min-rating", help="Tables: keep ratings >= this."),
+    min_rating: Optional[float] = typer.Option(None, "--min-rating", metavar="RATING", help="Tables: keep ratings >= this."),
     fmt: str = typer.Option("table", "--format", help="Summary as a rich table or json on stdout."),
 ) -> None:
     """Train N independent runs of an embedding into a run set.
@@ -302,7 +302,7 @@ def audit(
                                          "(paper Fig. A.4)."),
     reference: int = typer.Option(0, "--reference", help="Position of the run whose model is reused stale on the others."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
-    encoding: Optional[str] = typer.Option(None, "--encoding", help="Text encoding of the label file [default: utf-8; "
+    encoding: Optional[str] = typer.Option(None, "--encoding", metavar="ENCODING", help="Text encoding of the label file [default: utf-8; "
                                            "MovieLens u.item and movies.dat: latin-1; a byte-order mark decides]."),
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.

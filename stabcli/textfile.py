@@ -64,7 +64,7 @@ def check_regular_file(path: Path, what: str = "file") -> None:
         raise InputError(f"{path}: is a directory, not a {what}")
     if not stat.S_ISREG(mode):
         kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
-        raise InputError(f"{path}: is {kind}, not a regular file; save the {what} to a file first")
+        raise InputError(f"{path}: is {kind}, not a regular file; write it to a regular file first")
 
 
 def sniff_encoding(path: Path, encoding: str, what: str = "file") -> tuple[str, int]:

@@ -484,7 +484,7 @@ def _time_value(text: str) -> float | None:
     except ValueError:
         try:
             return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-        except ValueError:
+        except (ValueError, OverflowError, OSError):  # not a date, or one a platform cannot convert
             return None
     return value if math.isfinite(value) else None
 

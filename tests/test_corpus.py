@@ -454,3 +454,10 @@ def test_unbalanced_quote_in_a_table_names_the_line(tmp_path):
     path = write(tmp_path, "e.csv", "user,item\n" + "a,x\n" * 100 + 'b,"y\n')
     with pytest.raises(InputError, match=r"e\.csv:102: malformed quoting"):
         read_corpus(path)
+
+
+@pytest.mark.parametrize("stamp", ["0001-01-01", "2024-13-01", "1e999", "nan", "-inf"])
+def test_time_values_a_platform_cannot_order_are_one_clear_error(tmp_path, stamp):
+    path = write(tmp_path, "e.csv", f"user,item,ts\na,x,1\na,y,{stamp}\nb,x,2\nb,y,3\n")
+    with pytest.raises(InputError, match=rf"e\.csv:3: timestamp '{stamp}' \('ts'\) is not a number or an ISO date"):
+        read_corpus(path)

@@ -278,6 +278,8 @@ def _read_tagged(path: Path, encoding: str) -> Corpus:
             raise InputError(f"{path}:{lineno}: expected 'tag<TAB>text', found no tab")
         if not tag.strip():
             raise InputError(f"{path}:{lineno}: empty tag before the tab")
+        if len(tag.split()) != 1:
+            raise InputError(f"{path}:{lineno}: tag {tag.strip()!r} contains whitespace, which a key cannot")
         tags.append(tag.strip())
         sequences.append(text.split())
     return Corpus(path, "tagged", sequences, tags=tags)
@@ -297,7 +299,8 @@ def _check_reading(corpus: Corpus, auto: bool) -> None:
                     raise InputError(
                         f"{path}: read as lines, {len(holding):,} of {len(keys):,} distinct keys contain "
                         f"{delim!r} (e.g. {holding[0]!r}), so each key would be a whole table row; pass "
-                        f"--corpus-format interactions (with --user-col and --item-col) to read it as a table")
+                        f"--corpus-format interactions (with --user-col and --item-col) if it is a table, or "
+                        f"separate the tokens with spaces if each line is one sequence")
                 raise InputError(
                     f"{path}: {len(holding):,} of {len(keys):,} distinct items contain {delim!r} (e.g. "
                     f"{holding[0]!r}); the table's delimiter or the item column looks wrong: check --item-col")

@@ -121,6 +121,10 @@ CASES = [
                                        "--corpus-format", "interactions"), "s.txt: not a delimited table"),
     ("column option on prose", pretrain(lambda t: put(t, "s.txt", "the cat sat\nthe dog\n"), "--user-col", "0"),
      "s.txt: not a delimited table (lines do not split"),
+    ("doc2vec tag with a space", pretrain(lambda t: put(t, "d.tsv", "doc 1\tsome words\ndoc2\tmore words\n"),
+                                          "--model", "doc2vec"), "d.tsv:1: tag 'doc 1' contains whitespace"),
+    ("doc2vec tag with a form feed", pretrain(lambda t: put(t, "d.tsv", "d1\ta b\nd\x0c2\tc d\n"), "--model", "doc2vec"),
+     "d.tsv:2: tag 'd\\x0c2' contains whitespace"),
     # ---- malformed tables
     ("column out of range", pretrain(lambda t: put(t, "e.csv", table()), "--user-col", "7"),
      "e.csv: --user-col 7 is out of range; the table has 4 columns (0 to 3)"),

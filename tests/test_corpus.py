@@ -461,3 +461,17 @@ def test_time_values_a_platform_cannot_order_are_one_clear_error(tmp_path, stamp
     path = write(tmp_path, "e.csv", f"user,item,ts\na,x,1\na,y,{stamp}\nb,x,2\nb,y,3\n")
     with pytest.raises(InputError, match=rf"e\.csv:3: timestamp '{stamp}' \('ts'\) is not a number or an ISO date"):
         read_corpus(path)
+
+
+def test_comma_separated_sessions_of_varying_length_are_refused_with_both_remedies(tmp_path):
+    path = write(tmp_path, "sessions.txt", "i1,i2,i3\ni4,i5\ni1,i5,i6,i7\ni2\n")
+    with pytest.raises(InputError, match=r"read as lines, 3 of 4 distinct keys contain ','.*--corpus-format interactions"
+                                         r".*separate the tokens with spaces"):
+        read_corpus(path)
+
+
+@pytest.mark.parametrize("tag", ["doc 1", "doc\u20281", "d\x0bx"])
+def test_tag_with_whitespace_is_refused_naming_the_line(tmp_path, tag):
+    path = write(tmp_path, "d.tsv", f"ok\thello world\n{tag}\tbye now\n")
+    with pytest.raises(InputError, match=r"d\.tsv:2: tag .* contains whitespace, which a key cannot"):
+        read_corpus(path, model="doc2vec")

@@ -180,7 +180,7 @@ def pretrain_cmd(
                                            "[default: an item/itemId/movieId… header, else column 1]."),
     time_col: Optional[str] = typer.Option(None, "--time-col", metavar="COL", help="Tables: column ordering each user's items "
                                            "[default: a timestamp/ts/time… header; no header: column 3 in the "
-                                           "MovieLens layout, else file order]."),
+                                           "MovieLens layout, else file order; none: file order]."),
     rating_col: Optional[str] = typer.Option(None, "--rating-col", metavar="COL", help="Tables: rating column for --min-rating "
                                              "[default: a rating/score… header; MovieLens layout: column 2]."),
     min_rating: Optional[float] = typer.Option(None, "--min-rating", metavar="RATING", help="Tables: keep ratings >= this."),

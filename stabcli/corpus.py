@@ -55,6 +55,7 @@ COLUMN_NAMES = {
              "time_stamp", "timestampms", "epoch"),
     "rating": ("rating", "ratings", "score", "stars", "preference", "value"),
 }
+NO_COLUMN = "none"  # --time-col none / --rating-col none: do not use such a column even if the header has one
 ROLE_FLAGS = {"user": "--user-col", "item": "--item-col", "time": "--time-col", "rating": "--rating-col"}
 _POSITION = re.compile(r"^[+-]?\d+$")
 
@@ -86,7 +87,8 @@ class CorpusOptions:
         for role in ("user", "item", "time", "rating"):
             param = f"{role}_col"
             object.__setattr__(self, param, _column_spec(param, getattr(self, param)))
-        given = {role: getattr(self, f"{role}_col") for role in ("user", "item", "time", "rating")}
+        given = {role: getattr(self, f"{role}_col") for role in ("user", "item", "time", "rating")
+                 if getattr(self, f"{role}_col") != NO_COLUMN}
         seen: dict[Any, str] = {}
         for role, spec in given.items():
             if spec is None:
@@ -107,7 +109,7 @@ class CorpusOptions:
 
     @property
     def columns_given(self) -> bool:
-        return any(getattr(self, f"{r}_col") is not None for r in ("user", "item", "time", "rating"))
+        return any(getattr(self, f"{r}_col") not in (None, NO_COLUMN) for r in ("user", "item", "time", "rating"))
 
 
 def _role_of(flag: str) -> str:
@@ -122,6 +124,10 @@ def _column_spec(param: str, spec: object) -> str | int | None:
     if isinstance(spec, str):
         if not spec.strip():
             raise OptionError(param, "empty column name; give a header name or a 0-based position")
+        if spec.strip().lower() == NO_COLUMN:
+            if param in ("user_col", "item_col"):
+                raise OptionError(param, "is required; give a header name or a 0-based position")
+            return NO_COLUMN
         if not _POSITION.match(spec.strip()):
             return spec.strip()
         spec = int(spec)
@@ -246,7 +252,7 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
     codec, _ = sniff_encoding(path, options.encoding, "corpus file")  # refuses directories, FIFOs, devices, archives
     fmt = detect_format(path, model, options) if options.format == "auto" else options.format
     if fmt == "lines" and options.columns_given:
-        given = next(r for r in ROLE_FLAGS if getattr(options, f"{r}_col") is not None)
+        given = next(r for r in ROLE_FLAGS if getattr(options, f"{r}_col") not in (None, NO_COLUMN))
         raise InputError(f"{path}: not a delimited table (lines do not split into the same number of fields), so "
                          f"{ROLE_FLAGS[given]} does not apply; pass --corpus-format interactions to read it as one")
     if fmt in ("lines", "tagged") and options.min_rating is not None:
@@ -427,7 +433,8 @@ def _layout_for(path: Path, options: CorpusOptions, fmt: str) -> TableLayout:
             raise InputError(f"{path}: empty corpus (no rows)")
         raise InputError(f"{path}: not a delimited table: its first lines do not all split into the same number "
                          f"(two or more) of fields on ',', tab, ';', '::' or '|' (first line {first[:80]!r})")
-    if any(isinstance(getattr(options, f"{r}_col"), str) for r in ROLE_FLAGS) and layout.header is None:
+    if any(getattr(options, f"{r}_col") not in (None, NO_COLUMN) and isinstance(getattr(options, f"{r}_col"), str)
+           for r in ROLE_FLAGS) and layout.header is None:
         header = _split(next(line for _, line in text_lines(path, options.encoding) if line.strip()), layout.delimiter)
         return TableLayout(layout.delimiter, header, layout.n_columns)  # a column named by the user implies a header
     return layout
@@ -440,8 +447,8 @@ def _choose_columns(path: Path, options: CorpusOptions, layout: TableLayout, fmt
     chosen: dict[str, int] = {}
     for role in ("user", "item", "time", "rating"):
         spec = getattr(options, f"{role}_col")
-        if role == "rating" and spec is None and options.min_rating is None:
-            continue  # ratings are read only to filter them
+        if role == "rating" and spec is None and options.min_rating is None or spec == NO_COLUMN:
+            continue  # ratings are read only to filter them; 'none' turns a column off
         if isinstance(spec, int):
             if spec >= layout.n_columns:
                 raise InputError(f"{path}: {ROLE_FLAGS[role]} {spec} is out of range; the table has "
@@ -556,7 +563,7 @@ def _read_interactions(path: Path, options: CorpusOptions, fmt: str, model: str)
             value = _time_value(fields[t])
             if value is None:
                 raise InputError(f"{path}:{lineno}: timestamp {fields[t]!r} ({_column_label(layout, t)}) is not a "
-                                 f"number or an ISO date")
+                                 f"number or an ISO date (--time-col none keeps file order)")
             stamp = value
         known = interned.get(item)
         if known is None:

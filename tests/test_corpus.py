@@ -475,3 +475,14 @@ def test_tag_with_whitespace_is_refused_naming_the_line(tmp_path, tag):
     path = write(tmp_path, "d.tsv", f"ok\thello world\n{tag}\tbye now\n")
     with pytest.raises(InputError, match=r"d\.tsv:2: tag .* contains whitespace, which a key cannot"):
         read_corpus(path, model="doc2vec")
+
+
+def test_time_col_none_keeps_file_order_when_dates_are_not_iso(tmp_path):
+    path = write(tmp_path, "e.csv", "user,item,date\na,x,02/01/2020\na,y,01/01/2020\nb,x,03/01/2020\nb,z,01/01/2020\n")
+    with pytest.raises(InputError, match=r"e\.csv:2: timestamp '02/01/2020' \('date'\) .*--time-col none keeps file order"):
+        read_corpus(path)
+    corpus = read_corpus(path, options=CorpusOptions(time_col="None"))
+    assert corpus.sequences == [["x", "y"], ["x", "z"]] and "time" not in corpus.columns
+    with pytest.raises(OptionError, match="user_col: is required") as info:
+        CorpusOptions(user_col="none")
+    assert info.value.param == "user_col"

@@ -44,7 +44,7 @@ def check_encoding(param: str, encoding: object) -> str:
         raise OptionError(param, f"expected an encoding name such as utf-8, latin-1 or utf-16, got {encoding!r}")
     try:
         info = codecs.lookup(encoding)
-    except LookupError:
+    except (LookupError, ValueError):  # ValueError: a name with a NUL character
         raise OptionError(param, f"unknown encoding {encoding!r}; use a name such as utf-8, latin-1, cp1252 or utf-16") from None
     if not getattr(info, "_is_text_encoding", True):
         raise OptionError(param, f"{encoding!r} is not a text encoding; use a name such as utf-8, latin-1 or utf-16")

@@ -90,6 +90,7 @@ CASES = [
      "c.txt:1: not valid utf-32-le"),
     # ---- pretrain options, checked before any IO (the corpus need not exist)
     ("unknown encoding", pretrain(lambda t: t / "nope.txt", "--encoding", "klingon"), "--encoding: unknown encoding 'klingon'"),
+    ("encoding with a NUL", pretrain(lambda t: t / "nope.txt", "--encoding", "utf-8\x00"), "--encoding: unknown encoding"),
     ("empty encoding", pretrain(lambda t: t / "nope.txt", "--encoding", ""), "--encoding: expected an encoding name"),
     ("non-text encoding", pretrain(lambda t: t / "nope.txt", "--encoding", "base64"), "--encoding: 'base64' is not a text"),
     ("rot13 encoding", pretrain(lambda t: t / "nope.txt", "--encoding", "rot13"), "--encoding: 'rot13' is not a text"),
@@ -201,3 +202,44 @@ def test_bad_corpus_or_label_input(tmp_path, build, fragment):
 
 def test_catalogue_size():
     assert len(CASES) >= 30
+
+
+# ---- generated option values: construction succeeds or raises OptionError, nothing else
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from stabcli.corpus import CorpusOptions, read_corpus  # noqa: E402
+from stabcli.errors import OptionError, StabcliError  # noqa: E402
+
+ODD_TEXT = st.one_of(st.text(max_size=12), st.sampled_from(["utf-8", "UTF_16", "latin1", "none", "-0", "007", "1e3",
+                                                            "\x00", "utf-8\x00", "rot_13", "mbcs", "idna", "punycode"]))
+COLUMN = st.one_of(st.none(), ODD_TEXT, st.integers(-5, 20_000), st.booleans(), st.floats(allow_nan=True))
+
+
+@settings(max_examples=60, deadline=None)
+@given(fmt=st.one_of(st.sampled_from(["auto", "lines", "tagged", "movielens", "interactions"]), st.text(max_size=8)),
+       encoding=ODD_TEXT, user=COLUMN, item=COLUMN, time=COLUMN, rating=COLUMN,
+       min_rating=st.one_of(st.none(), st.floats(), st.integers(), st.booleans(), st.text(max_size=3)))
+def test_corpus_options_accept_or_name_the_parameter(fmt, encoding, user, item, time, rating, min_rating):
+    try:
+        options = CorpusOptions(fmt, encoding, user, item, time, rating, min_rating)
+    except OptionError as exc:
+        assert exc.param in ("corpus_format", "encoding", "user_col", "item_col", "time_col", "rating_col", "min_rating")
+        return
+    assert all(getattr(options, f"{r}_col") is None or isinstance(getattr(options, f"{r}_col"), (str, int))
+               for r in ("user", "item", "time", "rating"))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(user=COLUMN, item=COLUMN, time=COLUMN, data=st.sampled_from([
+    "user,item,ts\na,x,1\na,y,2\nb,x,3\nb,z,4\n", "1\t10\t5\t881250949\n1\t11\t3\t881250950\n2\t10\t4\t881250951\n",
+    "a;b\n1;2\n1;3\n", "x::y::z\n", "u|i\n1|2\n1|3\n2|2\n2|4\n", "\ufeffuid,iid\nu1,i1\nu1,i2\n"]))
+def test_tables_with_generated_columns_read_or_raise_stabcli_error(tmp_path, user, item, time, data):
+    path = tmp_path / "t.csv"
+    path.write_text(data, encoding="utf-8")
+    try:
+        corpus = read_corpus(path, options=CorpusOptions(user_col=user, item_col=item, time_col=time))
+    except StabcliError:
+        return
+    assert corpus.n_tokens > 0 and all(len(tok.split()) == 1 for seq in corpus.sequences for tok in seq)

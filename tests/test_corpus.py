@@ -486,3 +486,10 @@ def test_time_col_none_keeps_file_order_when_dates_are_not_iso(tmp_path):
     with pytest.raises(OptionError, match="user_col: is required") as info:
         CorpusOptions(user_col="none")
     assert info.value.param == "user_col"
+
+
+def test_bom_before_a_tag_or_a_header_is_not_part_of_it(tmp_path):
+    tagged = read_corpus(write(tmp_path, "d.tsv", "\ufeffdoc0\ta b\ndoc1\tb c\n"), model="doc2vec")
+    assert tagged.tags == ["doc0", "doc1"]
+    table = read_corpus(write(tmp_path, "e.csv", "\ufeffuser,item\na,x\na,y\n"))
+    assert table.columns == {"user": "'user'", "item": "'item'"} and table.sequences == [["x", "y"]]

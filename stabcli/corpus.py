@@ -266,7 +266,7 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
         corpus.encoding = codec
     else:
         with csv_field_limit_lifted():
-            corpus = _read_interactions(path, options, fmt, model)
+            corpus = _read_interactions(path, options, fmt)
     if corpus.n_tokens == 0:
         raise InputError(f"{path}: empty corpus (no tokens in {fmt} format)")
     _check_reading(corpus, auto=options.format == "auto")
@@ -299,7 +299,7 @@ def _check_reading(corpus: Corpus, auto: bool) -> None:
     if corpus.format == "lines" and auto or corpus.table is not None:
         keys = {tok for seq in corpus.sequences for tok in seq}
         for delim in DELIMITERS:
-            holding = [k for k in keys if delim in k]
+            holding = sorted(k for k in keys if delim in k)  # sorted: the example named is reproducible
             if len(holding) * 2 > len(keys):
                 if corpus.table is None:
                     raise InputError(
@@ -521,7 +521,7 @@ def _table_rows(path: Path, encoding: str, layout: TableLayout) -> Iterator[tupl
         yield lineno, fields
 
 
-def _read_interactions(path: Path, options: CorpusOptions, fmt: str, model: str) -> Corpus:
+def _read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Corpus:
     """One sequence of item ids per user, ordered by time (file order breaks ties); users
     in the order of their first interaction."""
     codec, _ = sniff_encoding(path, options.encoding)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from stabcli.corpus import CorpusOptions, detect_format, file_sha256, read_corpus
-from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.errors import InputError, OptionError
 
 
 def write(tmp_path: Path, name: str, data: str | bytes) -> Path:

@@ -21,6 +21,7 @@ from stabcli import __version__
 from stabcli.corpus import CorpusOptions
 from stabcli.errors import OptionError, StabcliError, UsageError
 from stabcli.runset import write_text_atomic
+from stabcli.textfile import check_encoding
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 
 # audit, featurize and downstream import scipy and scikit-learn (seconds): each command
@@ -170,13 +171,19 @@ def pretrain_cmd(
     script: Optional[str] = typer.Option(None, "--script", help="Train with your own command; placeholders "
                                          "{seed} {out} {run} {corpus}. Run without a shell."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds before a script run is killed."),
-    corpus_format: str = typer.Option("auto", "--corpus-format", help="auto, lines, tagged, movielens or interactions."),
-    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of the corpus."),
-    user_col: str = typer.Option("user", "--user-col", help="interactions: user column."),
-    item_col: str = typer.Option("item", "--item-col", help="interactions: item column."),
-    time_col: str = typer.Option("timestamp", "--time-col", help="interactions: timestamp column (file order if absent)."),
-    rating_col: str = typer.Option("rating", "--rating-col", help="interactions: rating column (for --min-rating)."),
-    min_rating: Optional[float] = typer.Option(None, "--min-rating", help="movielens/interactions: keep ratings >= this."),
+    corpus_format: str = typer.Option("auto", "--corpus-format", metavar="FORMAT", help="auto, lines, tagged, movielens or interactions "
+                                      "(auto: MovieLens names, doc2vec → tagged, a delimited table → interactions, else lines)."),
+    encoding: str = typer.Option("utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides)."),
+    user_col: Optional[str] = typer.Option(None, "--user-col", metavar="COL", help="Tables: user column, header name or 0-based position "
+                                           "[default: a user/userId/uid… header, else column 0]."),
+    item_col: Optional[str] = typer.Option(None, "--item-col", metavar="COL", help="Tables: item column, name or position "
+                                           "[default: an item/itemId/movieId… header, else column 1]."),
+    time_col: Optional[str] = typer.Option(None, "--time-col", metavar="COL", help="Tables: column ordering each user's items "
+                                           "[default: a timestamp/ts/time… header; no header: column 3 in the "
+                                           "MovieLens layout, else file order; none: file order]."),
+    rating_col: Optional[str] = typer.Option(None, "--rating-col", metavar="COL", help="Tables: rating column for --min-rating "
+                                             "[default: a rating/score… header; MovieLens layout: column 2]."),
+    min_rating: Optional[float] = typer.Option(None, "--min-rating", metavar="RATING", help="Tables: keep ratings >= this."),
     fmt: str = typer.Option("table", "--format", help="Summary as a rich table or json on stdout."),
 ) -> None:
     """Train N independent runs of an embedding into a run set.
@@ -295,7 +302,8 @@ def audit(
                                          "(paper Fig. A.4)."),
     reference: int = typer.Option(0, "--reference", help="Position of the run whose model is reused stale on the others."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
-    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of the label file (MovieLens files: latin-1)."),
+    encoding: Optional[str] = typer.Option(None, "--encoding", metavar="ENCODING", help="Text encoding of the label file [default: utf-8; "
+                                           "MovieLens u.item and movies.dat: latin-1; a byte-order mark decides]."),
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
@@ -317,6 +325,8 @@ def audit(
     """
     from stabcli.audit import AuditOptions
 
+    if encoding is not None:
+        check_encoding("encoding", encoding)
     if fmt not in ("table", "json"):
         raise typer.BadParameter("choose table or json", param_hint="--format")
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)

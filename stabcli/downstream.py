@@ -54,7 +54,7 @@ class DownstreamOptions:
     reference: int = 0
     seed: int = 0                      # random Fourier directions, one draw for all runs
     jobs: int | None = None
-    encoding: str = "utf-8"
+    encoding: str | None = None        # None: utf-8, MovieLens u.item/movies.dat latin-1 (labels.read_labels)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ Example
 >>> plan.add("o.npy", "--out"); plan.add("o.npy.featurize.json", "--out")
 >>> plan.check()                                               # before any work
 >>> with plan:                                                 # rollback on any exception
-...     np.save(plan.staging("o.npy"), array)                  # write to the temporary name
+...     with open(plan.staging("o.npy"), "wb") as fh:          # write to the temporary name
+...         np.save(fh, array)
 ...     plan.write_json("o.npy.featurize.json", sidecar)
 ... # leaving the block without an exception commits: every output appears at once
 """
@@ -82,6 +83,15 @@ def foreign_entry(root: Path, owned: Owned) -> Path | None:
     return None
 
 
+def with_companions(path: str | Path) -> list[Path]:
+    """An input path and the files reading it also reads (an ``.npy``'s ``NAME.keys.txt``);
+    declare them all as inputs. A directory input covers everything inside it already."""
+    path = Path(path)
+    if path.suffix.lower() == ".npy":
+        return [path, path.with_name(path.stem + ".keys.txt")]
+    return [path]
+
+
 def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
@@ -98,6 +108,7 @@ class _Output:
     owned: Owned | None = None
     exists_ok: bool = False
     staged: Path | None = None      # the temporary name once something was written
+    nested: bool = False            # staged inside a private temporary directory (``staging(nested=True)``)
     text: list[str] = field(default_factory=list)  # what an "append" output receives on commit
 
     @property
@@ -213,9 +224,12 @@ class OutputPlan:
                 return output
         raise ValueError(f"{path} was not declared with OutputPlan.add")
 
-    def staging(self, path: str | Path) -> Path:
+    def staging(self, path: str | Path, *, nested: bool = False) -> Path:
         """The temporary name to write output ``path`` under (a fresh directory for a ``dir``
-        output); ``commit`` renames it into place."""
+        output); ``commit`` renames it into place. ``nested=True`` gives a file of the same
+        name inside a private temporary directory, for writers that make temporary files
+        of their own beside their target (gensim, pandas, matplotlib): rollback removes
+        them with the directory."""
         output = self._find(path)
         if output.kind == "append":
             raise ValueError(f"{path}: an append output is written with write_text")
@@ -224,9 +238,10 @@ class OutputPlan:
             tmp = output.temporary()
             if os.path.lexists(tmp):  # left by an earlier attempt of this very pid
                 shutil.rmtree(tmp) if tmp.is_dir() and not tmp.is_symlink() else tmp.unlink()
-            if output.kind == "dir":
+            output.nested = nested and output.kind == "file"
+            if output.kind == "dir" or output.nested:
                 tmp.mkdir()
-            output.staged = tmp
+            output.staged = tmp / output.path.name if output.nested else tmp
         return output.staged
 
     def write_bytes(self, path: str | Path, data: bytes) -> None:
@@ -273,17 +288,20 @@ class OutputPlan:
             shutil.rmtree(aside)
         else:
             os.replace(output.staged, output.path)
+            if output.nested:
+                shutil.rmtree(output.staged.parent)
         output.staged = None
         self._committed.append((output, existed))
 
     def rollback(self) -> None:
         """Remove every temporary name and every output this plan already created."""
         for output in self._outputs:
-            if output.staged is not None and os.path.lexists(output.staged):
-                if output.staged.is_dir() and not output.staged.is_symlink():
-                    shutil.rmtree(output.staged, ignore_errors=True)
+            staged = output.staged.parent if output.staged is not None and output.nested else output.staged
+            if staged is not None and os.path.lexists(staged):
+                if staged.is_dir() and not staged.is_symlink():
+                    shutil.rmtree(staged, ignore_errors=True)
                 else:
-                    output.staged.unlink(missing_ok=True)
+                    staged.unlink(missing_ok=True)
             output.staged = None
             output.text.clear()
         for output, existed in self._committed:
@@ -296,13 +314,15 @@ class OutputPlan:
 
     def write_error(self, exc: OSError) -> UsageError:
         """One line naming the real output (never a temporary name) for a failed write."""
-        output = self._current
+        output, name = self._current, None
         filename = Path(exc.filename) if exc.filename else None
         for candidate in self._outputs:
-            staged = candidate.staged or candidate.temporary()
-            if filename is not None and (filename == staged or _inside(filename, staged)):
+            tmp = candidate.temporary()
+            if filename is not None and (filename == tmp or _inside(filename, tmp)):
                 output = candidate
-        name = output.path if output is not None else filename
+                if candidate.kind == "dir" and filename != tmp:  # a file inside a directory output
+                    name = candidate.path / filename.relative_to(tmp)
+        name = name or (output.path if output is not None else filename)
         reason = exc.strerror or os.strerror(exc.errno or errno.EIO)
         return UsageError(f"{name}: cannot write ({reason})")
 

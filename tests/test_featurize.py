@@ -13,7 +13,8 @@ from stabcli import FourierFeaturizer, ProcrustesAligner
 from stabcli.audit import load_runs
 from stabcli.cli import app
 from stabcli.embeddings import read_embedding, write_embedding
-from stabcli.featurize import FeaturizeSpec, choose_dimension, featurize, gaussian_kernel_error
+from stabcli.featurize import FeaturizeOptions, featurize
+from stabcli.fourier import choose_dimension, gaussian_kernel_error
 
 runner = CliRunner()
 
@@ -113,8 +114,8 @@ def emb(tmp_path):
 
 def test_streaming_equals_unchunked_and_is_bitwise_reproducible(tmp_path, emb):
     path, keys, vectors = emb
-    featurize(path, tmp_path / "a.npy", FeaturizeSpec(dim=16, chunk_rows=7))
-    featurize(path, tmp_path / "b.npy", FeaturizeSpec(dim=16, chunk_rows=100_000))
+    featurize(path, tmp_path / "a.npy", FeaturizeOptions(dim=16, chunk_rows=7))
+    featurize(path, tmp_path / "b.npy", FeaturizeOptions(dim=16, chunk_rows=100_000))
     a = np.load(tmp_path / "a.npy")
     assert a.dtype == np.float32 and a.shape == (100, 16)
     assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
@@ -140,7 +141,7 @@ def test_rows_float32_cannot_normalize_are_still_exact(tmp_path):
     vectors[7] *= np.float32(1e-25)
     vectors[11] *= np.float32(1e25)
     write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(12)], vectors)
-    featurize(tmp_path / "in.npy", tmp_path / "out.npy", FeaturizeSpec(dim=8, chunk_rows=4))  # one odd row per chunk
+    featurize(tmp_path / "in.npy", tmp_path / "out.npy", FeaturizeOptions(dim=8, chunk_rows=4))  # one odd row per chunk
     x = vectors.astype(np.float64)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     z = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0) @ np.random.default_rng(0).normal(0.0, 1.0, (6, 4))
@@ -153,17 +154,17 @@ def test_word2vec_outputs_load_in_gensim(tmp_path, emb, name, binary):
     from gensim.models import KeyedVectors
 
     path, keys, _ = emb
-    featurize(path, tmp_path / name, FeaturizeSpec(dim=6))
+    featurize(path, tmp_path / name, FeaturizeOptions(dim=6))
     kv = KeyedVectors.load_word2vec_format(str(tmp_path / name), binary=binary)
     assert kv.index_to_key == keys
-    np.testing.assert_allclose(kv.vectors, np.load(featurize(path, tmp_path / "x.npy", FeaturizeSpec(dim=6)).output), atol=1e-6)
+    np.testing.assert_allclose(kv.vectors, np.load(featurize(path, tmp_path / "x.npy", FeaturizeOptions(dim=6)).output), atol=1e-6)
 
 
 @pytest.mark.parametrize("fmt, name", [("kv", "o.kv"), ("parquet", "o.parquet"), ("npy", "o.vectors")])
 def test_other_output_formats_round_trip(tmp_path, emb, fmt, name):
     path, keys, _ = emb
-    direct = np.load(featurize(path, tmp_path / "d.npy", FeaturizeSpec(dim=6)).output)
-    featurize(path, tmp_path / name, FeaturizeSpec(dim=6), fmt=fmt)
+    direct = np.load(featurize(path, tmp_path / "d.npy", FeaturizeOptions(dim=6)).output)
+    featurize(path, tmp_path / name, FeaturizeOptions(dim=6, fmt=fmt))
     if fmt == "npy":
         np.testing.assert_array_equal(np.load(tmp_path / name, allow_pickle=False), direct)
         assert (tmp_path / "o.keys.txt").read_text().splitlines() == keys
@@ -177,7 +178,7 @@ def test_align_to_recovers_the_reference(tmp_path, emb):
     path, keys, vectors = emb
     rotated = vectors @ ortho_group.rvs(8, random_state=3).astype(np.float32)
     write_embedding(tmp_path / "rot.npy", keys[::-1], rotated[::-1])  # other key order
-    result = featurize(tmp_path / "rot.npy", tmp_path / "back.npy", FeaturizeSpec(dim=0, align_to=path))
+    result = featurize(tmp_path / "rot.npy", tmp_path / "back.npy", FeaturizeOptions(dim=0, align_to=path))
     back = read_embedding(tmp_path / "back.npy")
     order = [back.keys.index(k) for k in keys]
     np.testing.assert_allclose(np.asarray(back.vectors)[order], vectors, atol=1e-5)
@@ -196,7 +197,7 @@ def test_run_set_becomes_a_run_set_audit_reads(tmp_path, sessions_file):
     from stabcli.training import TrainConfig, pretrain
 
     pretrain(tmp_path / "runs", sessions_file, TrainConfig(dim=6, epochs=2), runs=3, jobs=1)
-    result = featurize(tmp_path / "runs", tmp_path / "phi", FeaturizeSpec(dim=10))
+    result = featurize(tmp_path / "runs", tmp_path / "phi", FeaturizeOptions(dim=10))
     assert result.runs == 3
     runs = load_runs([tmp_path / "phi"])
     assert runs.dim == 10 and len(runs.arrays) == 3 and runs.keys == load_runs([tmp_path / "runs"]).keys
@@ -211,17 +212,17 @@ def test_run_set_becomes_a_run_set_audit_reads(tmp_path, sessions_file):
 
 def test_save_transform_holds_u_and_recipe(tmp_path, emb):
     path, _, _ = emb
-    featurize(path, tmp_path / "o.npy", FeaturizeSpec(dim=8, align_to=path), save_transform=tmp_path / "t.npz")
+    featurize(path, tmp_path / "o.npy", FeaturizeOptions(dim=8, align_to=path), save_transform=tmp_path / "t.npz")
     saved = np.load(tmp_path / "t.npz")
     assert saved["directions"].shape == (8, 4) and saved["rotation"].shape == (8, 8)
     assert "cos" in str(saved["recipe"])
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--dim", "7"], "output dimension 7 must be an even integer >= 2"),
-    (["--dim", "0"], "--dim 0 only aligns: it needs --align-to"),
-    (["--sigma", "-1"], "sigma -1.0 must be a positive number"),
-    (["--chunk-rows", "0"], "--chunk-rows must be at least 1"),
+    (["--dim", "7"], "--dim: 7 must be an even integer >= 2"),
+    (["--dim", "0"], "--dim: 0 only aligns: it needs --align-to"),
+    (["--sigma", "-1"], "--sigma: -1.0 must be a positive number"),
+    (["--chunk-rows", "0"], "--chunk-rows: 0 must be at least 1"),
 ])
 def test_cli_bad_options(tmp_path, emb, args, message):
     path, _, _ = emb

@@ -340,19 +340,19 @@ def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOpti
     options = options or FeaturizeOptions()
     source, output = Path(input_path), Path(output)
     runset = _open_runset(source)
-    fmt = _output_format(output, options.fmt, runset is not None)
     plan = OutputPlan(with_companions(source) + (with_companions(options.align_to) if options.align_to else []), force=force)
     sidecar_path = output.with_name(output.name + SIDECAR_SUFFIX)
     if runset is not None:
         plan.add(output, "--out", kind="dir", owned=runset_owned)
     else:
         plan.add(output, "--out")
-        if fmt == "npy":
+        if (options.fmt or format_for(output)) == "npy":
             plan.add(keys_path_for(output), "keys file")
     plan.add(sidecar_path, "sidecar")
     if save_transform is not None:
         save_transform = plan.add(save_transform, "--save-transform")
-    plan.check()
+    plan.check()  # an output that is an input is named as such first, whatever else is wrong with it
+    fmt = _output_format(output, options.fmt, runset is not None)
 
     embeddings = [runset.load(i) for i in runset.runs] if runset else [read_embedding(source)]
     first = embeddings[0]

@@ -184,6 +184,7 @@ class OutputPlan:
                 if (other.kind == "dir" and _inside(real, other_real)) or (output.kind == "dir" and _inside(other_real, real)):
                     raise UsageError(f"{output.name}: overlaps {other.name}; give them separate paths")
             seen.append((output, real))
+        for output in self._outputs:  # collisions first: they are named whatever else is wrong
             self._check_location(output)
 
     def _check_location(self, output: _Output) -> None:

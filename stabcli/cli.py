@@ -249,7 +249,7 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
         if plots:
             written = [plots / path.name for path in write_plots(report, plan.staging(plots))]
     for path in written:
-        err.print(f"wrote {path}", highlight=False)
+        err.print(f"wrote {path}", highlight=False, soft_wrap=True)
     if fmt == "json":
         sys.stdout.write(text)
     else:

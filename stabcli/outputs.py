@@ -276,8 +276,9 @@ class OutputPlan:
                     with open(output.path, "a", encoding="utf-8") as fh:
                         fh.write("".join(output.text))
         except OSError as exc:
+            error = self.write_error(exc)
             self.rollback()
-            raise self.write_error(exc) from None
+            raise error from None
 
     def _publish(self, output: _Output) -> None:
         assert output.staged is not None
@@ -335,6 +336,7 @@ class OutputPlan:
         if exc_type is None:
             self.commit()
             return
+        error = self.write_error(exc) if isinstance(exc, OSError) else None
         self.rollback()
-        if isinstance(exc, OSError):
-            raise self.write_error(exc) from None
+        if error is not None:
+            raise error from None

@@ -251,3 +251,153 @@ def test_cli_featurize_reports(tmp_path, emb):
     result = runner.invoke(app, ["featurize", str(path), "--out", str(tmp_path / "o.npy"), "--epsilon", "0.05"])
     assert result.exit_code == 0, result.output
     assert "measured mean kernel error" in result.output and "Rahimi–Recht" in result.output
+
+
+# ---- options, outputs and faults (issues 12, 13, 14)
+
+def test_featurize_options_validate_themselves_once():
+    import dataclasses
+
+    from stabcli.errors import OptionError
+
+    assert FeaturizeOptions().dim == 128 and FeaturizeOptions(epsilon=0.1).dim is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        FeaturizeOptions().dim = 4
+    for kwargs, param in [({"dim": 7}, "dim"), ({"dim": 8, "epsilon": 0.1}, "epsilon"), ({"epsilon": float("inf")}, "epsilon"),
+                          ({"seed": -1}, "seed"), ({"seed": 1.5}, "seed"), ({"sigma": float("nan")}, "sigma"),
+                          ({"dim": True}, "dim"), ({"chunk_rows": 0}, "chunk_rows"), ({"fmt": "csv"}, "fmt"),
+                          ({"reference": 2}, "reference"), ({"normalize": "yes"}, "normalize")]:
+        with pytest.raises(OptionError) as info:
+            FeaturizeOptions(**kwargs)
+        assert info.value.param == param and isinstance(info.value, ValueError)
+
+
+def test_estimators_validate_parameters_the_sklearn_way():
+    from stabcli.errors import OptionError
+
+    X = np.random.default_rng(0).standard_normal((6, 3))
+    for kwargs in ({"sigma": -1.0}, {"sigma": 0}, {"random_state": -1}, {"normalize": "yes"}, {"n_components": 0},
+                   {"n_components": 2.5}):
+        with pytest.raises(ValueError, match="parameter of FourierFeaturizer must be"):
+            FourierFeaturizer(**kwargs).fit(X)
+    with pytest.raises(OptionError, match="n_components: 3 must be an even integer"):
+        FourierFeaturizer(n_components=3).fit(X)
+    with pytest.raises(ValueError, match="reference: must have the shape of X"):
+        ProcrustesAligner(reference=np.zeros((2, 3))).fit(X)
+    assert set(FourierFeaturizer._parameter_constraints) == set(FourierFeaturizer().get_params())
+    assert set(ProcrustesAligner._parameter_constraints) == set(ProcrustesAligner().get_params())
+
+
+def test_existing_outputs_need_force_which_replaces_them(tmp_path, emb):
+    path, keys, _ = emb
+    out = tmp_path / "o.npy"
+    assert runner.invoke(app, ["featurize", str(path), "--out", str(out), "--dim", "8"]).exit_code == 0
+    result = runner.invoke(app, ["featurize", str(path), "--out", str(out), "--dim", "4"])
+    assert result.exit_code == 2 and f"--out {out}: already exists; pass --force" in result.stderr
+    assert np.load(out).shape == (100, 8)
+    result = runner.invoke(app, ["featurize", str(path), "--out", str(out), "--dim", "4", "--force"])
+    assert result.exit_code == 0, result.output
+    assert np.load(out).shape == (100, 4) and json.loads((tmp_path / "o.npy.featurize.json").read_text())["dim"] == 4
+    assert f"(sidecar {tmp_path / 'o.npy.featurize.json'})" in result.stdout  # as given, with its directory
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.keys.txt", "in.npy", "o.keys.txt", "o.npy",
+                                                         "o.npy.featurize.json"]
+
+
+def test_force_replaces_a_featurized_run_set(tmp_path, sessions_file):
+    from stabcli.training import TrainConfig, pretrain
+
+    pretrain(tmp_path / "runs", sessions_file, TrainConfig(dim=6, epochs=1), runs=2, jobs=1)
+    featurize(tmp_path / "runs", tmp_path / "phi", FeaturizeOptions(dim=10))
+    result = featurize(tmp_path / "runs", tmp_path / "phi", FeaturizeOptions(dim=4), force=True)
+    assert result.output_dim == 4 and load_runs([tmp_path / "phi"]).dim == 4
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_align_to_a_run_set_uses_its_reference_run(tmp_path, sessions_file):
+    from stabcli.training import TrainConfig, pretrain
+
+    pretrain(tmp_path / "runs", sessions_file, TrainConfig(dim=6, epochs=1), runs=3, jobs=1)
+    run1 = read_embedding(tmp_path / "runs" / "run-001" / "vectors.npy")
+    write_embedding(tmp_path / "run1.npy", load_runs([tmp_path / "runs"]).keys, np.asarray(run1.vectors))
+    rotated = np.asarray(run1.vectors) @ ortho_group.rvs(6, random_state=2).astype(np.float32)
+    write_embedding(tmp_path / "rot.npy", load_runs([tmp_path / "runs"]).keys, rotated)
+    result = featurize(tmp_path / "rot.npy", tmp_path / "back.npy",
+                       FeaturizeOptions(dim=0, align_to=tmp_path / "runs", reference=1))
+    assert result.residual_after < 1e-4 < result.residual_before
+    np.testing.assert_allclose(np.load(tmp_path / "back.npy"), run1.vectors, atol=1e-4)
+    side = json.loads((tmp_path / "back.npy.featurize.json").read_text())
+    assert side["align_to_run"] == "run-001"
+    from stabcli.corpus import file_sha256
+    assert side["align_to_sha256"] == file_sha256(tmp_path / "runs" / "run-001" / "vectors.npy")
+
+
+def test_keyless_arrays_align_by_position_with_a_note(tmp_path):
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((40, 5)).astype(np.float32)
+    np.save(tmp_path / "ref.npy", ref)
+    np.save(tmp_path / "x.npy", ref @ ortho_group.rvs(5, random_state=1).astype(np.float32))
+    result = runner.invoke(app, ["featurize", str(tmp_path / "x.npy"), "--out", str(tmp_path / "o.npy"), "--dim", "0",
+                                 "--align-to", str(tmp_path / "ref.npy")])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip() == f"note: {tmp_path / 'x.npy'} and {tmp_path / 'ref.npy'} have no keys files: rows are " \
+                                    "matched by position"
+    np.testing.assert_allclose(np.load(tmp_path / "o.npy"), ref, atol=1e-5)
+
+
+def test_a_late_failure_removes_every_output_and_names_the_real_file(tmp_path, emb, monkeypatch):
+    """All or nothing: --save-transform fails after the features, keys and sidecar were staged."""
+    import errno
+
+    from stabcli import featurize as featurize_module
+
+    path, _, _ = emb
+
+    def disk_full(plan, target, *args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(plan.staging(target)))
+
+    monkeypatch.setattr(featurize_module, "_save_transform", disk_full)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = runner.invoke(app, ["featurize", str(path), "--out", str(tmp_path / "o.npy"), "--save-transform",
+                                 str(tmp_path / "t.npz")])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {tmp_path / 't.npz'}: cannot write (No space left on device)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_chunk_rows_that_cannot_fit_are_refused_naming_the_option(tmp_path, monkeypatch):
+    from stabcli import resources
+
+    write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(5000)], np.ones((5000, 4), np.float32))
+    monkeypatch.setattr(resources, "available_memory", lambda: 4 << 20)
+    args = ["featurize", str(tmp_path / "in.npy"), "--out", str(tmp_path / "o.npy"), "--dim", "128"]
+    assert runner.invoke(app, args).exit_code == 0  # the default chunk (~1 MB of output) fits
+    result = runner.invoke(app, args + ["--chunk-rows", "5000", "--force"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --chunk-rows: 5,000 for 5,000 rows of dimension 4 (npy output) needs about "), \
+        result.stderr
+    assert result.stderr.strip().endswith("but only 4.0 MB of memory is available")
+
+
+def _limited(args, limit):
+    """Run the stabcli CLI in a child whose files may not exceed ``limit`` bytes (SIGXFSZ ignored)."""
+    import subprocess
+    import sys
+
+    code = ("import resource, signal, sys\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+            "from stabcli.cli import main\n"
+            "sys.argv = ['stabcli'] + sys.argv[1:]\n"
+            "main()\n")
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("name", ["o.npy", "o.vec", "o.kv"])
+def test_a_file_size_limit_names_the_real_file_and_leaves_nothing(tmp_path, name):
+    write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(2000)],
+                    np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    done = _limited(["featurize", tmp_path / "in.npy", "--out", tmp_path / name, "--dim", "64"], 100_000)
+    assert done.returncode == 2, done
+    assert done.stderr.strip() == f"error: {tmp_path / name}: cannot write (File too large)", done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

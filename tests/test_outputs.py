@@ -196,3 +196,68 @@ def test_a_file_size_limit_names_the_real_file_and_leaves_no_temporary(tmp_path)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == f"{tmp_path / 'big.bin'}: cannot write (File too large)", done
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- audit's outputs go through one plan
+
+def audit_workspace(t: Path) -> Path:
+    import json
+
+    import numpy as np
+
+    runs = t / "runs"
+    runs.mkdir()
+    (runs / "keys.txt").write_text("".join(f"k{i}\n" for i in range(30)))
+    for r in range(3):
+        (runs / f"run-{r:03d}").mkdir()
+        np.save(runs / f"run-{r:03d}" / "vectors.npy", np.random.default_rng(r).standard_normal((30, 4)).astype(np.float32))
+    (runs / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
+    return runs
+
+
+AUDIT = ["--knn-k", "3", "--pairs", "50", "--knn-queries", "10"]
+
+
+def test_audit_force_replaces_outputs_and_appends_to_the_step_summary(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from stabcli.cli import app
+
+    runs = audit_workspace(tmp_path)
+    (tmp_path / "r.json").write_text("old")
+    (tmp_path / "summary.md").write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    args = ["audit", str(runs), *AUDIT, "--json", str(tmp_path / "r.json"), "--plots", str(tmp_path / "plots")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "r.json: already exists; pass --force" in result.stderr
+    assert (tmp_path / "r.json").read_text() == "old" and (tmp_path / "summary.md").read_text() == "earlier step\n"
+    result = CliRunner().invoke(app, args + ["--force"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "r.json").read_text().startswith("{")
+    assert (tmp_path / "summary.md").read_text().startswith("earlier step\n#")
+    figures = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert figures and all(name.endswith(".png") for name in figures)
+    assert f"wrote {tmp_path / 'plots' / figures[0]}" in result.stderr
+    result = CliRunner().invoke(app, args + ["--force"])  # a plots directory of stabcli's figures is replaced
+    assert result.exit_code == 0, result.output
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_audit_plots_over_a_file_size_limit_leave_no_output_at_all(tmp_path):
+    runs = audit_workspace(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    script = ("import resource, signal, sys\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (12000, 12000))\n"
+              "from stabcli.cli import main\n"
+              "sys.argv = ['stabcli'] + sys.argv[1:]\n"
+              "main()\n")
+    done = subprocess.run([sys.executable, "-c", script, "audit", str(runs), *AUDIT, "--json", str(tmp_path / "r.json"),
+                           "--markdown", str(tmp_path / "r.md"), "--plots", str(tmp_path / "plots")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path / 'plots'}") and \
+        lines[0].endswith("cannot write (File too large)"), done.stderr
+    assert "None" not in lines[0] and ".partial" not in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no r.json, r.md, plots or temporary

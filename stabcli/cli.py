@@ -398,10 +398,11 @@ def featurize_cmd(
               f"{result.output_dim} dims (sidecar {result.sidecar})", highlight=False, soft_wrap=True)
     if result.measured_error is not None:
         out.print(f"--epsilon {epsilon:g}: M = {result.output_dim}, measured mean kernel error {result.measured_error:.4g}; "
-                  f"Rahimi–Recht's uniform bound (95%) would need M = {result.rahimi_recht_dim:,}", highlight=False)
+                  f"Rahimi–Recht's uniform bound (95%) would need M = {result.rahimi_recht_dim:,}", highlight=False,
+                  soft_wrap=True)
     if result.residual_before is not None:
         out.print(f"alignment residual ‖XQ − REF‖/‖REF‖ on shared keys: {result.residual_before:.4g} → {result.residual_after:.4g}",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
 
 
 def sample_path(name: str) -> Path:

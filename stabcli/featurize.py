@@ -279,8 +279,8 @@ def _guard_memory(rows: int, input_dim: int, dim: int, options: FeaturizeOptions
     needed = memory_needed(rows, input_dim, dim, options.chunk_rows, fmt)
     param = "chunk_rows" if options.chunk_rows and \
         memory_needed(rows, input_dim, dim, None, fmt) < needed else ("dim" if options.dim is not None else "epsilon")
-    value = options.chunk_rows if param == "chunk_rows" else dim
-    require_memory(param, needed, f"{value:,} for {rows:,} rows of dimension {input_dim} ({fmt} output)")
+    request = f"{options.chunk_rows:,} rows per chunk" if param == "chunk_rows" else f"M = {dim:,}"
+    require_memory(param, needed, f"{request} for {rows:,} rows of dimension {input_dim} ({fmt} output)")
 
 
 def _output_format(output: Path, fmt: str | None, runset: bool) -> str:

@@ -195,7 +195,7 @@ CASES = [
     ("sigma so large, run set", F + ["runs", "--out", "phi", "--sigma", "1e300"], "--sigma: 1e+300 makes the features", None, None),
     ("zero chunk rows", F + ["a.npy", "--out", "o.npy", "--chunk-rows", "0"], "--chunk-rows: 0 must be at least 1", None, None),
     ("negative chunk rows", F + ["a.npy", "--out", "o.npy", "--chunk-rows", "-5"], "--chunk-rows: -5 must be at least 1", None, None),
-    ("huge dim", F + ["a.npy", "--out", "o.npy", "--dim", "1000000000"], "--dim: 1,000,000,000 for 30 rows of dimension 4 (npy "
+    ("huge dim", F + ["a.npy", "--out", "o.npy", "--dim", "1000000000"], "--dim: M = 1,000,000,000 for 30 rows of dimension 4 (npy "
      "output) needs about", None, None),
     ("huge dim, run set", F + ["runs", "--out", "phi", "--dim", "100000000000"], "of memory is available", None, None),
     ("reference without --align-to", F + ["a.npy", "--out", "o.npy", "--reference", "1"],

@@ -373,7 +373,7 @@ def test_chunk_rows_that_cannot_fit_are_refused_naming_the_option(tmp_path, monk
     assert runner.invoke(app, args).exit_code == 0  # the default chunk (~1 MB of output) fits
     result = runner.invoke(app, args + ["--chunk-rows", "5000", "--force"])
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: --chunk-rows: 5,000 for 5,000 rows of dimension 4 (npy output) needs about "), \
+    assert result.stderr.startswith("error: --chunk-rows: 5,000 rows per chunk for 5,000 rows of dimension 4 (npy output) needs about "), \
         result.stderr
     assert result.stderr.strip().endswith("but only 4.0 MB of memory is available")
 

@@ -191,6 +191,10 @@ def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.
     chunk_rows = _chunk_rows(options.chunk_rows, _width(emb, directions))
     rotation32 = None if rotation is None else rotation.astype(np.float32)
     if directions is not None:
+        # |x·u| <= ‖x‖‖u‖ (Cauchy–Schwarz): below this bound a float32 projection cannot overflow
+        # and the features are finite without a pass over them
+        with np.errstate(over="ignore"):
+            longest_direction = float(np.linalg.norm(directions, axis=0).max())
         rows, k = min(chunk_rows, n), directions.shape[1]
         work = np.empty((rows, k), np.float32)
         outs = [np.empty((rows, 2 * k), np.float32) for _ in range(buffers)]
@@ -198,12 +202,13 @@ def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.
         raw = emb.vectors[start:start + chunk_rows]
         with np.errstate(over="ignore"):  # float64 beyond float32's range: redone in float64 below
             block = np.asarray(raw, dtype=np.float32)
-        inverse = None
+        inverse, finite = None, False
         if directions is not None and options.normalize:
             norms = row_norms(block)  # NaN/inf rows show up here: no separate pass over the block
             carries = _float32_carries(block, norms)
             if carries:
                 inverse = inverse_norms(block, norms)
+                finite = rotation is None and max(float(norms.max()), 1.0) * longest_direction < _SAFE_FLOAT32
         else:
             with np.errstate(over="ignore", invalid="ignore"):
                 carries = bool(np.isfinite(block.sum()))  # a sum that overflows only costs the float64 path
@@ -215,10 +220,14 @@ def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.
         if directions is not None:
             block = fourier_features(block, directions, options.normalize, out=outs[chunk % buffers][: block.shape[0]],
                                      inverse=inverse, work=work if block.dtype == np.float32 else None)
-        yield start, _finite_float32(block, emb, start, options)
+        yield start, block if finite else _finite_float32(block, emb, start, options, directions is not None)
 
 
-def _finite_float32(block: np.ndarray, emb: Embedding, start: int, options: FeaturizeOptions) -> np.ndarray:
+_SAFE_FLOAT32 = 1e37  # an order of magnitude below float32's largest value
+
+
+def _finite_float32(block: np.ndarray, emb: Embedding, start: int, options: FeaturizeOptions,
+                    featurized: bool) -> np.ndarray:
     """``block`` as float32, or an error naming the first key whose output is not finite."""
     with np.errstate(over="ignore", invalid="ignore"):
         block = np.asarray(block, dtype=np.float32)
@@ -228,7 +237,7 @@ def _finite_float32(block: np.ndarray, emb: Embedding, start: int, options: Feat
     if finite.all():
         return block
     key = emb.keys[start + int(np.argmin(finite))]
-    if options.dim:
+    if featurized:
         raise OptionError("sigma", f"{options.sigma:g} makes the features of key {key!r} in {emb.source} NaN "
                                    f"(the projection h·U overflows); choose a smaller --sigma")
     raise InputError(f"{emb.source}: key {key!r}: aligned values exceed the float32 range of the output")

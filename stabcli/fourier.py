@@ -82,17 +82,19 @@ def gaussian_kernel_error(X: np.ndarray, sigma: float, n_components: int, seed: 
     a, b = np.asarray(X[np.sort(first)], dtype=np.float64), np.asarray(X[np.sort(second)], dtype=np.float64)
     if normalize:
         a, b = unit_rows(a), unit_rows(b)
-    exact = np.exp(-(sigma ** 2) * np.square(a - b).sum(axis=1) / 2)
-    directions = draw_directions(a.shape[1], n_components, sigma, seed)
-    approx = (fourier_features(a, directions, False) * fourier_features(b, directions, False)).sum(axis=1)
-    return float(np.abs(approx - exact).mean())
+    with np.errstate(over="ignore", invalid="ignore"):  # a huge σ: exact → 0, features NaN (the caller refuses)
+        exact = np.exp(-np.square(sigma * (a - b)).sum(axis=1) / 2)
+        directions = draw_directions(a.shape[1], n_components, sigma, seed)
+        approx = (fourier_features(a, directions, False) * fourier_features(b, directions, False)).sum(axis=1)
+        return float(np.abs(approx - exact).mean())
 
 
 def rahimi_recht_dimension(epsilon: float, sigma: float, dim: int, diameter: float, delta: float = 0.05) -> int:
     """Output dimension M at which Rahimi & Recht (2007, Claim 1) guarantee a *uniform* error
     ≤ ε with probability ≥ 1 − δ: D ≥ 4(d+2)/ε² · ln(2⁸ (σ_p·diam/ε)² / δ), σ_p = σ√d, M = 2D."""
-    sigma_p = sigma * math.sqrt(dim)
-    d_needed = 4 * (dim + 2) / epsilon ** 2 * math.log(2 ** 8 * (sigma_p * diameter / epsilon) ** 2 / delta)
+    # in logarithms: σ_p·diam/ε overflows a float for a large σ
+    log_ratio = math.log(sigma) + 0.5 * math.log(dim) + math.log(diameter) - math.log(epsilon) if diameter > 0 else 0.0
+    d_needed = 4 * (dim + 2) / epsilon / epsilon * (math.log(2 ** 8 / delta) + 2 * log_ratio)
     return 2 * math.ceil(max(d_needed, 1))
 
 
@@ -102,7 +104,7 @@ def choose_dimension(X: np.ndarray, sigma: float, epsilon: float, seed: int, nor
     if not (isinstance(epsilon, Real) and math.isfinite(epsilon) and epsilon > 0):
         raise OptionError("epsilon", f"{epsilon!r} must be a positive number")
     high = 2
-    while (error := gaussian_kernel_error(X, sigma, high, seed, normalize)) > epsilon:
+    while (error := _finite_kernel_error(X, sigma, high, seed, normalize)) > epsilon:
         if high >= max_dim:
             raise OptionError("epsilon", f"{epsilon:g} is not reached with M up to {max_dim} (error {error:.3g})")
         high *= 2
@@ -110,12 +112,19 @@ def choose_dimension(X: np.ndarray, sigma: float, epsilon: float, seed: int, nor
     low = high // 2  # known (or assumed, for M=2) to miss ε
     while high - low > 2:
         mid = (low + high) // 4 * 2
-        mid_error = gaussian_kernel_error(X, sigma, mid, seed, normalize)
+        mid_error = _finite_kernel_error(X, sigma, mid, seed, normalize)
         if mid_error <= epsilon:
             high, best, best_error = mid, mid, mid_error
         else:
             low = mid
     return best, best_error
+
+
+def _finite_kernel_error(X: np.ndarray, sigma: float, n_components: int, seed: int, normalize: bool) -> float:
+    error = gaussian_kernel_error(X, sigma, n_components, seed, normalize)
+    if not math.isfinite(error):
+        raise OptionError("sigma", f"{sigma:g} makes the features NaN (the projection h·U overflows); choose a smaller --sigma")
+    return error
 
 
 def procrustes_rotation(X: np.ndarray, reference: np.ndarray) -> tuple[np.ndarray, float, float]:

@@ -193,6 +193,12 @@ CASES = [
     ("sigma so large the features are NaN, unnormalized", F + ["a.npy", "--out", "o.vec", "--sigma", "1e300", "--no-normalize"],
      "--sigma: 1e+300 makes the features", None, None),
     ("sigma so large, run set", F + ["runs", "--out", "phi", "--sigma", "1e300"], "--sigma: 1e+300 makes the features", None, None),
+    ("sigma so large, with --epsilon", F + ["a.npy", "--out", "o.npy", "--epsilon", "0.1", "--sigma", "1e300"],
+     "--sigma: 1e+300 makes the features", None, None),
+    ("sigma so large, with --epsilon, unnormalized", F + ["a.npy", "--out", "o.npy", "--epsilon", "0.1", "--sigma", "1e300",
+                                                          "--no-normalize"], "--sigma: 1e+300 makes the features", None, None),
+    ("sigma overflowing float32 only", F + ["a.npy", "--out", "o.npy", "--sigma", "1e39"], "--sigma: 1e+39 makes the features",
+     None, None),
     ("zero chunk rows", F + ["a.npy", "--out", "o.npy", "--chunk-rows", "0"], "--chunk-rows: 0 must be at least 1", None, None),
     ("negative chunk rows", F + ["a.npy", "--out", "o.npy", "--chunk-rows", "-5"], "--chunk-rows: -5 must be at least 1", None, None),
     ("huge dim", F + ["a.npy", "--out", "o.npy", "--dim", "1000000000"], "--dim: M = 1,000,000,000 for 30 rows of dimension 4 (npy "

@@ -401,3 +401,15 @@ def test_a_file_size_limit_names_the_real_file_and_leaves_nothing(tmp_path, name
     assert done.returncode == 2, done
     assert done.stderr.strip() == f"error: {tmp_path / name}: cannot write (File too large)", done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_rahimi_recht_dimension_in_logarithms():
+    import math
+
+    from stabcli.fourier import rahimi_recht_dimension
+
+    for epsilon, sigma, dim, diameter in [(0.05, 1.0, 4, 2.0), (0.01, 0.5, 64, 2.0), (0.1, 3.0, 16, 7.5)]:
+        direct = 4 * (dim + 2) / epsilon ** 2 * math.log(2 ** 8 * (sigma * math.sqrt(dim) * diameter / epsilon) ** 2 / 0.05)
+        assert rahimi_recht_dimension(epsilon, sigma, dim, diameter) == 2 * math.ceil(direct)
+    assert rahimi_recht_dimension(0.1, 1e200, 4, 2.0) > 0  # (σ·diam/ε)² overflows a float; its logarithm does not
+    assert rahimi_recht_dimension(0.1, 1.0, 4, 0.0) > 0  # all-zero rows

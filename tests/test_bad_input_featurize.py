@@ -297,3 +297,38 @@ def _is_value(argv, i):
 
 def test_catalogue_size():
     assert len(CASES) >= 90
+
+
+# ---- any option values: exit 0 with finite output, or 2 with one line (issue 13 §3)
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+MAGNITUDES = st.one_of(st.integers(-10, 10), st.integers(-2**70, 2**70), st.sampled_from([0, 1, 2, 3, 4, 8, 64, 10**9]))
+FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e-300, 1e-8, 0.3, 1.0, 5.0, 1e30, 1e300]))
+TEXT = st.one_of(st.text(max_size=6), st.sampled_from(["", " ", "1e3", "0x10", "½", "𝟘", "-", "--dim", "nan"]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(options=st.lists(st.one_of(
+    st.tuples(st.just("--dim"), st.one_of(MAGNITUDES.map(str), TEXT)),
+    st.tuples(st.just("--sigma"), st.one_of(FLOATS.map(repr), TEXT)),
+    st.tuples(st.just("--seed"), st.one_of(MAGNITUDES.map(str), TEXT)),
+    st.tuples(st.just("--chunk-rows"), st.one_of(MAGNITUDES.map(str), TEXT)),
+    st.tuples(st.just("--reference"), MAGNITUDES.map(str)),
+    st.tuples(st.just("--format"), st.one_of(st.sampled_from(["npy", "kv", "word2vec", "parquet", "csv"]), TEXT)),
+    st.tuples(st.just("--epsilon"), st.one_of(st.sampled_from(["0.2", "0.5", "-1", "nan", "inf", "0", "1e300"]), TEXT)),
+), max_size=3))
+def test_any_option_values_exit_0_or_2_without_a_traceback(tmp_path, options):
+    t = tmp_path
+    if not (t / "a.npy").exists():
+        write_embedding(t / "a.npy", KEYS, vectors(0))
+    argv = ["featurize", str(t / "a.npy"), "--out", str(t / "o.npy"), "--force"] + [x for pair in options for x in pair]
+    result = runner.invoke(app, argv)
+    assert result.exit_code in (0, 2), (argv, result.output)
+    assert "Traceback" not in result.output and "Warning" not in result.output, (argv, result.output)
+    if result.exit_code == 0:
+        assert np.isfinite(np.load(t / "o.npy")).all()
+    else:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 or "Usage:" in result.stderr, (argv, result.stderr)  # typer's own usage errors

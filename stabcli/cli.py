@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from contextlib import nullcontext
 from importlib.resources import files
@@ -20,7 +19,6 @@ from typer.core import TyperGroup
 from stabcli import __version__
 from stabcli.corpus import CorpusOptions
 from stabcli.errors import OptionError, StabcliError, UsageError
-from stabcli.runset import write_text_atomic
 from stabcli.textfile import check_encoding
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 
@@ -29,6 +27,7 @@ from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 if TYPE_CHECKING:
     from stabcli.audit import AuditOptions
     from stabcli.downstream import DownstreamOptions
+    from stabcli.outputs import OutputPlan
 
 EXIT_FAILED_CHECK = 1
 EXIT_BAD_INPUT = 2
@@ -229,33 +228,35 @@ def _comma_list(value: Optional[str], kind: type, option: str) -> Optional[list[
 
 def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[str], fmt: str,
                       json_path: Optional[Path], markdown_path: Optional[Path], plots: Optional[Path],
-                      downstream: Optional[DownstreamOptions] = None) -> dict[str, Any]:
+                      downstream: Optional[DownstreamOptions] = None, force: bool = False) -> dict[str, Any]:
     """Load, compute, write every requested rendering; returns the report."""
     from stabcli.audit import build_report, evaluate_checks, load_runs, parse_check
     from stabcli.report import render_markdown, render_terminal, write_plots
 
     for expression in checks:
         parse_check(expression)  # a malformed expression fails before any heavy work
+    plan = _audit_outputs(inputs, downstream, json_path, markdown_path, plots, force)
+    plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
     runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False))
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
                               downstream=downstream)
     evaluate_checks(report, checks)
     text = json.dumps(report, indent=2) + "\n"
-    if json_path:
-        _write_output(json_path, text)
-    if markdown_path:
-        _write_output(markdown_path, render_markdown(report))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    try:
+    written: list[Path] = []
+    with plan:  # all or nothing: every output appears together, or none on any failure
+        if json_path:
+            plan.write_text(json_path, text)
+        markdown = render_markdown(report) if markdown_path or summary else ""
+        if markdown_path:
+            plan.write_text(markdown_path, markdown)
         if summary:
-            with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(render_markdown(report))
+            plan.write_text(summary, markdown)
         if plots:
-            for path in write_plots(report, plots):
-                err.print(f"wrote {path}", highlight=False)
-    except OSError as exc:
-        raise UsageError(f"{exc.filename}: cannot write ({exc.strerror})") from None
+            written = [plots / path.name for path in write_plots(report, plan.staging(plots))]
+    for path in written:
+        err.print(f"wrote {path}", highlight=False, soft_wrap=True)
     if fmt == "json":
         sys.stdout.write(text)
     else:
@@ -263,11 +264,23 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
     return report
 
 
-def _write_output(path: Path, text: str) -> None:
-    try:
-        write_text_atomic(path, text)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
+def _audit_outputs(inputs: list[Path], downstream: Optional[DownstreamOptions], json_path: Optional[Path],
+                   markdown_path: Optional[Path], plots: Optional[Path], force: bool) -> OutputPlan:
+    """Every output of an audit (--json, --markdown, --plots, GITHUB_STEP_SUMMARY) against every input."""
+    from stabcli.outputs import OutputPlan, plots_owned, with_companions
+
+    plan = OutputPlan([companion for path in inputs for companion in with_companions(path)], force=force)
+    if downstream is not None:
+        plan.add_input(downstream.labels)
+    if json_path:
+        plan.add(json_path, "--json")
+    if markdown_path:
+        plan.add(markdown_path, "--markdown")
+    if plots:
+        plan.add(plots, "--plots", kind="dir", owned=plots_owned)
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        plan.add(os.environ["GITHUB_STEP_SUMMARY"], "GITHUB_STEP_SUMMARY", kind="append")
+    return plan
 
 
 @app.command()
@@ -304,6 +317,8 @@ def audit(
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
     encoding: Optional[str] = typer.Option(None, "--encoding", metavar="ENCODING", help="Text encoding of the label file [default: utf-8; "
                                            "MovieLens u.item and movies.dat: latin-1; a byte-order mark decides]."),
+    force: bool = typer.Option(False, "--force", help="Replace existing --json/--markdown files and a --plots directory "
+                               "holding only stabcli's figures (never an input)."),
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
@@ -345,7 +360,7 @@ def audit(
             featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
             sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
             encoding=encoding)
-    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream)
+    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream, force)
     if not report["passed"]:
         raise typer.Exit(EXIT_FAILED_CHECK)
 
@@ -357,12 +372,16 @@ def featurize_cmd(
     dim: Optional[int] = typer.Option(None, "--dim", help="Output dimension M (even); 0 = only align. Default 128."),
     epsilon: Optional[float] = typer.Option(None, "--epsilon", help="Choose the smallest M whose measured mean kernel error is <= this."),
     sigma: float = typer.Option(1.0, "--sigma", help="Direction scale: kernel exp(-sigma^2 |h-h'|^2 / 2)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random directions U."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random directions U (>= 0)."),
     normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="L2-normalize rows first."),
-    align_to: Optional[Path] = typer.Option(None, "--align-to", help="Rotate onto this reference embedding (shared keys) first."),
+    align_to: Optional[Path] = typer.Option(None, "--align-to", help="Rotate onto this reference first (shared keys): "
+                                            "an embedding file, or a run set's run --reference."),
+    reference: int = typer.Option(0, "--reference", help="With --align-to RUN_SET: position of its reference run."),
     fmt: Optional[str] = typer.Option(None, "--format", help="npy, word2vec, word2vec-bin, kv or parquet (default: from the suffix)."),
     save_transform: Optional[Path] = typer.Option(None, "--save-transform", help="Write U (and the rotation) with a serving recipe (.npz)."),
     chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", help="Rows per streamed chunk (default: about 1 MB of output, which stays in cache)."),
+    force: bool = typer.Option(False, "--force", help="Replace existing outputs (a directory only if it holds nothing but "
+                               "a run set stabcli wrote; never an input)."),
 ) -> None:
     """Turn embeddings into random Fourier features phi(h), optionally aligned to a reference.
 
@@ -377,22 +396,23 @@ def featurize_cmd(
 
         stabcli featurize today.vec --out today-aligned.npy --dim 0 --align-to yesterday.vec
     """
-    from stabcli.featurize import FeaturizeSpec, featurize
+    from stabcli.featurize import FeaturizeOptions, featurize
 
-    if dim is not None and epsilon is not None:
-        raise typer.BadParameter("give --dim or --epsilon, not both", param_hint="--epsilon")
-    spec = FeaturizeSpec(dim=dim if dim is not None or epsilon is not None else 128, sigma=sigma, seed=seed,
-                         normalize=normalize, epsilon=epsilon, align_to=align_to, chunk_rows=chunk_rows)
-    result = featurize(input_path, output, spec, fmt, save_transform,
+    options = FeaturizeOptions(dim=dim, epsilon=epsilon, sigma=sigma, seed=seed, normalize=normalize, align_to=align_to,
+                               reference=reference, fmt=fmt, chunk_rows=chunk_rows)
+    result = featurize(input_path, output, options, save_transform=save_transform, force=force,
                        on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None)
+    for note in result.notes:
+        err.print(f"note: {note}", highlight=False, soft_wrap=True)
     out.print(f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "
-              f"{result.output_dim} dims (sidecar {result.sidecar.name})", highlight=False)
+              f"{result.output_dim} dims (sidecar {result.sidecar})", highlight=False, soft_wrap=True)
     if result.measured_error is not None:
         out.print(f"--epsilon {epsilon:g}: M = {result.output_dim}, measured mean kernel error {result.measured_error:.4g}; "
-                  f"Rahimi–Recht's uniform bound (95%) would need M = {result.rahimi_recht_dim:,}", highlight=False)
+                  f"Rahimi–Recht's uniform bound (95%) would need M = {result.rahimi_recht_dim:,}", highlight=False,
+                  soft_wrap=True)
     if result.residual_before is not None:
         out.print(f"alignment residual ‖XQ − REF‖/‖REF‖ on shared keys: {result.residual_before:.4g} → {result.residual_after:.4g}",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
 
 
 def sample_path(name: str) -> Path:
@@ -419,7 +439,7 @@ def demo(
     """
     from stabcli.audit import AuditOptions, build_report, load_runs
     from stabcli.downstream import DownstreamOptions
-    from stabcli.featurize import FeaturizeSpec, featurize
+    from stabcli.featurize import FeaturizeOptions, featurize
     from stabcli.report import comparison_table
 
     sessions = sample_path("sessions.txt")
@@ -431,11 +451,10 @@ def demo(
     out.print()
     labels = DownstreamOptions(sample_path("item_genres.tsv"), jobs=jobs)
     raw = _audit_and_render([out_dir / "runs"], AuditOptions(top=10), [], "table", out_dir / "audit.json",
-                            out_dir / "audit.md", out_dir / "plots", labels)
+                            out_dir / "audit.md", out_dir / "plots", labels, force=True)
     featurized = out_dir / "runs-phi64"
-    if featurized.exists():
-        shutil.rmtree(featurized)  # the demo owns its directory: rebuild from the current runs
-    featurize(out_dir / "runs", featurized, FeaturizeSpec(dim=64))
+    # rebuilt from the current runs; --force replaces it only if it holds nothing but stabcli's run set
+    featurize(out_dir / "runs", featurized, FeaturizeOptions(dim=64), force=True)
     phi = build_report(load_runs([featurized]), AuditOptions(top=0))
     out.print()
     out.print(comparison_table({"raw h (32 dims)": raw, "phi(h) (64 dims)": phi}))

@@ -28,10 +28,12 @@ from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 if TYPE_CHECKING:
     from stabcli.audit import AuditOptions
     from stabcli.downstream import DownstreamOptions
+    from stabcli.sections import AuditReport
 
 EXIT_FAILED_CHECK = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`
 
 
 def _debug_enabled(ctx: typer.Context) -> bool:
@@ -68,6 +70,38 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             Console(stderr=True).print("interrupted; finished runs are kept", highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader of stdout went away (``stabcli audit runs | head -1``): stop quietly as
+    standard tools do, with no traceback and no Python complaint when stdout is flushed."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a descriptor (tests)
+        pass
+    raise SystemExit(EXIT_BROKEN_PIPE)
+
+
+class _Console(Console):
+    """rich's console, but a closed pipe ends stabcli with ``EXIT_BROKEN_PIPE``, not 1 (the
+    code of a failed check)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _quiet_broken_pipe()
+
+
+def _console(stream: Any, stderr: bool = False) -> Console:
+    """A console that, when ``stream`` is not a terminal and ``COLUMNS`` is unset, never wraps:
+    logs and pipes get every table and line at its full width."""
+    piped = not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS")
+    return _Console(stderr=stderr, width=PIPE_WIDTH if piped else None)
+
+
+PIPE_WIDTH = 10_000
 
 
 app = typer.Typer(
@@ -79,8 +113,8 @@ app = typer.Typer(
     help="Audit the run-to-run stability of pretrained embeddings.\n\n"
     "Exit codes: 0 ok, 1 a requested check failed, 2 bad usage or bad input, 130 interrupted.",
 )
-err = Console(stderr=True)
-out = Console()
+err = _console(sys.stderr, stderr=True)
+out = _console(sys.stdout)
 
 
 def _version(value: bool) -> None:
@@ -222,23 +256,33 @@ def _comma_list(value: Optional[str], kind: type, option: str) -> Optional[list[
 
 def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[str], fmt: str,
                       json_path: Optional[Path], markdown_path: Optional[Path], plots: Optional[Path],
-                      downstream: Optional[DownstreamOptions] = None) -> dict[str, Any]:
-    """Load, compute, write every requested rendering; returns the report."""
-    from stabcli.audit import build_report, evaluate_checks, load_runs, parse_check
-    from stabcli.report import render_markdown, render_terminal, write_plots
+                      downstream: Optional[DownstreamOptions] = None, key_names: Optional[Path] = None,
+                      per_key: Optional[Path] = None, encoding: str = "utf-8") -> AuditReport:
+    """Validate, load, compute, write every requested rendering; returns the report."""
+    from stabcli.audit import build_report, load_runs, validate_checks
+    from stabcli.keytable import per_key_format, per_key_frame, read_key_names, write_per_key
+    from stabcli.report import render_markdown, render_terminal, require_plots, write_plots
+    from stabcli.schema import dumps
 
-    for expression in checks:
-        parse_check(expression)  # a malformed expression fails before any heavy work
+    validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
+    if plots:
+        require_plots()
+    if per_key:
+        per_key_format(per_key)
+    names = read_key_names(key_names, encoding) if key_names else None
     runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False))
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
-                              downstream=downstream)
-    evaluate_checks(report, checks)
-    text = json.dumps(report, indent=2) + "\n"
+                              downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None)
+    text = dumps(report)
     if json_path:
         _write_output(json_path, text)
     if markdown_path:
         _write_output(markdown_path, render_markdown(report))
+    if per_key:
+        stats = report.key_stats
+        write_per_key(per_key_frame(stats.keys, names, stats.frequency, stats.norm, stats.aligned_variance,
+                                    stats.relative_instability, stats.displacement, stats.knn_overlap), per_key)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     try:
         if summary:
@@ -246,11 +290,12 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
                 fh.write(render_markdown(report))
         if plots:
             for path in write_plots(report, plots):
-                err.print(f"wrote {path}", highlight=False)
+                err.print(f"wrote {path}", highlight=False, soft_wrap=True)
     except OSError as exc:
         raise UsageError(f"{exc.filename}: cannot write ({exc.strerror})") from None
     if fmt == "json":
         sys.stdout.write(text)
+        sys.stdout.flush()
     else:
         render_terminal(report, out)
     return report
@@ -295,7 +340,12 @@ def audit(
                                          "(paper Fig. A.4)."),
     reference: int = typer.Option(0, "--reference", help="Position of the run whose model is reused stale on the others."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
-    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of the label file (MovieLens files: latin-1)."),
+    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of the label and --key-names files "
+                                 "(MovieLens files: latin-1)."),
+    key_names: Optional[Path] = typer.Option(None, "--key-names", help="Key→display name file for the tables: MovieLens "
+                                             "u.item (id|title|…) or a 2-column CSV/TSV."),
+    per_key: Optional[Path] = typer.Option(None, "--per-key", help="Write every key's frequency, norm, aligned variance, "
+                                           "relative instability, displacement and k-NN overlap (.csv, .tsv or .parquet)."),
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
@@ -335,8 +385,9 @@ def audit(
             featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
             sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
             encoding=encoding)
-    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream)
-    if not report["passed"]:
+    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream,
+                               key_names, per_key, encoding)
+    if not report.passed:
         raise typer.Exit(EXIT_FAILED_CHECK)
 
 

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -6,7 +7,8 @@ from scipy.stats import ortho_group
 
 from stabcli.audit import AuditOptions, build_report, evaluate_checks, load_runs, parse_check, resolve
 from stabcli.embeddings import write_embedding
-from stabcli.errors import InputError, UsageError
+from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.schema import to_json
 from stabcli.training import TrainConfig, pretrain
 
 SMALL = AuditOptions(pairs=500, knn_k=3, knn_queries=20, top=4)
@@ -25,10 +27,10 @@ def test_rotated_files_known_answers(tmp_path):
     rng = np.random.default_rng(0)
     base = rng.standard_normal((50, 6))
     paths = files(tmp_path, [base @ ortho_group.rvs(6, random_state=s) for s in range(3)], suffix=".txt")
-    report = build_report(load_runs(paths), SMALL)
+    report = to_json(build_report(load_runs(paths), SMALL))
     rep = report["representation"]
     assert report["input"] == {"source": None, "run_names": [str(p) for p in paths], "runs": 3, "keys": 50, "dim": 6,
-                               "dropped_keys": 0, "normalized": False, "seed": 0}
+                               "dropped_keys": 0, "normalized": False, "seed": 0, "featurized": None}
     assert rep["noise_share"] > 0.5 and rep["aligned_noise_share"] < 1e-9 and rep["inner_product_noise_share"] < 1e-9
     assert rep["knn_overlap"] == 1 and rep["cka"] == pytest.approx(1)
     assert len(rep["noise_share_per_dim"]) == 6 and sum(rep["noise_share_histogram"]["counts"]) == 6
@@ -70,7 +72,7 @@ def test_bad_inputs_name_the_file(tmp_path):
 def test_run_set_with_checkpoints_reports_training(tmp_path, sessions_file):
     root = tmp_path / "runs"
     pretrain(root, sessions_file, TrainConfig(dim=6, epochs=3, checkpoints=True), runs=3, jobs=1)
-    report = build_report(load_runs([root]), SMALL)
+    report = to_json(build_report(load_runs([root]), SMALL))
     training = report["training"]
     assert report["input"]["run_names"] == ["run-000", "run-001", "run-002"]
     losses = [json.loads((root / f"run-00{i}" / "losses.json").read_text()) for i in range(3)]
@@ -87,16 +89,17 @@ def test_normalize_option_changes_inputs_to_unit_rows(tmp_path):
     rng = np.random.default_rng(0)
     base = rng.standard_normal((30, 4))
     paths = files(tmp_path, [base, base * 3.0])  # same directions, other lengths
-    raw = build_report(load_runs(paths), SMALL)["representation"]["noise_share"]
-    unit = build_report(load_runs(paths), AuditOptions(**{**SMALL.__dict__, "normalize": True}))["representation"]["noise_share"]
+    raw = build_report(load_runs(paths), SMALL).representation.noise_share
+    unit = build_report(load_runs(paths), replace(SMALL, normalize=True)).representation.noise_share
     assert raw == pytest.approx(0.2, abs=1e-6)  # Var = x², E[H²] = (1 + 9)/2 x²
     assert unit < 1e-12
 
 
 def test_knn_k_must_fit_the_keys(tmp_path):
     paths = files(tmp_path, [np.eye(3), np.eye(3)])
-    with pytest.raises(UsageError, match=r"--knn-k 3: needs 1 <= k < number of common keys \(3\)"):
+    with pytest.raises(OptionError, match=r"knn_k: 3 must be below the number of common keys \(3\)") as caught:
         build_report(load_runs(paths), AuditOptions(knn_k=3))
+    assert caught.value.param == "knn_k"
 
 
 def test_checks():
@@ -104,10 +107,9 @@ def test_checks():
               "downstream": None, "checks": [], "passed": True}
     checks = evaluate_checks(report, ["representation.knn_overlap>=0.6", "representation.cka > 0.9",
                                       "representation.least_stable.0.aligned_variance<=0.1"])
-    assert [c["passed"] for c in checks] == [False, True, True]
-    assert checks[0] == {"name": "representation.knn_overlap>=0.6", "path": "representation.knn_overlap", "op": ">=",
-                         "value": 0.55, "threshold": 0.6, "passed": False}
-    assert report["passed"] is False
+    assert [c.passed for c in checks] == [False, True, True]
+    assert to_json(checks[0]) == {"name": "representation.knn_overlap>=0.6", "path": "representation.knn_overlap",
+                                  "op": ">=", "value": 0.55, "threshold": 0.6, "passed": False}
     assert parse_check(" a.b == 1e-3 ") == ("a.b", "==", 0.001)
     for bad in ["knn_overlap", "a.b >= x", "a.b => 3", ""]:
         with pytest.raises(UsageError, match="--check"):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from typer.core import TyperGroup
@@ -65,7 +66,7 @@ class _Group(TyperGroup):
         except StabcliError as exc:
             if _debug_enabled(ctx):
                 raise
-            Console(stderr=True).print(f"[bold red]error:[/] {error_line(exc)}", highlight=False, soft_wrap=True)
+            Console(stderr=True).print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:
             Console(stderr=True).print("interrupted; finished runs are kept", highlight=False)
@@ -270,7 +271,8 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
     if per_key:
         per_key_format(per_key)
     names = read_key_names(key_names, encoding) if key_names else None
-    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False))
+    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False,
+                                                              soft_wrap=True))
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
                               downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None)
@@ -290,7 +292,7 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
                 fh.write(render_markdown(report))
         if plots:
             for path in write_plots(report, plots):
-                err.print(f"wrote {path}", highlight=False, soft_wrap=True)
+                err.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
     except OSError as exc:
         raise UsageError(f"{exc.filename}: cannot write ({exc.strerror})") from None
     if fmt == "json":
@@ -368,7 +370,7 @@ def audit(
     from stabcli.audit import AuditOptions
 
     if fmt not in ("table", "json"):
-        raise typer.BadParameter("choose table or json", param_hint="--format")
+        raise OptionError("fmt", f"choose table or json, not {fmt!r}")
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
     downstream = None
     if labels is None:

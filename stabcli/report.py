@@ -132,8 +132,13 @@ def _rich_table(title: str, headers: list[str], rows: list[list[str]], right_fro
     for i, header in enumerate(headers):
         table.add_column(header, justify="right" if i >= right_from else "left")
     for row in rows:
-        table.add_row(*row, style=style(row) if style else None)
+        table.add_row(*_plain(row), style=style(row) if style else None)
     return table
+
+
+def _plain(cells: list[str]) -> list[Text]:
+    """Cells as literal text: a key like ``[b]`` is not rich markup."""
+    return [Text(cell) for cell in cells]
 
 
 def render_terminal(report: AuditReport, console: Console) -> None:
@@ -146,7 +151,7 @@ def render_terminal(report: AuditReport, console: Console) -> None:
     table.add_column("value", justify="right")
     table.add_column("reading", style="dim")
     for row in metric_rows(report):
-        table.add_row(*row)
+        table.add_row(*_plain(list(row)))
     console.print(table)
     hist = rep.noise_share_histogram
     console.print(f"per-dimension noise share, 0 → 1: [bold]{sparkline(hist.counts)}[/]  counts {hist.counts}",
@@ -178,7 +183,7 @@ def render_downstream(ds: DownstreamSection, console: Console) -> None:
                          overflow="fold" if i == 0 else "ellipsis")
     chosen = ds.recommendation.variant
     for row in rows:
-        table.add_row(*row, style="bold green" if row[0] == chosen else None)
+        table.add_row(*_plain(row), style="bold green" if row[0] == chosen else None)
     console.print(table)
     for note in downstream_notes(ds):
         console.print(note, style="yellow" if note.startswith("warning") else "dim", highlight=False, soft_wrap=True)
@@ -240,15 +245,15 @@ def comparison_table(reports: dict[str, AuditReport]) -> Table:
     for name in reports:
         table.add_column(name, justify="right")
     for key, label, fmt in COMPARED:
-        table.add_row(label, *[fmt(getattr(r.representation, key)) for r in reports.values()])
+        table.add_row(*_plain([label, *[fmt(getattr(r.representation, key)) for r in reports.values()]]))
     return table
 
 
 def render_checks(report: AuditReport, console: Console) -> None:
     """Checks last, failed ones in red, so CI logs end with what failed."""
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
-        mark = "[green]PASS[/]" if check.passed else "[bold red]FAIL[/]"
-        console.print(f"{mark} {check.name} (value {_num(check.value)})", highlight=False, soft_wrap=True)
+        mark = Text("PASS", style="green") if check.passed else Text("FAIL", style="bold red")
+        console.print(Text.assemble(mark, f" {check.name} (value {_num(check.value)})"), highlight=False, soft_wrap=True)
 
 
 def _md_table(headers: list[str], rows: list[list[str]], code_first: bool = True) -> list[str]:

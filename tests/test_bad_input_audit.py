@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state, make_runset
 from stabcli import metrics
 from stabcli.cli import app
 
@@ -26,22 +26,6 @@ def invoke(*args):
 
 def vectors(seed: int, n: int = N_KEYS, d: int = DIM) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
-
-
-def make_runset(root, runs=2, epochs=2, keys=KEYS, dim=DIM):
-    """A run set written by hand (no training): vectors, losses and per-epoch checkpoints."""
-    root.mkdir()
-    (root / "keys.txt").write_text("".join(k + "\n" for k in keys))
-    for r in range(runs):
-        run = root / f"run-{r:03d}"
-        (run / "epochs").mkdir(parents=True)
-        final = vectors(r, len(keys), dim)
-        for e in range(1, epochs + 1):
-            np.save(run / "epochs" / f"{e:03d}.npy", final * e / epochs)
-        np.save(run / "vectors.npy", final)
-        (run / "losses.json").write_text(json.dumps([2.0 - 0.5 * e for e in range(epochs)]))
-    (root / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
-    return root
 
 
 @pytest.fixture
@@ -123,7 +107,7 @@ def test_unknown_check_path_fails_before_any_work(tmp_path, monkeypatch):
     """A typo in --check is exit 2 in well under a second whatever the input size: no
     metric runs, no input is read."""
     root = tmp_path / "big"
-    make_runset(root, runs=3, epochs=1, keys=[f"k{i}" for i in range(200_000)], dim=16)
+    make_runset(root, runs=3, epochs=1, n=200_000, dim=16)
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a metric ran before the --check paths were validated")

@@ -294,10 +294,14 @@ def pairwise_mean(grams: Grams, metric) -> float:
 
 def per_key_energy(runs: Sequence[np.ndarray]) -> np.ndarray:
     """Mean over runs of each key's squared L2 norm, ``E_r[‖h_r(i)‖²]`` (float64, one per key)."""
-    energy = np.empty(runs[0].shape[0])
-    for rows, stack in _chunks(runs):
-        energy[rows] = np.square(stack).sum(axis=2).mean(axis=0)
-    return energy
+    n, d = runs[0].shape
+    energy = np.zeros(n)
+    step = max(1, CHUNK_ELEMENTS // d)
+    for h in runs:  # run by run: no [R, c, d] stack, one float64 row block at a time
+        for start in range(0, n, step):
+            block = np.asarray(h[start:start + step], dtype=np.float64)
+            energy[start:start + step] += np.einsum("ij,ij->i", block, block)
+    return energy / len(runs)
 
 
 def relative_instability(per_key_variance: np.ndarray, energy: np.ndarray, dim: int) -> np.ndarray:

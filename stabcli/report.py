@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stabcli.errors import UsageError
-from stabcli.sections import AuditReport, DownstreamSection, EpochRow, UnstableKey
+from stabcli.sections import AuditReport, DownstreamSection, EpochRow
 
 _BARS = " ▁▂▃▄▅▆▇█"
 PLOTS_INSTALL = "pip install 'stabcli[plots]'"

@@ -3,7 +3,6 @@ outputs): exit 2, one line naming the option or file, nothing written, inputs un
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 

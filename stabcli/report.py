@@ -126,9 +126,15 @@ def convergence_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def _rich_table(title: str, headers: list[str], rows: list[list[str]], right_from: int = 1,
+def _print_titled(console: Console, title: str, table: Table) -> None:
+    """The title on its own line (whole, never wrapped to the table's width), then the table."""
+    console.print(Text(title, style="italic"), soft_wrap=True)
+    console.print(table)
+
+
+def _rich_table(headers: list[str], rows: list[list[str]], right_from: int = 1,
                 style: Callable[[list[str]], str | None] | None = None) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = Table()
     for i, header in enumerate(headers):
         table.add_column(header, justify="right" if i >= right_from else "left")
     for row in rows:
@@ -146,25 +152,25 @@ def render_terminal(report: AuditReport, console: Console) -> None:
     console.print(Text(verdict(report), style="bold"), soft_wrap=True)
     console.print(input_line(report), highlight=False, soft_wrap=True)
 
-    table = Table(title="Representation stability", title_justify="left")
+    table = Table()
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("reading", style="dim")
     for row in metric_rows(report):
         table.add_row(*_plain(list(row)))
-    console.print(table)
+    _print_titled(console, "Representation stability", table)
     hist = rep.noise_share_histogram
     console.print(f"per-dimension noise share, 0 → 1: [bold]{sparkline(hist.counts)}[/]  counts {hist.counts}",
                   highlight=False, soft_wrap=True)
 
     if rep.least_stable:
         headers, rows = least_stable_table(report)
-        console.print(_rich_table(LEAST_STABLE_TITLE.format(n=len(rows)), headers, rows,
-                                  right_from=2 if "name" in headers else 1))
+        _print_titled(console, LEAST_STABLE_TITLE.format(n=len(rows)),
+                      _rich_table(headers, rows, right_from=2 if "name" in headers else 1))
 
     if tr.by_epoch:
         headers, rows = convergence_table(report)
-        console.print(_rich_table("Training convergence", headers, rows))
+        _print_titled(console, "Training convergence", _rich_table(headers, rows, right_from=0))
     if tr.final_loss_mean is not None:
         console.print(f"final loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
                       f"CV {_num(tr.final_loss_cv, 3)}", highlight=False, soft_wrap=True)
@@ -258,7 +264,9 @@ def render_checks(report: AuditReport, console: Console) -> None:
 
 def _md_table(headers: list[str], rows: list[list[str]], code_first: bool = True) -> list[str]:
     lines = ["| " + " | ".join(headers) + " |", "| --- " + "| ---: " * (len(headers) - 1) + "|"]
-    lines += ["| " + " | ".join([f"`{row[0]}`" if code_first else row[0], *row[1:]]) + " |" for row in rows]
+    for row in rows:
+        cells = [cell.replace("|", "\\|") for cell in row]  # a title like "a|b" stays in its cell
+        lines.append("| " + " | ".join([f"`{cells[0]}`" if code_first else cells[0], *cells[1:]]) + " |")
     return lines
 
 
@@ -311,6 +319,7 @@ def write_plots(report: AuditReport, directory: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     directory.mkdir(parents=True, exist_ok=True)
     rep, tr = report.representation, report.training
@@ -335,6 +344,7 @@ def write_plots(report: AuditReport, directory: Path) -> list[Path]:
             if points:
                 ax.plot(*zip(*points), marker=".", alpha=0.7, label=report.input.run_names[i])
         ax.set(xlabel="epoch", ylabel="training loss", title="Loss per run (Fig. 1b)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize="small", ncol=2 if len(tr.loss_by_run) > 5 else 1)
         save(fig, "fig1b_loss_by_epoch.png")
 

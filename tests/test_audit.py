@@ -256,3 +256,12 @@ def test_report_without_losses_has_no_loss_column(tmp_path):
     assert "mean loss" not in headers and all("n/a" not in cell for row in rows for cell in row)
     assert render_markdown(report).count("reports no training loss") == 1
     assert NO_LOSS in render_markdown(report).lower()
+
+
+def test_markdown_keeps_names_with_pipes_in_their_cell(tmp_path):
+    from stabcli.report import render_markdown
+
+    root = make_runset(tmp_path / "runs", n=6)
+    report = build_report(load_runs([root]), replace(SMALL, top=6), key_names={f"k{i}": f"A|B {i}" for i in range(6)})
+    rows = [line for line in render_markdown(report).splitlines() if line.startswith("| `k")]
+    assert len(rows) == 6 and all(r"A\|B" in row and row.count(" | ") == 4 for row in rows)

@@ -11,6 +11,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -57,6 +58,10 @@ def error_line(exc: StabcliError) -> str:
     return str(exc)
 
 
+# click's UsageError, and the one of the click that typer >= 0.2x vendors (BadParameter's base)
+_PARSE_ERRORS = tuple({click.UsageError, *[c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"]})
+
+
 class _Group(TyperGroup):
     """Turns StabcliError into one line on stderr and exit 2, Ctrl-C into exit 130."""
 
@@ -73,6 +78,13 @@ class _Group(TyperGroup):
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:
             _quiet_broken_pipe()
+        except _PARSE_ERRORS as exc:  # typer's own parsing (an int that is not one, a missing argument)
+            if _debug_enabled(ctx):
+                raise
+            where = exc.ctx.command_path if exc.ctx else "stabcli"
+            Console(stderr=True).print(f"[bold red]error:[/] {escape(exc.format_message())} (see '{where} --help')",
+                                       highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
 def _quiet_broken_pipe() -> None:

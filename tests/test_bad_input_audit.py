@@ -3,6 +3,7 @@ outputs): exit 2, one line naming the option or file, nothing written, inputs un
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -58,6 +59,13 @@ def bad(work, fragment, *args):
     (["--format", "yaml"], "--format: choose table or json"),
     (["--variants", "h"], "--variants only apply with --labels FILE"),
     (["--sigmas", "1"], "--sigmas only apply with --labels FILE"),
+    (["--pairs", "x"], "Invalid value for '--pairs'"),
+    (["--top", "1.5"], "Invalid value for '--top'"),
+    (["--seed", ""], "Invalid value for '--seed'"),
+    (["--knn-k", "١٢x"], "Invalid value for '--knn-k'"),
+    (["--no-such-option"], "No such option: --no-such-option"),
+    (["--normalize=3"], "--normalize"),
+    (["--json"], "Option '--json' requires an argument"),
 ])
 def test_bad_option_values(work, args, fragment):
     bad(work, fragment, *args)
@@ -100,6 +108,12 @@ def test_bad_check_paths(work, check, fragment):
 ])
 def test_check_index_past_the_end(work, check, fragment):
     bad(work, fragment, "--check", check)
+
+
+def test_missing_inputs_and_unknown_commands_are_one_line(tmp_path):
+    before = files_state(tmp_path)
+    assert_bad_input(invoke("audit"), "Missing argument", tmp_path, before)
+    assert_bad_input(invoke("audti", tmp_path), "No such command 'audti'", tmp_path, before)
 
 
 def test_unknown_check_path_fails_before_any_work(tmp_path, monkeypatch):
@@ -200,3 +214,48 @@ def test_per_key_unknown_suffix(work, name):
 def test_per_key_into_a_missing_directory(work):
     root, _ = work
     bad(work, "keys.csv: cannot write", "--per-key", root / "nodir" / "keys.csv")
+
+
+# ---------------------------------------------------------------- generated option values
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from stabcli.schema import check_path  # noqa: E402
+from stabcli.sections import AuditReport  # noqa: E402
+
+NUMBERS = st.one_of(st.integers(-10**30, 10**30), st.integers(-3, 40), st.sampled_from(["1e3", "x", "", "٣", "0x10"]))
+PATH_PARTS = ["representation", "downstream", "variants", "phi:64@0", "5", "churn", "knn_overlap", "least_stable", "0",
+              "training", "by_epoch", "variance_quantiles", "median", "input", "featurized", "checks", "passed", "x", "."]
+
+
+@pytest.fixture(scope="module")
+def fuzz_runs(tmp_path_factory):
+    return make_runset(tmp_path_factory.mktemp("fuzz") / "runs", runs=2, epochs=1, n=12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(option=st.sampled_from(["--pairs", "--knn-k", "--knn-queries", "--seed", "--top"]), value=NUMBERS,
+       check=st.lists(st.sampled_from(PATH_PARTS), max_size=6).map("".join).map(lambda p: p + ">=0"))
+def test_generated_audit_options_exit_0_1_or_2_without_traceback(fuzz_runs, option, value, check):
+    result = invoke("audit", fuzz_runs, "--pairs", "20", "--knn-queries", "4", "--knn-k", "2", option, value,
+                    "--check", check, "--format", "json")
+    assert result.exit_code in (0, 1, 2), (result.exit_code, result.output)
+    assert "Traceback" not in result.output and "Warning" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    if result.exit_code == 2:
+        assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    else:
+        assert lines == [] and json.loads(result.stdout)["passed"] is (result.exit_code == 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(path=st.lists(st.sampled_from(PATH_PARTS + ["NAME", "N", "q25", "cka", "noise_share_per_dim", "12"]),
+                     max_size=8).map(".".join))
+def test_check_path_accepts_or_raises_usage_error(path):
+    from stabcli.errors import UsageError
+
+    try:
+        check_path(AuditReport, path)
+    except UsageError as exc:
+        assert str(exc).startswith("--check: ") and "\n" not in str(exc)

@@ -10,8 +10,10 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from typer.core import TyperGroup
@@ -28,10 +30,12 @@ if TYPE_CHECKING:
     from stabcli.audit import AuditOptions
     from stabcli.downstream import DownstreamOptions
     from stabcli.outputs import OutputPlan
+    from stabcli.sections import AuditReport
 
 EXIT_FAILED_CHECK = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`
 
 
 def _debug_enabled(ctx: typer.Context) -> bool:
@@ -54,6 +58,10 @@ def error_line(exc: StabcliError) -> str:
     return str(exc)
 
 
+# click's UsageError, and the one of the click that typer >= 0.2x vendors (BadParameter's base)
+_PARSE_ERRORS = tuple({click.UsageError, *[c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"]})
+
+
 class _Group(TyperGroup):
     """Turns StabcliError into one line on stderr and exit 2, Ctrl-C into exit 130."""
 
@@ -63,11 +71,50 @@ class _Group(TyperGroup):
         except StabcliError as exc:
             if _debug_enabled(ctx):
                 raise
-            Console(stderr=True).print(f"[bold red]error:[/] {error_line(exc)}", highlight=False, soft_wrap=True)
+            Console(stderr=True).print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:
             Console(stderr=True).print("interrupted; finished runs are kept", highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+        except _PARSE_ERRORS as exc:  # typer's own parsing (an int that is not one, a missing argument)
+            if _debug_enabled(ctx):
+                raise
+            where = exc.ctx.command_path if exc.ctx else "stabcli"
+            Console(stderr=True).print(f"[bold red]error:[/] {escape(exc.format_message())} (see '{where} --help')",
+                                       highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader of stdout went away (``stabcli audit runs | head -1``): stop quietly as
+    standard tools do, with no traceback and no Python complaint when stdout is flushed."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a descriptor (tests)
+        pass
+    raise SystemExit(EXIT_BROKEN_PIPE)
+
+
+class _Console(Console):
+    """rich's console, but a closed pipe ends stabcli with ``EXIT_BROKEN_PIPE``, not 1 (the
+    code of a failed check)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _quiet_broken_pipe()
+
+
+def _console(stream: Any, stderr: bool = False) -> Console:
+    """A console that, when ``stream`` is not a terminal and ``COLUMNS`` is unset, never wraps:
+    logs and pipes get every table and line at its full width."""
+    piped = not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS")
+    return _Console(stderr=stderr, width=PIPE_WIDTH if piped else None)
+
+
+PIPE_WIDTH = 10_000
 
 
 app = typer.Typer(
@@ -79,8 +126,8 @@ app = typer.Typer(
     help="Audit the run-to-run stability of pretrained embeddings.\n\n"
     "Exit codes: 0 ok, 1 a requested check failed, 2 bad usage or bad input, 130 interrupted.",
 )
-err = Console(stderr=True)
-out = Console()
+err = _console(sys.stderr, stderr=True)
+out = _console(sys.stdout)
 
 
 def _version(value: bool) -> None:
@@ -228,21 +275,28 @@ def _comma_list(value: Optional[str], kind: type, option: str) -> Optional[list[
 
 def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[str], fmt: str,
                       json_path: Optional[Path], markdown_path: Optional[Path], plots: Optional[Path],
-                      downstream: Optional[DownstreamOptions] = None, force: bool = False) -> dict[str, Any]:
-    """Load, compute, write every requested rendering; returns the report."""
-    from stabcli.audit import build_report, evaluate_checks, load_runs, parse_check
-    from stabcli.report import render_markdown, render_terminal, write_plots
+                      downstream: Optional[DownstreamOptions] = None, key_names: Optional[Path] = None,
+                      per_key: Optional[Path] = None, encoding: Optional[str] = None, force: bool = False) -> AuditReport:
+    """Validate, load, compute, write every requested rendering; returns the report."""
+    from stabcli.audit import build_report, load_runs, validate_checks
+    from stabcli.keytable import per_key_format, per_key_frame, read_key_names, write_per_key
+    from stabcli.report import render_markdown, render_terminal, require_plots, write_plots
+    from stabcli.schema import dumps
 
-    for expression in checks:
-        parse_check(expression)  # a malformed expression fails before any heavy work
-    plan = _audit_outputs(inputs, downstream, json_path, markdown_path, plots, force)
+    validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
+    if plots:
+        require_plots()
+    if per_key:
+        per_key_format(per_key)
+    plan = _audit_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
-    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False))
+    names = read_key_names(key_names, encoding or "utf-8") if key_names else None
+    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False,
+                                                              soft_wrap=True))
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
-                              downstream=downstream)
-    evaluate_checks(report, checks)
-    text = json.dumps(report, indent=2) + "\n"
+                              downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None)
+    text = dumps(report)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     written: list[Path] = []
     with plan:  # all or nothing: every output appears together, or none on any failure
@@ -255,23 +309,34 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
             plan.write_text(summary, markdown)
         if plots:
             written = [plots / path.name for path in write_plots(report, plan.staging(plots))]
+        if per_key:
+            stats = report.key_stats
+            write_per_key(per_key_frame(stats.keys, names, stats.frequency, stats.norm, stats.aligned_variance,
+                                        stats.relative_instability, stats.displacement, stats.knn_overlap),
+                          per_key, plan.staging(per_key))
     for path in written:
-        err.print(f"wrote {path}", highlight=False, soft_wrap=True)
+        err.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
     if fmt == "json":
         sys.stdout.write(text)
+        sys.stdout.flush()
     else:
         render_terminal(report, out)
     return report
 
 
 def _audit_outputs(inputs: list[Path], downstream: Optional[DownstreamOptions], json_path: Optional[Path],
-                   markdown_path: Optional[Path], plots: Optional[Path], force: bool) -> OutputPlan:
-    """Every output of an audit (--json, --markdown, --plots, GITHUB_STEP_SUMMARY) against every input."""
+                   markdown_path: Optional[Path], plots: Optional[Path], per_key: Optional[Path],
+                   key_names: Optional[Path], force: bool) -> OutputPlan:
+    """Every output of an audit (--json, --markdown, --plots, --per-key, GITHUB_STEP_SUMMARY) against every input."""
     from stabcli.outputs import OutputPlan, plots_owned, with_companions
 
     plan = OutputPlan([companion for path in inputs for companion in with_companions(path)], force=force)
     if downstream is not None:
         plan.add_input(downstream.labels)
+    if key_names is not None:
+        plan.add_input(key_names)
+    if per_key:
+        plan.add(per_key, "--per-key")
     if json_path:
         plan.add(json_path, "--json")
     if markdown_path:
@@ -315,10 +380,15 @@ def audit(
                                          "(paper Fig. A.4)."),
     reference: int = typer.Option(0, "--reference", help="Position of the run whose model is reused stale on the others."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
-    encoding: Optional[str] = typer.Option(None, "--encoding", metavar="ENCODING", help="Text encoding of the label file [default: utf-8; "
-                                           "MovieLens u.item and movies.dat: latin-1; a byte-order mark decides]."),
-    force: bool = typer.Option(False, "--force", help="Replace existing --json/--markdown files and a --plots directory "
-                               "holding only stabcli's figures (never an input)."),
+    encoding: Optional[str] = typer.Option(None, "--encoding", metavar="ENCODING", help="Text encoding of the label and "
+                                           "--key-names files [default: utf-8; MovieLens u.item and movies.dat: latin-1; "
+                                           "a byte-order mark decides]."),
+    key_names: Optional[Path] = typer.Option(None, "--key-names", help="Key→display name file for the tables: MovieLens "
+                                             "u.item (id|title|…) or a 2-column CSV/TSV."),
+    per_key: Optional[Path] = typer.Option(None, "--per-key", help="Write every key's frequency, norm, aligned variance, "
+                                           "relative instability, displacement and k-NN overlap (.csv, .tsv or .parquet)."),
+    force: bool = typer.Option(False, "--force", help="Replace existing --json/--markdown/--per-key files and a --plots "
+                               "directory holding only stabcli's figures (never an input)."),
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
@@ -343,7 +413,7 @@ def audit(
     if encoding is not None:
         check_encoding("encoding", encoding)
     if fmt not in ("table", "json"):
-        raise typer.BadParameter("choose table or json", param_hint="--format")
+        raise OptionError("fmt", f"choose table or json, not {fmt!r}")
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
     downstream = None
     if labels is None:
@@ -360,8 +430,9 @@ def audit(
             featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
             sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
             encoding=encoding)
-    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream, force)
-    if not report["passed"]:
+    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream,
+                               key_names, per_key, encoding, force)
+    if not report.passed:
         raise typer.Exit(EXIT_FAILED_CHECK)
 
 

@@ -290,3 +290,38 @@ def pairwise_mean(grams: Grams, metric) -> float:
     """Mean of ``metric(grams, r, s)`` over run pairs r<s."""
     values = [metric(grams, r, s) for r, s in combinations(range(grams.G.shape[0]), 2)]
     return float(np.mean(values))
+
+
+def per_key_energy(runs: Sequence[np.ndarray]) -> np.ndarray:
+    """Mean over runs of each key's squared L2 norm, ``E_r[‖h_r(i)‖²]`` (float64, one per key)."""
+    n, d = runs[0].shape
+    energy = np.zeros(n)
+    step = max(1, CHUNK_ELEMENTS // d)
+    for h in runs:  # run by run: no [R, c, d] stack, one float64 row block at a time
+        for start in range(0, n, step):
+            block = np.asarray(h[start:start + step], dtype=np.float64)
+            energy[start:start + step] += np.einsum("ij,ij->i", block, block)
+    return energy / len(runs)
+
+
+def relative_instability(per_key_variance: np.ndarray, energy: np.ndarray, dim: int) -> np.ndarray:
+    """A key's own noise share ``Σ_j Var_r(H[i,j]) / E_r[‖h_r(i)‖²]`` from its mean variance
+    over dimensions (ddof=0) and its energy; 0 for keys whose vectors are all zero."""
+    total = np.asarray(per_key_variance, dtype=np.float64) * dim
+    return np.divide(total, energy, out=np.zeros_like(total), where=energy > 0)
+
+
+def per_key_displacement(runs: Sequence[np.ndarray], grams: Grams) -> np.ndarray:
+    """Per key, the mean over run pairs r<s of ``1 − cos(h_r(i), h_s(i) Q_sr)`` after
+    orthogonal Procrustes of run s onto run r (Hamilton et al. 2016); its mean over keys is
+    ``semantic_displacement``."""
+    pairs = list(combinations(range(len(runs)), 2))
+    rotations = {(r, s): procrustes_rotation(grams.G[s, r]) for r, s in pairs}
+    result = np.zeros(runs[0].shape[0])
+    for rows, stack in _chunks(runs):
+        norms = np.linalg.norm(stack, axis=2)
+        for r, s in pairs:
+            dots = np.einsum("cd,cd->c", stack[r], stack[s] @ rotations[r, s])
+            denom = norms[r] * norms[s]
+            result[rows] += 1.0 - np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
+    return result / len(pairs)

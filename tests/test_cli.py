@@ -141,6 +141,8 @@ def test_audit_terminal_report(runset):
     assert first.startswith("coordinates: ") and "inner products: " in first and "% stable" in first
     for text in ("Representation stability", "k-NN overlap@3", "PIP loss", "Least stable keys", "Training convergence"):
         assert text in result.output
+    assert first == result.stdout.splitlines()[0] and "(pure noise: 67%)" in first
+    assert "variance mean" in result.stdout and result.stderr == ""
 
 
 def test_audit_json_markdown_plots_and_step_summary(runset, tmp_path, monkeypatch):
@@ -167,6 +169,9 @@ def test_audit_json_markdown_plots_and_step_summary(runset, tmp_path, monkeypatc
         "fig1a_variance_per_dim.png", "fig1b_loss_by_epoch.png", "fig1c_noise_by_epoch.png",
         "fig1d_coordinate_vs_inner_product.png"]
     assert (tmp_path / "plots" / "fig1a_variance_per_dim.png").read_bytes()[:4] == b"\x89PNG"
+    assert result.stderr.splitlines() == [f"wrote {tmp_path / 'plots' / name}" for name in (
+        "fig1a_variance_per_dim.png", "fig1b_loss_by_epoch.png", "fig1c_noise_by_epoch.png",
+        "fig1d_coordinate_vs_inner_product.png")]
 
 
 def test_audit_checks_pass_fail_and_bad_paths(runset):
@@ -176,8 +181,10 @@ def test_audit_checks_pass_fail_and_bad_paths(runset):
                     "--check", "representation.knn_overlap>1.5")
     assert failed.exit_code == 1
     assert failed.output.strip().splitlines()[-1].startswith("FAIL representation.knn_overlap>1.5")
+    assert failed.stdout.strip().splitlines()[-1].startswith("FAIL") and failed.stderr == ""
     unknown = invoke("audit", runset, *AUDIT_SMALL, "--check", "representation.knn>0.5")
     assert unknown.exit_code == 2 and "error: --check: no 'knn' in representation" in unknown.output
+    assert unknown.stdout == "" and unknown.stderr.startswith("error: --check: no 'knn' in representation")
     malformed = invoke("audit", runset, "--check", "knn_overlap")
     assert malformed.exit_code == 2 and "expected PATH OP VALUE" in malformed.output
 
@@ -252,3 +259,4 @@ def test_audit_bad_label_options_exit_2(runset, genre_labels, tmp_path, args, me
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+    assert result.stdout == "" and result.stderr.startswith("error: ") and message in result.stderr

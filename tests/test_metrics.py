@@ -231,3 +231,23 @@ def test_unit_rows_of_float32_rows_whose_squares_under_or_overflow():
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-7)
     np.testing.assert_array_equal(got[3], 0)
+
+
+def test_per_key_numbers_match_direct_formulas():
+    rng = np.random.default_rng(7)
+    runs = [rng.standard_normal((30, 5)) for _ in range(3)]
+    grams = m.gram_blocks(runs)
+    energy = m.per_key_energy(runs)
+    np.testing.assert_allclose(energy, np.mean([np.sum(h**2, axis=1) for h in runs], axis=0), rtol=1e-12)
+    displacement = m.per_key_displacement(runs, grams)
+    assert displacement.mean() == pytest.approx(m.semantic_displacement(runs, grams), rel=1e-12)
+    q = m.procrustes_rotation(grams.G[1, 0])  # run 1 onto run 0
+    aligned = runs[1] @ q
+    cos = np.sum(runs[0] * aligned, axis=1) / np.linalg.norm(runs[0], axis=1) / np.linalg.norm(aligned, axis=1)
+    only_01 = m.per_key_displacement(runs[:2], m.gram_blocks(runs[:2]))
+    np.testing.assert_allclose(only_01, 1 - cos, rtol=1e-9, atol=1e-12)
+    share = m.noise_share(runs)
+    relative = m.relative_instability(share.per_key_variance, energy, 5)
+    direct = np.stack(runs).var(axis=0).sum(axis=1) / energy
+    np.testing.assert_allclose(relative, direct, rtol=1e-12)
+    assert m.relative_instability(np.array([0.0, 1.0]), np.array([0.0, 2.0]), 2).tolist() == [0.0, 1.0]

@@ -196,7 +196,7 @@ def test_key_names_in_latin1_need_the_encoding(work):
     names = root / "u.item"
     names.write_bytes("1|Café (1995)|01-Jan-1995\n".encode("latin-1"))
     bad(work, "u.item: not valid utf-8 text (MovieLens item files need --encoding latin-1)", "--key-names", names)
-    bad(work, "--encoding no-such-codec: unknown text encoding", "--key-names", names, "--encoding", "no-such-codec")
+    bad(work, "--encoding: unknown encoding 'no-such-codec'", "--key-names", names, "--encoding", "no-such-codec")
 
 
 def test_key_names_missing_or_a_directory(work):
@@ -213,7 +213,7 @@ def test_per_key_unknown_suffix(work, name):
 
 def test_per_key_into_a_missing_directory(work):
     root, _ = work
-    bad(work, "keys.csv: cannot write", "--per-key", root / "nodir" / "keys.csv")
+    bad(work, "nodir/keys.csv: directory", "--per-key", root / "nodir" / "keys.csv")
 
 
 # ---------------------------------------------------------------- generated option values

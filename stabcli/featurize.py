@@ -27,9 +27,9 @@ from stabcli.embeddings import (
     WRITE_FORMATS, Embedding, format_for, keys_path_for, keys_text, read_embedding, require_finite, write_embedding,
 )
 from stabcli.errors import InputError, OptionError, UsageError
-from stabcli.fourier import (  # noqa: F401  (draw_directions, fourier_features: also imported from here by downstream)
-    check_output_dim, check_seed, check_sigma, choose_dimension, draw_directions, fourier_features,
-    gaussian_kernel_error, procrustes_rotation, rahimi_recht_dimension,
+from stabcli.fourier import (
+    check_output_dim, check_seed, check_sigma, choose_dimension, draw_directions, fourier_features, procrustes_rotation,
+    rahimi_recht_dimension,
 )
 from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms
 from stabcli.outputs import OutputPlan, runset_owned, with_companions
@@ -215,7 +215,7 @@ def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.
         if not carries:
             require_finite(emb.source, emb.keys, raw, start)  # raises, unless float32 is the problem
             block = np.asarray(raw, dtype=np.float64)
-        if rotation32 is not None:
+        if rotation is not None and rotation32 is not None:
             block = block @ (rotation32 if block.dtype == np.float32 else rotation)
         if directions is not None:
             block = fourier_features(block, directions, options.normalize, out=outs[chunk % buffers][: block.shape[0]],
@@ -253,13 +253,16 @@ def _write_npy(emb: Embedding, file: BinaryIO, rotation: np.ndarray | None, dire
     writer thread saves one chunk while the next is computed."""
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
               "shape": (emb.vectors.shape[0], _width(emb, directions))}
+    def save(data: Any) -> None:
+        file.write(data)
+
     with ThreadPoolExecutor(1) as writer:
         np.lib.format.write_array_header_1_0(file, header)
         pending = None
         for _, block in _feature_chunks(emb, rotation, directions, options, buffers=2):
             if pending is not None:
                 pending.result()  # its buffer is the one the next chunk overwrites
-            pending = writer.submit(file.write, np.ascontiguousarray(block))
+            pending = writer.submit(save, np.ascontiguousarray(block))
         if pending is not None:
             pending.result()
 

@@ -328,7 +328,7 @@ class OutputPlan:
         reason = exc.strerror or os.strerror(exc.errno or errno.EIO)
         return UsageError(f"{name}: cannot write ({reason})")
 
-    def __enter__(self) -> "OutputPlan":
+    def __enter__(self) -> OutputPlan:
         self.check()
         return self
 

@@ -2,7 +2,6 @@
 
 import errno
 import re
-import os
 import subprocess
 import sys
 from pathlib import Path

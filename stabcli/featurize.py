@@ -130,12 +130,17 @@ def _sha256_array(a: np.ndarray) -> str:
 
 
 def is_keyless(emb: Embedding) -> bool:
-    """Whether ``emb``'s keys are only row numbers (a ``.npy`` without a keys file)."""
-    keyless = getattr(emb, "keyless", None)  # set by embeddings.py once it records it
-    if keyless is not None:
-        return bool(keyless)
-    return emb.source.suffix.lower() == ".npy" and emb.source.name != "vectors.npy" and \
-        not keys_path_for(emb.source).is_file()
+    """Whether ``emb``'s keys are only row numbers (an ``.npy`` read without a keys file)."""
+    return bool(getattr(emb, "keyless", False))
+
+
+def _read_file(path: Path) -> Embedding:
+    """``read_embedding``, recording whether the keys are only row numbers (until
+    ``embeddings.py`` records ``Embedding.keyless`` itself)."""
+    emb = read_embedding(path)
+    if getattr(emb, "keyless", None) is None:
+        setattr(emb, "keyless", path.suffix.lower() == ".npy" and not keys_path_for(path).is_file())
+    return emb
 
 
 def _alignment(emb: Embedding, reference: Embedding) -> tuple[np.ndarray, float, float]:
@@ -331,7 +336,7 @@ def _load_reference(options: FeaturizeOptions) -> tuple[Embedding | None, Path |
         return None, None
     runset = _open_runset(options.align_to)
     if runset is None:
-        return read_embedding(options.align_to), options.align_to
+        return _read_file(options.align_to), options.align_to
     if options.reference >= len(runset.runs):
         raise OptionError("reference", f"{options.reference}: {options.align_to} has {len(runset.runs)} complete runs "
                                        f"(positions 0 to {len(runset.runs) - 1})")
@@ -366,7 +371,7 @@ def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOpti
     plan.check()  # an output that is an input is named as such first, whatever else is wrong with it
     fmt = _output_format(output, options.fmt, runset is not None)
 
-    embeddings = [runset.load(i) for i in runset.runs] if runset else [read_embedding(source)]
+    embeddings = [runset.load(i) for i in runset.runs] if runset else [_read_file(source)]
     first = embeddings[0]
     for emb in embeddings[1:]:
         if emb.dim != first.dim:

@@ -139,7 +139,7 @@ def _read_file(path: Path) -> Embedding:
     ``embeddings.py`` records ``Embedding.keyless`` itself)."""
     emb = read_embedding(path)
     if getattr(emb, "keyless", None) is None:
-        setattr(emb, "keyless", path.suffix.lower() == ".npy" and not keys_path_for(path).is_file())
+        setattr(emb, "keyless", path.suffix.lower() == ".npy" and not keys_path_for(path).is_file())  # noqa: B010 (no field yet)
     return emb
 
 
@@ -435,7 +435,7 @@ def _featurize_runset(runset: RunSet, embeddings: list[Embedding], building: Pat
     for name in (KEYS, KEY_COUNTS):
         if (runset.root / name).is_file():
             shutil.copyfile(runset.root / name, building / name)
-    for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments):
+    for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments, strict=True):
         src, dst = runset.run_dir(index), building / runset.run_dir(index).name
         dst.mkdir()
         for name in (KEYS, "losses.json", "log.txt"):

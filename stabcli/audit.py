@@ -86,6 +86,8 @@ def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | 
     keys, rows, dropped = _common_keys(embeddings)
     if not keys:
         raise InputError(f"{embeddings[1].source}: no keys in common with {first.source}")
+    if first.dim == 0:
+        raise InputError(f"{first.source}: vectors have 0 dimensions; there is nothing to compare")
     if dropped and on_warning:
         on_warning(f"{dropped} keys are not in every run and were left out; comparing {len(keys)} common keys")
     arrays = [emb.vectors if idx is None else np.asarray(emb.vectors[idx], dtype=np.float32)
@@ -119,7 +121,8 @@ def _check_finite(emb: Embedding, arr: np.ndarray, keys: list[str]) -> None:
 
 
 def _normalized(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    return [m.unit_rows(np.asarray(a, dtype=np.float32)) for a in arrays]
+    # normalize in the input's precision first: float64 rows near 1e300 would overflow float32
+    return [m.unit_rows(np.asarray(a)).astype(np.float32, copy=False) for a in arrays]
 
 
 @dataclass
@@ -136,6 +139,10 @@ def _frame(runs: Runs, options: AuditOptions, step: Callable[[str], None]) -> _F
     arrays = _normalized(runs.arrays) if options.normalize else runs.arrays
     step("cross-Gram blocks")
     grams = m.gram_blocks(arrays)
+    zero = [name for name, largest in zip(runs.names, grams.peaks) if largest == 0]
+    if zero:
+        raise InputError(f"{zero[0]}: every value is 0; an all-zero run has no geometry to compare"
+                         + (f" ({len(zero)} such runs)" if len(zero) > 1 else ""))
     step("Procrustes alignment")
     rotations, iterations = m.generalized_procrustes(grams)
     return _Frame(arrays, grams, rotations, iterations)
@@ -162,13 +169,12 @@ def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step
     inner = m.inner_product_noise_share(arrays, first, second)
     step("nearest neighbours")
     queries = np.sort(rng.choice(n, size=min(options.knn_queries, n), replace=False))
-    least_idx = np.argsort(-aligned.per_key_variance, kind="stable")[: options.top]
+    least_idx = np.argsort(-aligned.per_key_variance_scaled, kind="stable")[: options.top]  # finite at any scale
     # one pass over every run serves both the sampled queries and the least stable keys
     overlaps = m.knn_overlap(arrays, np.concatenate([queries, least_idx]), options.knn_k)
     knn, least_knn = overlaps[: len(queries)], overlaps[len(queries):]
     step("PIP, CKA, eigenspaces, displacement")
     pip = m.pairwise_mean(grams, m.pip_loss)
-    gram_norm = float(np.mean([np.sqrt(m.frobenius_sq(grams.G[r, r])) for r in range(len(arrays))]))
     counts, edges = np.histogram(raw.per_dim, bins=HISTOGRAM_BINS, range=(0.0, 1.0))
     return {
         "noise_share": raw.overall,
@@ -185,13 +191,13 @@ def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step
         "knn_k": options.knn_k,
         "knn_queries": int(len(queries)),
         "knn_chance": options.knn_k / (n - 1),
-        "pip_loss": pip,
-        "pip_loss_relative": pip / gram_norm if gram_norm > 0 else None,
+        "pip_loss": _finite(pip),
+        "pip_loss_relative": m.relative_pip_loss(grams),
         "cka": m.pairwise_mean(grams, m.linear_cka),
         "eigenspace_overlap": m.pairwise_mean(grams, m.eigenspace_overlap),
         "semantic_displacement": m.semantic_displacement(arrays, grams),
         "least_stable": [
-            {"key": runs.keys[i], "aligned_variance": float(aligned.per_key_variance[i]), "knn_overlap": float(o)}
+            {"key": runs.keys[i], "aligned_variance": _finite(aligned.per_key_variance[i]), "knn_overlap": float(o)}
             for i, o in zip(least_idx, least_knn)
         ],
     }
@@ -273,8 +279,13 @@ def build_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], Non
     }
 
 
-def _floats(values: np.ndarray) -> list[float]:
-    return [float(v) for v in values]
+def _floats(values: np.ndarray) -> list[float | None]:
+    return [_finite(v) for v in values]
+
+
+def _finite(value: float) -> float | None:
+    """A JSON-safe number: None for a scale-dependent value beyond float64's range (inf)."""
+    return float(value) if math.isfinite(value) else None
 
 
 # ---------------------------------------------------------------- CI checks

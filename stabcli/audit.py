@@ -249,16 +249,22 @@ def _epoch_noise_share(runs: Runs, epoch: int, normalize: bool) -> float | None:
 
 
 def build_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], None] | None = None,
-                 downstream: DownstreamOptions | None = None) -> dict[str, Any]:
+                 downstream: DownstreamOptions | None = None,
+                 on_warning: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The whole audit report; ``downstream`` (label options) adds SPEC section 5."""
     step = on_step or (lambda _: None)
     _check_options(options, len(runs.keys))
+    plan = None
+    if downstream:  # options against the runs, labels, split, memory: all before the Gram pass
+        from stabcli.downstream import plan_downstream
+
+        plan = plan_downstream(downstream, runs.keys, len(runs.arrays), runs.dim, on_warning)
     frame = _frame(runs, options, step)
     labelled = None
     if downstream:  # first: a bad label file fails before the long representation metrics
         from stabcli.downstream import downstream_report
 
-        labelled = downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step)
+        labelled = downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step, plan)
     return {
         "stabcli_version": __version__,
         "input": {

@@ -229,10 +229,13 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
 
     for expression in checks:
         parse_check(expression)  # a malformed expression fails before any heavy work
-    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False))
+    def warn(msg: str) -> None:
+        err.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True)
+
+    runs = load_runs(inputs, on_warning=warn)
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
-                              downstream=downstream)
+                              downstream=downstream, on_warning=warn)
     evaluate_checks(report, checks)
     text = json.dumps(report, indent=2) + "\n"
     if json_path:
@@ -296,6 +299,8 @@ def audit(
     reference: int = typer.Option(0, "--reference", help="Position of the run whose model is reused stale on the others."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
     encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of the label file (MovieLens files: latin-1)."),
+    min_class_size: int = typer.Option(5, "--min-class-size", help="Drop label classes with fewer labeled keys, with "
+                                       "a warning (5 = one expected test key at the default --test-size 0.2)."),
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
@@ -322,7 +327,8 @@ def audit(
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
     downstream = None
     if labels is None:
-        given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model}
+        given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model,
+                 "--min-class-size": None if min_class_size == 5 else min_class_size}
         extra = [name for name, value in given.items() if value is not None]
         if extra:
             raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
@@ -334,7 +340,7 @@ def audit(
             variants=_comma_list(variants, str, "--variants"),
             featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
             sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
-            encoding=encoding)
+            encoding=encoding, min_class_size=min_class_size)
     report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream)
     if not report["passed"]:
         raise typer.Exit(EXIT_FAILED_CHECK)

@@ -70,7 +70,7 @@ class _CommonScale:
         return (stack if scale == 1.0 else stack / scale), factor
 
 
-def _rescaled(value: float, scale: float, power: int = 1) -> float:
+def rescaled(value: float, scale: float, power: int = 1) -> float:
     """``value · scale^power`` (inf beyond float64's range, 0 below it), without warnings."""
     return float(_rescaled_array(np.float64(value), scale, power))
 
@@ -191,12 +191,12 @@ def _block_scale(*blocks: np.ndarray) -> float:
 def frobenius_norm(a: np.ndarray) -> float:
     """``‖a‖_F`` without overflow or underflow in the squares (inf only beyond float64's range)."""
     c = _block_scale(a)
-    return _rescaled(math.sqrt(frobenius_sq(a / c)), c)
+    return rescaled(math.sqrt(frobenius_sq(a / c)), c)
 
 
 def gram_norm(grams: Grams, r: int) -> float:
     """``‖H_rᵀ H_r‖_F = ‖H_r H_rᵀ‖_F`` in the input's units (inf beyond float64's range)."""
-    return _rescaled(frobenius_norm(grams.G[r, r]), grams.scale, 2)
+    return rescaled(frobenius_norm(grams.G[r, r]), grams.scale, 2)
 
 
 def _pip_loss_scaled(grams: Grams, r: int, s: int) -> float:
@@ -204,13 +204,13 @@ def _pip_loss_scaled(grams: Grams, r: int, s: int) -> float:
     c = _block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])
     rr, ss, rs = grams.G[r, r] / c, grams.G[s, s] / c, grams.G[r, s] / c
     value = frobenius_sq(rr) + frobenius_sq(ss) - 2 * frobenius_sq(rs)
-    return _rescaled(math.sqrt(max(value, 0.0)), c)
+    return rescaled(math.sqrt(max(value, 0.0)), c)
 
 
 def pip_loss(grams: Grams, r: int, s: int) -> float:
     """PIP loss ``‖H_r H_rᵀ − H_s H_sᵀ‖_F`` (Yin & Shen 2018) via
     ``sqrt(‖H_rᵀH_r‖² + ‖H_sᵀH_s‖² − 2‖H_rᵀH_s‖²)``; inf when beyond float64's range."""
-    return _rescaled(_pip_loss_scaled(grams, r, s), grams.scale, 2)
+    return rescaled(_pip_loss_scaled(grams, r, s), grams.scale, 2)
 
 
 def relative_pip_loss(grams: Grams) -> float | None:

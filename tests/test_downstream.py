@@ -111,7 +111,7 @@ def test_regression_task_with_ridge(tmp_path):
     h = ds["variants"]["h"]
     assert h["r2_mean"] > 0.99 and h["rmse_mean"] < 0.1 and h["churn"] < 1e-6  # ridge is rotation invariant too
     assert h["stale_r2_mean"] < 0.5 and ds["variants"]["aligned"]["stale_drop"] == pytest.approx(0, abs=1e-9)
-    with pytest.raises(UsageError, match="--model logreg is for classification"):
+    with pytest.raises(UsageError, match="model: logreg is for classification"):
         report_for([x, x], tmp_path / "y.tsv", model="logreg")
 
 
@@ -162,12 +162,12 @@ def test_parse_variants_defaults_sweeps_and_errors():
                                        "aligned+phi:32@2", "phi:16@0.5", "phi:16@2", "phi:32@0.5", "phi:32@2"]
     assert swept[1].source == "aligned" and swept[1].phi_dim == 16 and swept[1].sigma == 0.5
     assert [v.name for v in parse_variants(["phi:8@1", "h+phi:8", "phi:8@0.25"], 4)] == ["phi:8", "phi:8@0.25"]
-    for bad, message in [(["phi:7"], "even M"), (["rff:8"], "unknown variant 'rff:8'"), (["phi:8@0"], "positive sigma")]:
+    for bad, message in [(["phi:7"], "even M"), (["rff:8"], "unknown variant 'rff:8'"), (["phi:8@0"], "positive finite sigma")]:
         with pytest.raises(UsageError, match=message):
             parse_variants(bad, 4)
-    with pytest.raises(UsageError, match="--featurize-dims and --sigmas sweep phi variants"):
+    with pytest.raises(UsageError, match="featurize_dims: sweeps the phi variants, but --variants has none"):
         parse_variants(["h"], 4, featurize_dims=[8])
-    with pytest.raises(UsageError, match="--featurize-dims: 9 must be an even"):
+    with pytest.raises(UsageError, match="featurize_dims: 9 must be an even"):
         parse_variants(None, 4, featurize_dims=[9])
 
 
@@ -215,11 +215,11 @@ def test_label_sets_that_cannot_be_evaluated(tmp_path):
     for text, message in cases:
         (tmp_path / "l.csv").write_text(text)
         with pytest.raises(InputError, match=message):
-            report_for(arrays, tmp_path / "l.csv")
+            report_for(arrays, tmp_path / "l.csv", min_class_size=1)  # keep every class: the split must refuse
     (tmp_path / "l.csv").write_text("k0,a\nk1,b\n")
-    with pytest.raises(InputError, match="--task regression needs numeric labels, found 'a'"):
+    with pytest.raises(InputError, match="--task regression needs finite numeric labels, found 'a'"):
         report_for(arrays, tmp_path / "l.csv", task="regression")
-    with pytest.raises(UsageError, match="--reference 5: must be a run position from 0 to 1"):
+    with pytest.raises(UsageError, match="reference: 5 must be a run position from 0 to 1"):
         report_for(arrays, tmp_path / "l.csv", reference=5)
     with pytest.raises(InputError, match="label file not found"):
         report_for(arrays, tmp_path / "missing.csv")

@@ -213,19 +213,21 @@ def targets_for(keys: Sequence[str], options: DownstreamOptions,
     classes, counts = np.unique(y, return_counts=True)
     rare = counts < options.min_class_size
     dropped = [{"label": str(c), "count": int(n)} for c, n in zip(classes, counts) if n < options.min_class_size]
+    listed = ", ".join(f"{d['label']!r} ({d['count']})" for d in dropped)
     if dropped:
         kept = ~np.isin(y, classes[rare])
         rows, y = rows[kept], y[kept]
         classes, counts = classes[~rare], counts[~rare]
-        if on_warning:
-            listed = ", ".join(f"{d['label']!r} ({d['count']})" for d in dropped)
-            on_warning(f"{labels.source}: dropped {len(dropped)} class(es) with fewer than {options.min_class_size} "
-                       f"labeled keys (--min-class-size): {listed}")
+    if len(classes) < 2 and dropped:
+        found = f"only one class ({classes[0]!r}) has" if len(classes) else "no class has"
+        raise InputError(f"{labels.source}: {found} at least {options.min_class_size} labeled keys (--min-class-size "
+                         f"{options.min_class_size} dropped {listed}); classification needs at least 2 classes")
     if len(classes) < 2:
-        found = f"only one class ({classes[0]!r})" if len(classes) else "no class"
-        among = f" with at least {options.min_class_size} keys (--min-class-size)" if dropped else ""
-        raise InputError(f"{labels.source}: {found}{among} among the {len(rows):,} labeled keys; "
+        raise InputError(f"{labels.source}: only one class ({classes[0]!r}) among the {len(rows):,} labeled keys; "
                          "classification needs at least 2")
+    if dropped and on_warning:  # one line, and only when the audit goes on
+        on_warning(f"{labels.source}: dropped {len(dropped)} class(es) with fewer than {options.min_class_size} "
+                   f"labeled keys (--min-class-size): {listed}")
     if counts.min() < 2:
         rare_class = classes[int(np.argmin(counts))]
         raise InputError(f"{labels.source}: class {rare_class!r} has only 1 labeled key; a stratified split needs at "

@@ -1,0 +1,147 @@
+"""Bad inputs of the downstream options and of numerically degenerate embeddings: each is
+exit 2 with one ``error:`` line naming the option or file, decided before any computation,
+no traceback, no warning, and nothing written."""
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import assert_bad_input, files_state
+from stabcli.cli import app
+from stabcli.embeddings import keys_path_for
+
+runner = CliRunner()
+N, D = 40, 4
+KEYS = [f"k{i}" for i in range(N)]
+
+
+def save(path, array, keys=KEYS):
+    """A ``.npy`` exactly as given (any dtype) with its keys file."""
+    np.save(path, array)
+    keys_path_for(path).write_text("".join(k + "\n" for k in keys))
+    return path
+
+
+def two_runs(tmp, scale=1.0, dtype=np.float32, d=D):
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((N, d))
+    return [save(tmp / f"run{r}.npy", ((base + 0.3 * rng.standard_normal((N, d))) * scale).astype(dtype))
+            for r in range(2)]
+
+
+def labels(tmp, text=None):
+    path = tmp / "labels.csv"
+    path.write_text(text if text is not None else "".join(f"k{i},g{i % 2}\n" for i in range(N)))
+    return path
+
+
+def run(tmp, *args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def with_labels(*options, text=None):
+    """An audit of two good runs with a good label file plus ``options``."""
+    return lambda t: ["audit", *two_runs(t), "--labels", labels(t, text), "--jobs", "1", *options]
+
+
+HUGE = "100000000000"
+
+CASES = [
+    # ---- --test-size: a share strictly between 0 and 1
+    ("test size 0", with_labels("--test-size", "0"), "--test-size: 0"),
+    ("test size 1", with_labels("--test-size", "1"), "--test-size: 1"),
+    ("test size negative", with_labels("--test-size", "-0.5"), "--test-size: -0.5"),
+    ("test size nan", with_labels("--test-size", "nan"), "--test-size: nan"),
+    ("test size inf", with_labels("--test-size", "inf"), "--test-size: inf"),
+    # ---- --model and --task
+    ("model unknown", with_labels("--model", "svm"), "--model: 'svm' is not one of logreg, knn, ridge"),
+    ("model logreg for regression", with_labels("--model", "logreg", "--task", "regression"),
+     "--model: logreg is for classification"),
+    ("model logreg on numeric labels", with_labels("--model", "logreg", text="".join(f"k{i},{i * 0.37}\n" for i in range(N))),
+     "--model: logreg is for classification, and these labels are numeric"),
+    ("task unknown", with_labels("--task", "clustering"), "--task: 'clustering' is not one of auto, classification, regression"),
+    ("knn with too few training keys", with_labels("--model", "knn", "--min-class-size", "1",
+                                                   text="k0,a\nk1,a\nk2,a\nk3,b\nk4,b\nk5,b\n"),
+     "4 training keys are fewer than the 5 neighbours --model knn uses"),
+    # ---- --reference: needs the run count, checked right after loading
+    ("reference beyond the runs", with_labels("--reference", "5"), "--reference: 5 must be a run position from 0 to 1"),
+    ("reference negative", with_labels("--reference", "-1"), "--reference: -1 must be a run position"),
+    # ---- --variants
+    ("variant unknown", with_labels("--variants", "h,rff:8"), "--variants: unknown variant 'rff:8'"),
+    ("variant odd M", with_labels("--variants", "phi:7"), "--variants: 'phi:7' needs an even M >= 2"),
+    ("variant M zero", with_labels("--variants", "phi:0"), "--variants: 'phi:0' needs an even M >= 2"),
+    ("variant sigma zero", with_labels("--variants", "phi:8@0"), "positive finite sigma"),
+    ("variant sigma inf", with_labels("--variants", "phi:8@1e999"), "positive finite sigma"),
+    ("variant sigma not a number", with_labels("--variants", "phi:8@1e"), "--variants: 'phi:8@1e': '1e' is not a number"),
+    ("variants empty", with_labels("--variants", ","), "--variants: empty list"),
+    ("variant needs 800 GB", with_labels("--variants", f"h,phi:{HUGE}"), f"--variants: phi:{HUGE} needs about"),
+    ("aligned variant needs 800 GB", with_labels("--variants", f"aligned+phi:{HUGE}"),
+     f"--variants: aligned+phi:{HUGE} needs about"),
+    # ---- --featurize-dims and --sigmas
+    ("featurize dims odd", with_labels("--variants", "phi:8", "--featurize-dims", "9"), "--featurize-dims: 9 must be an even"),
+    ("featurize dims zero", with_labels("--variants", "phi:8", "--featurize-dims", "0"), "--featurize-dims: 0 must be an even"),
+    ("featurize dims negative", with_labels("--variants", "phi:8", "--featurize-dims", "-4"), "--featurize-dims: -4 must be"),
+    ("featurize dims not ints", with_labels("--variants", "phi:8", "--featurize-dims", "8,x"), "--featurize-dims '8,x'"),
+    ("featurize dims without phi", with_labels("--variants", "h", "--featurize-dims", "8"),
+     "--featurize-dims: sweeps the phi variants, but --variants has none"),
+    ("featurize dims huge", with_labels("--variants", "phi:8", "--featurize-dims", HUGE),
+     f"--featurize-dims: phi:{HUGE} needs about"),
+    ("sigma zero", with_labels("--variants", "phi:8", "--sigmas", "0"), "--sigmas: 0 is not a positive finite number"),
+    ("sigma negative", with_labels("--variants", "phi:8", "--sigmas", "1,-2"), "--sigmas: -2 is not a positive"),
+    ("sigma nan", with_labels("--variants", "phi:8", "--sigmas", "nan"), "--sigmas: nan is not a positive"),
+    ("sigma inf", with_labels("--variants", "phi:8", "--sigmas", "inf"), "--sigmas: inf is not a positive"),
+    ("sigmas without phi", with_labels("--variants", "h,aligned", "--sigmas", "1"), "--sigmas: sweeps the phi variants"),
+    # ---- --jobs, --min-class-size, seeds, encoding
+    ("jobs zero", with_labels("--jobs", "0"), "--jobs: 0 must be at least 1"),
+    ("jobs negative", with_labels("--jobs", "-3"), "--jobs: -3 must be at least 1"),
+    ("min class size zero", with_labels("--min-class-size", "0"), "--min-class-size: 0 must be at least 1"),
+    ("min class size negative", with_labels("--min-class-size", "-2"), "--min-class-size: -2 must be at least 1"),
+    ("min class size drops every class", with_labels("--min-class-size", "100"),
+     "no class has at least 100 labeled keys (--min-class-size 100 dropped 'g0' (20), 'g1' (20))"),
+    ("min class size leaves one class", with_labels(text="".join(f"k{i},{'rare' if i < 3 else 'common'}\n" for i in range(N))),
+     "only one class ('common') has at least 5 labeled keys (--min-class-size 5 dropped 'rare' (3))"),
+    ("min class size without labels", lambda t: ["audit", *two_runs(t), "--min-class-size", "3"],
+     "--min-class-size only apply with --labels FILE"),
+    ("split seed negative", with_labels("--split-seed", "-1"), "--split-seed: -1 must be between 0 and 4294967295"),
+    ("split seed too large", with_labels("--split-seed", str(2**32)), "--split-seed: 4294967296 must be between"),
+    ("phi seed negative", with_labels("--seed", "-7"), "--seed: -7 must be between 0 and 4294967295"),
+    ("label encoding unknown", with_labels("--encoding", "no-such-codec"), "--encoding: 'no-such-codec' is not a known"),
+    # ---- labels whose numbers are not finite
+    ("regression label beyond float64", with_labels("--task", "regression",
+                                                    text="".join(f"k{i},{'1e999' if i == 7 else i}\n" for i in range(N))),
+     "--task regression needs finite numeric labels, found '1e999'"),
+    # ---- embeddings with no geometry
+    ("all-zero runs", lambda t: ["audit", save(t / "a.npy", np.zeros((N, D))), save(t / "b.npy", np.zeros((N, D)))],
+     "a.npy: every value is 0; an all-zero run has no geometry to compare (2 such runs)"),
+    ("one all-zero run", lambda t: ["audit", two_runs(t)[0], save(t / "zero.npy", np.zeros((N, D), np.float32))],
+     "zero.npy: every value is 0"),
+    ("all-zero float64 run with --normalize", lambda t: ["audit", "--normalize", two_runs(t, dtype=np.float64)[0],
+                                                         save(t / "zero.npy", np.zeros((N, D)))],
+     "zero.npy: every value is 0"),
+    ("zero-column arrays", lambda t: ["audit", save(t / "a.npy", np.zeros((N, 0))), save(t / "b.npy", np.zeros((N, 0)))],
+     "a.npy: vectors have 0 dimensions"),
+    ("zero-column arrays with labels", lambda t: ["audit", save(t / "a.npy", np.zeros((N, 0), np.float32)),
+                                                  save(t / "b.npy", np.zeros((N, 0), np.float32)), "--labels", labels(t)],
+     "a.npy: vectors have 0 dimensions"),
+]
+
+
+@pytest.mark.parametrize("name, make_args, fragment", CASES, ids=[c[0] for c in CASES])
+def test_bad_downstream_and_numeric_inputs(tmp_path, name, make_args, fragment):
+    args = make_args(tmp_path)
+    before = files_state(tmp_path)
+    assert_bad_input(run(tmp_path, *args, "--json", tmp_path / "report.json"), fragment, tmp_path, before)
+
+
+def test_memory_refusal_comes_before_the_gram_pass(tmp_path, monkeypatch):
+    """The estimate is checked against the available memory before any metric runs."""
+    import stabcli.metrics
+
+    def boom(*_):
+        raise AssertionError("the Gram pass ran before the memory check")
+
+    monkeypatch.setattr(stabcli.metrics, "gram_blocks", boom)
+    args = with_labels("--variants", f"phi:{HUGE}")(tmp_path)
+    result = run(tmp_path, *args)
+    assert_bad_input(result, "--variants: phi:100000000000 needs about")
+    assert "of memory available" in result.stderr

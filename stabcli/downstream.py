@@ -43,6 +43,7 @@ KNN_NEIGHBOURS = 5
 STALE_TOLERANCE = 0.01  # a stale-model drop above this is called out in the recommendation
 # A class needs 1/test_size members to expect one of them in the test split: 5 for the default 0.2.
 MIN_CLASS_SIZE = 5
+DROPPED_SHOWN = 10  # dropped classes named in the warning line
 MODEL_SAFE_EXPONENT = 100  # features beyond 2^±100 are divided by a common power of two before fitting
 SEED_MAX = 2**32 - 1       # scikit-learn's random_state range
 
@@ -213,7 +214,9 @@ def targets_for(keys: Sequence[str], options: DownstreamOptions,
     classes, counts = np.unique(y, return_counts=True)
     rare = counts < options.min_class_size
     dropped = [{"label": str(c), "count": int(n)} for c, n in zip(classes, counts) if n < options.min_class_size]
-    listed = ", ".join(f"{d['label']!r} ({d['count']})" for d in dropped)
+    shown = sorted(dropped, key=lambda d: (d["count"], d["label"]))[:DROPPED_SHOWN]  # the rarest first
+    listed = ", ".join(f"{d['label']!r} ({d['count']})" for d in shown)
+    listed += f" and {len(dropped) - len(shown)} more (all in the JSON)" if len(dropped) > len(shown) else ""
     if dropped:
         kept = ~np.isin(y, classes[rare])
         rows, y = rows[kept], y[kept]

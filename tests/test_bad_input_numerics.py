@@ -145,3 +145,68 @@ def test_memory_refusal_comes_before_the_gram_pass(tmp_path, monkeypatch):
     result = run(tmp_path, *args)
     assert_bad_input(result, "--variants: phi:100000000000 needs about")
     assert "of memory available" in result.stderr
+
+
+# ------------------------------------------------------------------ finite extremes are not bad inputs
+
+INVARIANT = ("noise_share", "aligned_noise_share", "inner_product_noise_share", "knn_overlap", "pip_loss_relative",
+             "cka", "eigenspace_overlap", "semantic_displacement")
+
+
+def strict_json(text):
+    def refuse(constant):
+        raise AssertionError(f"{constant} in JSON output")
+    return __import__("json").loads(text, parse_constant=refuse)
+
+
+def audit_json(tmp, files, *options):
+    result = run(tmp, "audit", *files, "--format", "json", "--pairs", "300", "--knn-queries", "20", "--knn-k", "3",
+                 "--jobs", "1", *options) if "--labels" in options else \
+        run(tmp, "audit", *files, "--format", "json", "--pairs", "300", "--knn-queries", "20", "--knn-k", "3", *options)
+    assert result.exit_code == 0, result.output
+    assert "Warning" not in result.stderr and "warning" not in result.stderr.lower(), result.stderr
+    return strict_json(result.stdout)
+
+
+@pytest.mark.parametrize("exponent, normalize", [(1000, False), (-1000, False), (664, True), (-1040, False)])
+def test_float64_runs_at_float64_extremes_audit_like_ordinary_ones(tmp_path, exponent, normalize):
+    """2^1000 ≈ 1e301, 2^-1000 ≈ 1e-301, 2^664 ≈ 1e200 with --normalize, 2^-1040 subnormal:
+    exit 0, no warning, strict JSON, and every scale-invariant number as at ordinary magnitude."""
+    (tmp_path / "x").mkdir()
+    (tmp_path / "o").mkdir()
+    ordinary = two_runs(tmp_path / "o", dtype=np.float64)
+    extreme = [save(tmp_path / "x" / p.name, np.ldexp(np.load(p), exponent)) for p in ordinary]
+    if exponent < -1022:  # subnormal: compare with the values that survived, at ordinary magnitude
+        ordinary = [save(p, np.ldexp(np.load(e), -exponent)) for p, e in zip(ordinary, extreme)]
+    flags = ["--normalize"] if normalize else []
+    got, expected = audit_json(tmp_path, extreme, *flags), audit_json(tmp_path, ordinary, *flags)
+    for key in INVARIANT:
+        assert got["representation"][key] == pytest.approx(expected["representation"][key], rel=1e-9, abs=1e-12), key
+    if exponent > 600 and not normalize:  # variances (squares) beyond float64: null, never "Infinity"
+        assert got["representation"]["pip_loss"] is None and got["representation"]["variance_per_dim"][0] is None
+
+
+def test_regression_labels_near_1e300(tmp_path):
+    """Labels × 2^1000: the same fits on exactly scaled labels, R² unchanged, RMSE and churn × 2^1000."""
+    files = two_runs(tmp_path)
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal(N) * 3 + 10
+    (tmp_path / "small.csv").write_text("".join(f"{k},{float(v)!r}\n" for k, v in zip(KEYS, values)))
+    (tmp_path / "huge.csv").write_text("".join(f"{k},{float(np.ldexp(v, 1000))!r}\n" for k, v in zip(KEYS, values)))
+    small = audit_json(tmp_path, files, "--labels", tmp_path / "small.csv", "--variants", "h,aligned")["downstream"]
+    huge = audit_json(tmp_path, files, "--labels", tmp_path / "huge.csv", "--variants", "h,aligned")["downstream"]
+    assert huge["task"] == "regression" and huge["label_scale"] > 1e300 and small["label_scale"] == 1
+    for name in ("h", "aligned"):
+        a, b = small["variants"][name], huge["variants"][name]
+        assert b["r2_mean"] == pytest.approx(a["r2_mean"], rel=1e-9)
+        assert b["rmse_mean"] == pytest.approx(np.ldexp(a["rmse_mean"], 1000), rel=1e-9)
+        assert b["churn"] == pytest.approx(np.ldexp(a["churn"], 1000), rel=1e-6, abs=1e-300 * 2.0**1000)
+    assert huge["recommendation"]["variant"] == small["recommendation"]["variant"]
+
+
+def test_classification_on_features_near_1e300(tmp_path):
+    """Features beyond 2^±100 are divided by one common power of two before fitting (recorded)."""
+    files = [save(tmp_path / p.name.replace("run", "big"), np.ldexp(np.load(p).astype(np.float64), 1000))
+             for p in two_runs(tmp_path)]
+    ds = audit_json(tmp_path, files, "--labels", labels(tmp_path))["downstream"]
+    assert ds["feature_scale"] > 1e300 and all(v["accuracy_mean"] is not None for v in ds["variants"].values())

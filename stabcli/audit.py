@@ -139,7 +139,7 @@ def _frame(runs: Runs, options: AuditOptions, step: Callable[[str], None]) -> _F
     arrays = _normalized(runs.arrays) if options.normalize else runs.arrays
     step("cross-Gram blocks")
     grams = m.gram_blocks(arrays)
-    zero = [name for name, largest in zip(runs.names, grams.peaks) if largest == 0]
+    zero = [runs.names[r] for r in grams.zero_runs()]
     if zero:
         raise InputError(f"{zero[0]}: every value is 0; an all-zero run has no geometry to compare"
                          + (f" ({len(zero)} such runs)" if len(zero) > 1 else ""))

@@ -52,16 +52,26 @@ def power_of_two_scale(largest: float) -> float:
     return 1.0 if -SAFE_EXPONENT <= exponent <= SAFE_EXPONENT else math.ldexp(1.0, exponent)
 
 
+def may_need_scaling(runs: Sequence[np.ndarray]) -> bool:
+    """False when no value can leave the safe range: float32 and narrower floats and integers
+    (squares of float32 values, from 1e-45 to 3e38, are ordinary float64 numbers)."""
+    return any(np.asarray(h[:0]).dtype.kind == "f" and np.asarray(h[:0]).dtype.itemsize > 4 for h in runs)
+
+
 class _CommonScale:
     """The running common scale of a chunked pass: grows with the largest value seen, and
-    says by how much accumulators of degree-``k`` quantities must shrink when it does."""
+    says by how much accumulators of degree-``k`` quantities must shrink when it does.
+    Inactive (no per-chunk cost) for inputs that ``may_need_scaling`` clears."""
 
-    def __init__(self) -> None:
+    def __init__(self, runs: Sequence[np.ndarray]) -> None:
+        self.active = may_need_scaling(runs)
         self.largest = 0.0
         self.scale = 1.0
 
     def update(self, stack: np.ndarray) -> tuple[np.ndarray, float]:
         """(stack divided by the new scale, factor old/new scale for the accumulators)."""
+        if not self.active:
+            return stack, 1.0
         seen = self.largest > 0  # before the first non-zero value the accumulators hold only zeros
         self.largest = max(self.largest, peak(stack))
         scale = power_of_two_scale(self.largest)
@@ -103,7 +113,7 @@ def noise_share(runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | No
     var_sum = np.zeros(d)
     energy_sum = np.zeros(d)
     per_key = np.empty(n)
-    common = _CommonScale()
+    common = _CommonScale(runs)
     for rows, stack in _chunks(runs, rotations):
         stack, factor = common.update(stack)
         if factor != 1.0:  # the scale grew: earlier sums are in the old units
@@ -149,7 +159,15 @@ class Grams:
     means: np.ndarray  # [R, d]
     n: int
     scale: float = 1.0
-    peaks: np.ndarray | None = None  # [R] largest |value| of every run, in the input's units
+    peaks: np.ndarray | None = None  # [R] largest |value| of every run (float64 input only)
+
+    def zero_runs(self) -> list[int]:
+        """Positions of the runs whose values are all 0. Exact: float32 squares never
+        underflow in float64, and float64 runs are judged by their largest value."""
+        R = self.G.shape[0]
+        if self.peaks is not None:
+            return [r for r in range(R) if self.peaks[r] == 0]
+        return [r for r in range(R) if not np.any(self.G[r, r].diagonal())]
 
     def centered(self, r: int, s: int) -> np.ndarray:
         """``X_rᵀ X_s`` for the column-centred matrices (divided by ``scale²``)."""
@@ -163,9 +181,10 @@ def gram_blocks(runs: Sequence[np.ndarray]) -> Grams:
     sums = np.zeros((R, d))
     joint = np.zeros((R * d, R * d))
     peaks = np.zeros(R)
-    common = _CommonScale()
+    common = _CommonScale(runs)
     for _, stack in _chunks(runs):
-        peaks = np.maximum(peaks, np.maximum(stack.max(axis=(1, 2)), -stack.min(axis=(1, 2))) if d else 0.0)
+        if common.active and d:  # float32 runs need no peaks: a zero run shows as a zero Gram diagonal
+            peaks = np.maximum(peaks, np.maximum(stack.max(axis=(1, 2)), -stack.min(axis=(1, 2))))
         stack, factor = common.update(stack)
         if factor != 1.0:  # the scale grew: earlier sums are in the old units
             sums *= factor
@@ -174,7 +193,7 @@ def gram_blocks(runs: Sequence[np.ndarray]) -> Grams:
         wide = np.ascontiguousarray(stack.transpose(1, 0, 2)).reshape(-1, R * d)  # [c, R·d]
         joint += wide.T @ wide  # one symmetric product: numpy uses BLAS syrk
     G = joint.reshape(R, d, R, d).transpose(0, 2, 1, 3).copy()
-    return Grams(G, sums / n, n, common.scale, peaks)
+    return Grams(G, sums / n, n, common.scale, peaks if common.active else None)
 
 
 def frobenius_sq(a: np.ndarray) -> float:

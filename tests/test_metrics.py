@@ -281,6 +281,7 @@ def test_scale_dependent_numbers_are_rescaled_back_when_finite():
     np.testing.assert_allclose(m.noise_share(big).variance_per_dim, m.noise_share(runs).variance_per_dim * scale**2,
                                rtol=1e-12)
     np.testing.assert_allclose(big_grams.peaks, [np.abs(h).max() for h in big], rtol=0)
+    assert m.gram_blocks([h.astype(np.float32) for h in runs]).peaks is None  # float32: no per-chunk scan
     # beyond float64's range they are inf (too large) or NaN (too small, not a false 0); JSON shows null
     huge, tiny = m.gram_blocks([h * 1e300 for h in runs]), m.gram_blocks([h * 1e-300 for h in runs])
     assert m.pip_loss(huge, 0, 1) == np.inf and np.isnan(m.pip_loss(tiny, 0, 1))
@@ -312,7 +313,12 @@ def test_noise_share_when_the_scale_grows_between_chunks(monkeypatch):
 def test_all_zero_and_identical_runs_give_finite_known_answers():
     zeros = [np.zeros((N, D)) for _ in range(3)]
     grams = m.gram_blocks(zeros)
-    assert (grams.peaks == 0).all() and grams.scale == 1
+    assert (grams.peaks == 0).all() and grams.scale == 1 and grams.zero_runs() == [0, 1, 2]
+    live = random_runs(9)[:2]
+    assert m.gram_blocks([live[0], np.zeros((N, D)), live[1]]).zero_runs() == [1]
+    assert m.gram_blocks([h.astype(np.float32) for h in (live[0], np.zeros((N, D)), live[1])]).zero_runs() == [1]
+    tiny_among_huge = m.gram_blocks([live[0] * 1e300, live[1] * 1e-300])  # the tiny run's Gram underflows to 0
+    assert tiny_among_huge.zero_runs() == [] and not tiny_among_huge.G[1, 1].any()
     assert m.noise_share(zeros).overall == 0 and m.relative_pip_loss(grams) is None
     assert m.linear_cka(grams, 0, 1) == 0 and m.eigenspace_overlap(grams, 0, 1) == 0 and m.pip_loss(grams, 0, 1) == 0
     assert m.semantic_displacement(zeros, grams) == 1.0  # zero rows have cosine 0 by convention

@@ -46,6 +46,7 @@ MIN_CLASS_SIZE = 5
 DROPPED_SHOWN = 10  # dropped classes named in the warning line
 MODEL_SAFE_EXPONENT = 100  # features beyond 2^±100 are divided by a common power of two before fitting
 SEED_MAX = 2**32 - 1       # scikit-learn's random_state range
+SIGMA_MAX = 1e300          # N(0, σ²) directions beyond this overflow float64 (and phi is pure noise long before)
 
 
 @dataclass(frozen=True)
@@ -133,8 +134,8 @@ def parse_variants(spec: Sequence[str] | None, input_dim: int, featurize_dims: S
         even = input_dim + input_dim % 2
         spec = ["h", "avg", "aligned", f"phi:{even}", f"phi:{2 * even}"]
     for sigma in sigmas:
-        if not (math.isfinite(sigma) and sigma > 0):
-            raise OptionError("sigmas", f"{sigma:g} is not a positive finite number")
+        if not _good_sigma(sigma):
+            raise OptionError("sigmas", f"{sigma:g} is not a positive finite number up to {SIGMA_MAX:g}")
     for m in featurize_dims:
         if m < 2 or m % 2:
             raise OptionError("featurize_dims", f"{m} must be an even integer >= 2 (cos/sin pairs)")
@@ -156,8 +157,9 @@ def parse_variants(spec: Sequence[str] | None, input_dim: int, featurize_dims: S
             raise OptionError("variants", f"{token!r}: {sigma_text!r} is not a number") from None
         for m in featurize_dims or [dim]:
             for s in sigmas or [sigma]:
-                if m < 2 or m % 2 or not (math.isfinite(s) and s > 0):
-                    raise OptionError("variants", f"{token!r} needs an even M >= 2 and a positive finite sigma")
+                if m < 2 or m % 2 or not _good_sigma(s):
+                    raise OptionError("variants", f"{token!r} needs an even M >= 2 and a positive finite sigma "
+                                                  f"up to {SIGMA_MAX:g}")
                 prefix = "" if source == "h" else f"{source}+"
                 suffix = f"@{s:g}" if sigmas or s != 1.0 else ""
                 variants.append(Variant(f"{prefix}phi:{m}{suffix}", source, m, s))
@@ -165,6 +167,10 @@ def parse_variants(spec: Sequence[str] | None, input_dim: int, featurize_dims: S
         raise OptionError("featurize_dims" if featurize_dims else "sigmas",
                           "sweeps the phi variants, but --variants has none (add phi:M)")
     return list({v.name: v for v in variants}.values())  # first occurrence order, duplicates dropped
+
+
+def _good_sigma(sigma: float) -> bool:
+    return math.isfinite(sigma) and 0 < sigma <= SIGMA_MAX
 
 
 # ------------------------------------------------------------------ labels → targets

@@ -90,6 +90,8 @@ CASES = [
     ("sigma negative", with_labels("--variants", "phi:8", "--sigmas", "1,-2"), "--sigmas: -2 is not a positive"),
     ("sigma nan", with_labels("--variants", "phi:8", "--sigmas", "nan"), "--sigmas: nan is not a positive"),
     ("sigma inf", with_labels("--variants", "phi:8", "--sigmas", "inf"), "--sigmas: inf is not a positive"),
+    ("sigma beyond 1e300", with_labels("--variants", "phi:8", "--sigmas", "1e308"), "--sigmas: 1e+308 is not a positive finite number up to 1e+300"),
+    ("variant sigma beyond 1e300", with_labels("--variants", "phi:8@1e301"), "positive finite sigma up to 1e+300"),
     ("sigmas without phi", with_labels("--variants", "h,aligned", "--sigmas", "1"), "--sigmas: sweeps the phi variants"),
     # ---- --jobs, --min-class-size, seeds, encoding
     ("jobs zero", with_labels("--jobs", "0"), "--jobs: 0 must be at least 1"),

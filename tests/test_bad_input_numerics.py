@@ -212,3 +212,15 @@ def test_classification_on_features_near_1e300(tmp_path):
              for p in two_runs(tmp_path)]
     ds = audit_json(tmp_path, files, "--labels", labels(tmp_path))["downstream"]
     assert ds["feature_scale"] > 1e300 and all(v["accuracy_mean"] is not None for v in ds["variants"].values())
+
+
+def test_plots_and_markdown_of_runs_near_1e300(tmp_path):
+    """Null variances (beyond float64) are left out of the Fig. 1a histogram, not a crash."""
+    files = [save(tmp_path / p.name.replace("run", "big"), np.ldexp(np.load(p).astype(np.float64), 1000))
+             for p in two_runs(tmp_path)]
+    result = run(tmp_path, "audit", *files, "--plots", tmp_path / "plots", "--markdown", tmp_path / "r.md",
+                 "--labels", labels(tmp_path), "--jobs", "2")
+    assert result.exit_code == 0, result.output
+    assert "Warning" not in result.stderr and "Traceback" not in result.output
+    assert (tmp_path / "plots" / "fig1a_variance_per_dim.png").stat().st_size > 0
+    assert "PIP loss | —" in (tmp_path / "r.md").read_text()

@@ -224,3 +224,47 @@ def test_plots_and_markdown_of_runs_near_1e300(tmp_path):
     assert "Warning" not in result.stderr and "Traceback" not in result.output
     assert (tmp_path / "plots" / "fig1a_variance_per_dim.png").stat().st_size > 0
     assert "PIP loss | —" in (tmp_path / "r.md").read_text()
+
+
+def write_vec(path, array, keys=KEYS):
+    path.write_text(f"{len(keys)} {array.shape[1]}\n" + "".join(
+        f"{k} " + " ".join(repr(float(v)) for v in row) + "\n" for k, row in zip(keys, array)))
+    return path
+
+
+@pytest.mark.parametrize("exponent", [1000, -1000])
+def test_word2vec_text_beyond_float32_is_read_in_float64(tmp_path, exponent):
+    """Finite text values that float32 would turn into inf (1e301) or 0 (1e-301) promote the
+    file to float64; before, 1e301 was reported as "NaN or infinite" after a RuntimeWarning."""
+    from stabcli.embeddings import read_embedding
+
+    ordinary = [np.load(p).astype(np.float64) for p in two_runs(tmp_path)]
+    files = [write_vec(tmp_path / f"x{r}.vec", np.ldexp(a, exponent)) for r, a in enumerate(ordinary)]
+    emb = read_embedding(files[0])
+    assert emb.vectors.dtype == np.float64 and np.array_equal(emb.vectors, np.ldexp(ordinary[0], exponent))
+    got = audit_json(tmp_path, files)["representation"]
+    expected = audit_json(tmp_path, [write_vec(tmp_path / f"o{r}.vec", a) for r, a in enumerate(ordinary)])
+    for key in INVARIANT:
+        assert got[key] == pytest.approx(expected["representation"][key], rel=1e-6, abs=1e-9), key
+    assert read_embedding(tmp_path / "o0.vec").vectors.dtype == np.float32  # ordinary files stay float32
+
+
+def test_word2vec_text_with_a_huge_value_and_a_nan_names_the_nan_row(tmp_path):
+    array = np.random.default_rng(1).standard_normal((N, D))
+    array[3, 1], array[5, 0] = np.nan, 1e300
+    files = [two_runs(tmp_path)[0], write_vec(tmp_path / "bad.vec", array)]
+    before = files_state(tmp_path)
+    assert_bad_input(run(tmp_path, "audit", *files), "bad.vec: key 'k3' has NaN or infinite values", tmp_path, before)
+
+
+def test_parquet_beyond_float32_is_read_in_float64(tmp_path):
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    from stabcli.embeddings import read_embedding
+
+    array = np.random.default_rng(2).standard_normal((N, D)) * 1e300
+    table = pd.DataFrame(array, columns=[f"d{j}" for j in range(D)])
+    table.insert(0, "key", KEYS)
+    table.to_parquet(tmp_path / "x.parquet")
+    emb = read_embedding(tmp_path / "x.parquet")
+    assert emb.vectors.dtype == np.float64 and np.array_equal(emb.vectors, array)

@@ -136,6 +136,8 @@ def _read_npy(path: Path) -> Embedding:
         raise InputError(f"{path}: expected a 2-d matrix [keys, dims], found shape {vectors.shape}")
     if vectors.dtype.kind not in "fiu":
         raise InputError(f"{path}: expected a numeric matrix, found dtype {vectors.dtype}")
+    if vectors.dtype.kind == "f" and vectors.dtype.itemsize > 8:  # long double: stabcli computes in float64
+        vectors = _as_float64(path, vectors)
     keys_file = keys_path_for(path)
     if keys_file.is_file():
         keys = read_keys(keys_file)
@@ -144,6 +146,17 @@ def _read_npy(path: Path) -> Embedding:
     else:
         keys = [str(i) for i in range(vectors.shape[0])]
     return Embedding(keys, vectors, path)
+
+
+def _as_float64(path: Path, vectors: np.ndarray) -> np.ndarray:
+    """A long-double matrix as float64, or InputError when a finite value is beyond float64."""
+    magnitude = np.abs(vectors)
+    finite = magnitude[np.isfinite(magnitude)]
+    if finite.size and finite.max() > np.finfo(np.float64).max:
+        raise InputError(f"{path}: {vectors.dtype} values up to 1e{float(np.log10(finite.max())):.0f} "
+                         f"exceed float64's range (1.8e308), which stabcli computes in")
+    with np.errstate(under="ignore"):
+        return np.asarray(vectors, dtype=np.float64)
 
 
 def _parse_header(path: Path, line: bytes) -> tuple[int, int]:

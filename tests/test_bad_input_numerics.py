@@ -120,6 +120,9 @@ CASES = [
     ("all-zero float64 run with --normalize", lambda t: ["audit", "--normalize", two_runs(t, dtype=np.float64)[0],
                                                          save(t / "zero.npy", np.zeros((N, D)))],
      "zero.npy: every value is 0"),
+    ("long double beyond float64", lambda t: ["audit", two_runs(t)[0],
+                                              save(t / "ld.npy", np.full((N, D), np.longdouble("1e4000")))],
+     "values up to 1e4000 exceed float64's range (1.8e308)"),
     ("zero-column arrays", lambda t: ["audit", save(t / "a.npy", np.zeros((N, 0))), save(t / "b.npy", np.zeros((N, 0)))],
      "a.npy: vectors have 0 dimensions"),
     ("zero-column arrays with labels", lambda t: ["audit", save(t / "a.npy", np.zeros((N, 0), np.float32)),
@@ -268,3 +271,14 @@ def test_parquet_beyond_float32_is_read_in_float64(tmp_path):
     table.to_parquet(tmp_path / "x.parquet")
     emb = read_embedding(tmp_path / "x.parquet")
     assert emb.vectors.dtype == np.float64 and np.array_equal(emb.vectors, array)
+
+
+def test_long_double_within_float64_is_read_as_float64(tmp_path):
+    from stabcli.embeddings import read_embedding
+
+    ordinary = [np.load(p).astype(np.float64) for p in two_runs(tmp_path)]
+    files = [save(tmp_path / f"ld{r}.npy", a.astype(np.longdouble) * np.longdouble(1e300)) for r, a in enumerate(ordinary)]
+    assert read_embedding(files[0]).vectors.dtype == np.float64
+    got, expected = audit_json(tmp_path, files), audit_json(tmp_path, [save(tmp_path / f"o{r}.npy", a) for r, a in enumerate(ordinary)])
+    for key in INVARIANT:
+        assert got["representation"][key] == pytest.approx(expected["representation"][key], rel=1e-9, abs=1e-12), key

@@ -81,7 +81,8 @@ class _CommonScale:
 
 
 def rescaled(value: float, scale: float, power: int = 1) -> float:
-    """``value · scale^power`` (inf beyond float64's range, 0 below it), without warnings."""
+    """``value · scale^power`` without warnings: inf above float64's range, NaN for a
+    non-zero value below it (a variance of 1e-300 values is not 0)."""
     return float(_rescaled_array(np.float64(value), scale, power))
 
 
@@ -90,7 +91,7 @@ class NoiseShare:
     """Coordinate noise: ``share_j = Σ_i Var_r(H[i,j]) / Σ_i E_r[H[i,j]²]`` (ddof=0).
 
     The shares are scale invariant and exact for any finite input; the variances are in the
-    input's units and are ``inf`` when they exceed float64's range (values beyond ~1e154).
+    input's units: ``inf`` above float64's range (values beyond ~1e154), NaN below it.
     """
 
     overall: float

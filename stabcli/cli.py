@@ -291,11 +291,15 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
     plan = _audit_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
     names = read_key_names(key_names, encoding or "utf-8") if key_names else None
-    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False,
-                                                              soft_wrap=True))
+
+    def warn(msg: str) -> None:
+        err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+    runs = load_runs(inputs, on_warning=warn)
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
-                              downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None)
+                              downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None,
+                              on_warning=warn)
     text = dumps(report)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     written: list[Path] = []
@@ -383,6 +387,8 @@ def audit(
     encoding: Optional[str] = typer.Option(None, "--encoding", metavar="ENCODING", help="Text encoding of the label and "
                                            "--key-names files [default: utf-8; MovieLens u.item and movies.dat: latin-1; "
                                            "a byte-order mark decides]."),
+    min_class_size: int = typer.Option(5, "--min-class-size", help="Drop label classes with fewer labeled keys, with "
+                                       "a warning (5 = one expected test key at the default --test-size 0.2)."),
     key_names: Optional[Path] = typer.Option(None, "--key-names", help="Key→display name file for the tables: MovieLens "
                                              "u.item (id|title|…) or a 2-column CSV/TSV."),
     per_key: Optional[Path] = typer.Option(None, "--per-key", help="Write every key's frequency, norm, aligned variance, "
@@ -417,7 +423,8 @@ def audit(
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
     downstream = None
     if labels is None:
-        given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model}
+        given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model,
+                 "--min-class-size": None if min_class_size == 5 else min_class_size}
         extra = [name for name, value in given.items() if value is not None]
         if extra:
             raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
@@ -429,7 +436,7 @@ def audit(
             variants=_comma_list(variants, str, "--variants"),
             featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
             sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
-            encoding=encoding)
+            encoding=encoding, min_class_size=min_class_size)
     report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream,
                                key_names, per_key, encoding, force)
     if not report.passed:

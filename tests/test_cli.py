@@ -247,9 +247,9 @@ def test_audit_checks_reach_downstream_variants(runset, genre_labels):
     (["--labels", "MISSING"], "missing.csv: label file not found"),
     (["--labels", "GENRES", "--variants", "h,rff:8"], "unknown variant 'rff:8'"),
     (["--labels", "GENRES", "--featurize-dims", "8,x"], "--featurize-dims '8,x': expected a comma-separated list of int"),
-    (["--labels", "GENRES", "--model", "svm"], "--model 'svm': choose one of logreg, knn, ridge"),
-    (["--labels", "GENRES", "--test-size", "1.5"], "--test-size 1.5: must be between 0 and 1"),
-    (["--labels", "GENRES", "--task", "regression"], "--task regression needs numeric labels, found 'g"),
+    (["--labels", "GENRES", "--model", "svm"], "--model: 'svm' is not one of logreg, knn, ridge"),
+    (["--labels", "GENRES", "--test-size", "1.5"], "--test-size: 1.5 must be a share strictly between 0 and 1"),
+    (["--labels", "GENRES", "--task", "regression"], "--task regression needs finite numeric labels, found 'g"),
     (["--labels", "ONECLASS"], "only one class ('g') among the 40 labeled keys"),
 ])
 def test_audit_bad_label_options_exit_2(runset, genre_labels, tmp_path, args, message):

@@ -637,3 +637,30 @@ def _downstream(inputs: DriftInputs, rotation: np.ndarray | None, targets: Any, 
         stale_aligned=aligned, drop_raw=refit - raw, drop_aligned=None if aligned is None else refit - aligned,
         churn_refit=churn(pred_before, pred_refit),
         churn_stale_aligned=None if pred_aligned is None else churn(pred_before, pred_aligned))
+
+
+def move_items(sessions: Sequence[Sequence[str]], group_of: dict[str, str], items: set[str], into: str,
+               seed: int = 0) -> list[list[str]]:
+    """A simulated refresh: ``items`` leave every session and reappear (1 or 2 of them, drawn
+    uniformly) in the sessions whose most frequent group is ``into``; all else is unchanged.
+
+    Used by the demo and the power test: exactly ``items`` change their context, and the
+    items of ``into`` and of the items' own group see their co-occurrences change too.
+    """
+    rng = np.random.default_rng(seed)
+    pool = sorted(items)
+    refreshed = []
+    for session in sessions:
+        groups = [group_of.get(t) for t in session]
+        counts: dict[str, int] = {}
+        for g in groups:
+            if g is not None:
+                counts[g] = counts.get(g, 0) + 1
+        dominant = max(counts, key=counts.get) if counts else None
+        kept = [t for t in session if t not in items]
+        if dominant == into and pool:
+            for item in rng.choice(pool, size=int(rng.integers(1, 3))):
+                kept.insert(int(rng.integers(0, len(kept) + 1)), str(item))
+        if kept:
+            refreshed.append(kept)
+    return refreshed

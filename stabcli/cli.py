@@ -433,5 +433,97 @@ def demo(
               "'When featurization helps'.", highlight=False)
 
 
+@app.command("drift")
+def drift_cmd(
+    before: Path = typer.Argument(..., help="BEFORE: an embedding file, or a run set (its --reference run)."),
+    after: Path = typer.Argument(..., help="AFTER: an embedding file, or a run set (its --reference run)."),
+    noise: Optional[Path] = typer.Option(None, "--noise", help="Run set of seeded runs on BEFORE's data and "
+                                         "configuration (stabcli pretrain): each key's noise band."),
+    reference: int = typer.Option(0, "--reference", min=0, help="Run position used when BEFORE or AFTER is a run set."),
+    align: bool = typer.Option(True, "--align/--no-align", help="Rotate AFTER onto BEFORE (orthogonal Procrustes on "
+                               "the common keys); --no-align compares raw coordinates."),
+    knn_k: int = typer.Option(10, "--knn-k", help="Neighbours per key for the k-NN overlap."),
+    knn_queries: int = typer.Option(2_000, "--knn-queries", help="Sampled keys for the k-NN overlap above "
+                                    "20,000 keys (below: every key)."),
+    alpha: float = typer.Option(0.01, "--alpha", help="Level of the per-key test and of the FDR of the listed keys."),
+    top: int = typer.Option(20, "--top", help="Moved keys to list (largest changes without --noise)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the k-NN sample."),
+    key_names: Optional[Path] = typer.Option(None, "--key-names", help="Key→display name file (key,name CSV/TSV; "
+                                             "MovieLens u.item, movies.dat, movies.csv: the title)."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="Key→label file: BEFORE's model applied to AFTER "
+                                          "(raw and aligned) against a model refit on AFTER."),
+    task: str = typer.Option("auto", "--task", help="auto, classification or regression (with --labels)."),
+    model: Optional[str] = typer.Option(None, "--model", help="logreg, knn or ridge (with --labels)."),
+    test_size: float = typer.Option(0.2, "--test-size", help="Share of labeled keys in the test split."),
+    split_seed: int = typer.Option(0, "--split-seed", help="Seed of the train/test split."),
+    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of --labels and --key-names."),
+    per_key: Optional[Path] = typer.Option(None, "--per-key", help="Every key's measures, noise band and verdict "
+                                           "(.csv or .parquet)."),
+    check: list[str] = typer.Option([], "--check", help="CI gate 'PATH OP VALUE' (repeatable), e.g. "
+                                    "'drift.moved_share<0.05'. A failure exits 1."),
+    fmt: str = typer.Option("table", "--format", help="table (terminal) or json (stdout)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the JSON report here."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report here."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures into this new directory."),
+    force: bool = typer.Option(False, "--force", help="Replace existing output files (and a plots directory "
+                               "holding only drift's figures)."),
+) -> None:
+    """Which keys did a refresh really move, and which only changed by training noise?
+
+    Compares BEFORE and AFTER on their common keys (AFTER rotated onto BEFORE). With --noise,
+    every key has its own noise band from the run pairs of the noise run set, and a key has
+    moved when its change exceeds that band at level --alpha; moved keys are listed with
+    false discovery rate control.
+
+    Examples:
+
+        stabcli drift runs/yesterday today.npy --noise runs/yesterday
+
+        stabcli drift before.vec after.vec --noise runs/before --check 'drift.moved_share<0.05' --json drift.json
+
+        stabcli drift runs/ml ml-new.npy --noise runs/ml --key-names ml-100k/u.item --per-key drift.csv --plots figs
+    """
+    from stabcli.drift import DriftOptions, compute_drift, evaluate_checks, input_paths, load_inputs, \
+        read_key_names, report_json, validate_checks
+    from stabcli.drift_report import Outputs, check_outputs, render_terminal, write_outputs
+
+    if fmt not in ("table", "json"):
+        raise OptionError("fmt", f"{fmt!r}: choose table or json")
+    options = DriftOptions(alpha=alpha, align=align, knn_k=knn_k, knn_queries=knn_queries, top=top, seed=seed,
+                           reference=reference)
+    downstream = None
+    if labels is None:
+        given = {"--task": task if task != "auto" else None, "--model": model}
+        extra = [name for name, value in given.items() if value is not None]
+        if extra:
+            raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
+    else:
+        from stabcli.downstream import DownstreamOptions
+
+        downstream = DownstreamOptions(labels, task=task, model=model, test_size=test_size, split_seed=split_seed,
+                                       encoding=encoding)
+        if not 0 < test_size < 1:
+            raise OptionError("test_size", f"{test_size:g} must be between 0 and 1")
+    parsed = validate_checks(check, has_noise=noise is not None, has_labels=labels is not None)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    outputs = Outputs(json_path, markdown_path, per_key, plots, Path(summary) if summary else None, force)
+    check_outputs(outputs, input_paths(before, after, noise, [labels, key_names]))
+    inputs = load_inputs(before, after, noise, reference)
+    names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
+    with err.status("drift", spinner="dots") if err.is_terminal else nullcontext() as status:
+        report, table = compute_drift(inputs, options, downstream, names, str(key_names) if key_names else None,
+                                      on_step=(lambda s: status.update(f"drift: {s}")) if status else None)
+    report = evaluate_checks(report, parsed)
+    for path in write_outputs(outputs, report, table):
+        if path.suffix == ".png":
+            err.print(f"wrote {path}", highlight=False)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report_json(report), indent=2, allow_nan=False) + "\n")
+    else:
+        render_terminal(report, out)
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILED_CHECK)
+
+
 def main() -> None:
     app(prog_name="stabcli")

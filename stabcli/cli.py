@@ -439,7 +439,7 @@ def drift_cmd(
     after: Path = typer.Argument(..., help="AFTER: an embedding file, or a run set (its --reference run)."),
     noise: Optional[Path] = typer.Option(None, "--noise", help="Run set of seeded runs on BEFORE's data and "
                                          "configuration (stabcli pretrain): each key's noise band."),
-    reference: int = typer.Option(0, "--reference", min=0, help="Run position used when BEFORE or AFTER is a run set."),
+    reference: int = typer.Option(0, "--reference", help="Run position used when BEFORE or AFTER is a run set."),
     align: bool = typer.Option(True, "--align/--no-align", help="Rotate AFTER onto BEFORE (orthogonal Procrustes on "
                                "the common keys); --no-align compares raw coordinates."),
     knn_k: int = typer.Option(10, "--knn-k", help="Neighbours per key for the k-NN overlap."),

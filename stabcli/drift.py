@@ -29,7 +29,7 @@ from stabcli.runset import RunSet, is_runset
 if TYPE_CHECKING:
     from stabcli.downstream import DownstreamOptions
 
-KNN_ALL_MAX_KEYS = 20_000   # k-NN overlap for every key up to this many keys, else a seeded sample
+KNN_ALL_MAX_KEYS = 10_000   # k-NN overlap for every key up to this many keys (n² ≤ 1e8), else a seeded sample
 ADDED_REMOVED_LISTED = 20   # keys_added / keys_removed samples kept in the report
 
 
@@ -43,7 +43,7 @@ class DriftOptions:
     alpha: float = 0.01
     align: bool = True
     knn_k: int = 10
-    knn_queries: int = 2_000
+    knn_queries: int = 1_000
     top: int = 20
     seed: int = 0
     reference: int = 0
@@ -548,8 +548,7 @@ def compute_drift(inputs: DriftInputs, options: DriftOptions, downstream: Downst
         rng = np.random.default_rng(options.seed)
         queries = np.sort(rng.choice(n, size=min(options.knn_queries, n), replace=False))
         sampled = True
-    extra = np.array([i for i in top_idx if not sampled or i not in set(queries.tolist())], dtype=np.int64) \
-        if sampled else np.empty(0, dtype=np.int64)
+    extra = np.setdiff1d(np.asarray(top_idx, dtype=np.int64), queries) if sampled else np.empty(0, dtype=np.int64)
     overlaps = m.knn_overlap([inputs.b, inputs.a], np.concatenate([queries, extra]), options.knn_k)
     knn = np.full(n, np.nan)
     knn[queries] = overlaps[: len(queries)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -60,19 +60,41 @@ def key_change(before: np.ndarray, after: np.ndarray, rotation: np.ndarray | Non
     return KeyChange(**out)
 
 
+def _wide_chunks(runs: Sequence[np.ndarray]) -> Iterator[tuple[slice, np.ndarray]]:
+    """Row chunks of the runs side by side, float32 ``[c, R·d]`` (about 16 MB each)."""
+    n, d = runs[0].shape
+    step = max(1, m.CHUNK_ELEMENTS // (len(runs) * d))
+    for start in range(0, n, step):
+        rows = slice(start, min(n, start + step))
+        yield rows, np.concatenate([np.asarray(h[rows], dtype=np.float32) for h in runs], axis=1)
+
+
 def pair_distances(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """``D[p, i] = ‖H_r[i] − H_s[i]·Q_rs‖`` for every run pair p = (r, s), r < s, with
     ``Q_rs`` the orthogonal Procrustes rotation of run s onto run r over all rows.
 
-    One pass for the cross-Gram blocks (O(R²·n·d²)), one for the distances; float32 [P, n].
+    Two passes over the rows: the cross-Gram blocks ``H_sᵀH_r`` (one float32 product per
+    chunk, accumulated in float64, O(R²·n·d²)), then per chunk one product of each run with
+    the rotations of all its pairs side by side, and the distances. Returns float32 [P, n].
     """
-    pairs = list(combinations(range(len(runs)), 2))
-    grams = m.gram_blocks(runs)
-    rotations = [m.procrustes_rotation(grams.G[s, r]) for r, s in pairs]
-    out = np.empty((len(pairs), runs[0].shape[0]), dtype=np.float32)
-    for rows, stack in m._chunks(runs):
-        for p, ((r, s), q) in enumerate(zip(pairs, rotations)):
-            out[p, rows] = m.row_norms(stack[r] - stack[s] @ q)
+    R = len(runs)
+    n, d = runs[0].shape
+    pairs = list(combinations(range(R), 2))
+    joint = np.zeros((R * d, R * d))
+    for _, wide in _wide_chunks(runs):
+        joint += wide.T @ wide  # numpy uses BLAS syrk for this symmetric product
+    blocks = joint.reshape(R, d, R, d)
+    partners = {s: [r for r in range(s)] for s in range(1, R)}
+    side_by_side = {s: np.concatenate([m.procrustes_rotation(blocks[s, :, r, :]) for r in rs], axis=1).astype(np.float32)
+                    for s, rs in partners.items()}
+    index = {pair: p for p, pair in enumerate(pairs)}
+    out = np.empty((len(pairs), n), dtype=np.float32)
+    for rows, wide in _wide_chunks(runs):
+        for s, rs in partners.items():
+            rotated = wide[:, s * d:(s + 1) * d] @ side_by_side[s]  # [c, len(rs)·d]
+            for j, r in enumerate(rs):
+                diff = wide[:, r * d:(r + 1) * d] - rotated[:, j * d:(j + 1) * d]
+                out[index[r, s], rows] = np.sqrt(np.einsum("cd,cd->c", diff, diff))
     return out, pairs
 
 

@@ -469,7 +469,8 @@ def _demo_drift(out_dir: Path, config: TrainConfig, jobs: Optional[int]) -> None
     render_terminal(report, out)
     found = sum(t.key in moved for t in report.drift.top)
     out.print(f"{found} of the {len(report.drift.top)} listed keys are the {len(moved)} moved {DEMO_MOVED_GENRE} items "
-              f"({', '.join(sorted(moved))}); see docs/drift.md for how to read this.", highlight=False)
+              f"({', '.join(sorted(moved))}); see docs/drift.md for how to read this.", highlight=False,
+              soft_wrap=True)
 
 
 @app.command("drift")

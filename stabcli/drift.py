@@ -234,7 +234,7 @@ def read_key_names(path: str | Path, known: set[str], encoding: str = "utf-8") -
         if not line.strip():
             continue
         if delimiter is None:
-            delimiter = next((d for d in ("::", "|", "\t", ",") if d in line), None)
+            delimiter = next((d for d in ("\t", "::", "|", ",") if d in line), None)
             if delimiter is None:
                 raise InputError(f"{path}:{lineno}: expected key and name separated by a tab or a comma")
         fields_ = line.split(delimiter) if delimiter in ("::", "|") else next(csv.reader([line], delimiter=delimiter))

@@ -184,3 +184,24 @@ def test_noise_member_needs_three_runs(tmp_path):
     args = ["drift", str(root), str(emb(tmp_path, "a.npy")), "--noise", str(root)]
     before = files_state(tmp_path)
     assert_bad_input(runner.invoke(app, args), "needs at least 3", tmp_path, before)
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+NUMBERS = st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
+                    st.sampled_from(["", "x", "1e999", "-0", "0x10", "½", "١", "  3 "]))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(alpha=NUMBERS, knn_k=NUMBERS, top=NUMBERS, seed=NUMBERS, check=st.text(max_size=30))
+def test_option_values_never_crash(tmp_path_factory, alpha, knn_k, top, seed, check):
+    """Any option values: exit 0, 1 or 2, never a traceback; a usage error is one line."""
+    t = tmp_path_factory.mktemp("fuzz")
+    args = [*with_noise(t), "--alpha", str(alpha), "--knn-k", str(knn_k), "--top", str(top), "--seed", str(seed),
+            "--check", check, "--format", "json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code in (0, 1, 2), (result.exit_code, result.output)
+    assert "Traceback" not in result.output and "Warning" not in result.output
+    if result.exit_code == 2 and result.stderr.startswith("error:"):
+        assert len(result.stderr.strip().splitlines()) == 1

@@ -173,10 +173,34 @@ def ratio(distance: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return out
 
 
+TAIL_MIN_SAMPLES = 50     # the exponential tail is fitted to at least this many of the largest null samples
+TAIL_SHARE = 0.001        # … or to the largest 0.1% of them, whichever is more
+
+
 def p_values(ratios: np.ndarray, null_sorted: np.ndarray) -> np.ndarray:
-    """Right-tail empirical p-value of each ratio in the sorted null: ``(1 + #{null ≥ t}) / (1 + N)``."""
-    greater_equal = len(null_sorted) - np.searchsorted(null_sorted, ratios.astype(np.float32), side="left")
-    return (1.0 + greater_equal) / (1.0 + len(null_sorted))
+    """Right-tail p-value of each ratio against the sorted null sample.
+
+    Up to the largest K null samples (K = max(50, 0.1% of N)) it is the empirical
+    ``(1 + #{null ≥ t}) / (1 + N)``; beyond, an exponential tail fitted to those K samples,
+    ``K/(1 + N) · exp(−(t − u)/m)`` with u the (K+1)-th largest and m their mean excess over
+    u. The empirical value alone cannot go below 1/(1 + N), so with n keys a single moved key
+    could never reach a Benjamini–Hochberg q below n/(1 + N) ≈ 1/(R(R−1)); the exponential
+    tail is conservative for distance ratios, whose tails are lighter.
+    """
+    N = len(null_sorted)
+    t = np.asarray(ratios, dtype=np.float64)
+    greater_equal = N - np.searchsorted(null_sorted, t.astype(np.float32), side="left")
+    p = (1.0 + greater_equal) / (1.0 + N)
+    k = max(TAIL_MIN_SAMPLES, int(N * TAIL_SHARE))
+    if N > k:
+        u = float(null_sorted[N - k - 1])
+        mean_excess = float(np.mean(null_sorted[N - k:].astype(np.float64) - u))
+        beyond = t > u
+        if mean_excess > 0 and beyond.any():
+            with np.errstate(over="ignore"):
+                tail = k / (1.0 + N) * np.exp(-(t[beyond] - u) / mean_excess)
+            p[beyond] = np.minimum(p[beyond], tail)
+    return p
 
 
 def null_quantile(null_sorted: np.ndarray, alpha: float) -> float:

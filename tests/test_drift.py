@@ -165,10 +165,16 @@ def test_noise_band_leave_out_scales_match_a_direct_computation():
 
 def test_p_values_and_benjamini_hochberg_against_brute_force():
     null = np.sort(np.random.default_rng(5).random(1000).astype(np.float32))
-    t = np.array([0.0, 0.5, 0.999, 2.0])
+    u = float(null[-51])  # K = 50 largest samples form the fitted tail
+    mean_excess = float(np.mean(null[-50:].astype(float) - u))
+    t = np.array([0.0, 0.5, 0.9, u + 0.01, 2.0, 1e6])
     p = dm.p_values(t, null)
-    expected = [(1 + np.sum(null >= np.float32(x))) / 1001 for x in t]
-    np.testing.assert_allclose(p, expected)
+    empirical = np.array([(1 + np.sum(null >= np.float32(x))) / 1001 for x in t])
+    np.testing.assert_allclose(p[:3], empirical[:3])  # inside the null: the empirical p-value
+    tail = 50 / 1001 * np.exp(-(t[3:] - u) / mean_excess)
+    np.testing.assert_allclose(p[3:], np.minimum(empirical[3:], tail))
+    assert p[-2] < 1 / 1001 and p[-1] == 0.0  # beyond the largest sample it keeps falling
+    assert np.all(np.diff(p) <= 0)
     pv = np.array([0.01, 0.04, 0.03, 0.5, 0.002])
     q = dm.benjamini_hochberg(pv)
     n = len(pv)
@@ -373,3 +379,62 @@ def test_report_json_has_no_nan(tmp_path):
 def write_and_path(tmp_path, name, b):
     write_embedding(tmp_path / name, [f"k{i}" for i in range(len(b))], b)
     return tmp_path / name
+
+
+def synthetic_noise_set(root: Path, base: np.ndarray, runs: int = 6, counts: bool = False) -> Path:
+    """A run set of rotated noisy copies of ``base`` (keys k0…), optionally with key counts."""
+    rng = np.random.default_rng(7)
+    root.mkdir()
+    keys = [f"k{i}" for i in range(len(base))]
+    (root / "keys.txt").write_text("".join(k + "\n" for k in keys))
+    if counts:
+        (root / "key_counts.txt").write_text("".join(f"{10 * (i + 1)}\n" for i in range(len(base))))
+    for r in range(runs):
+        (root / f"run-{r:03d}").mkdir()
+        noisy = base + 0.05 * rng.standard_normal(base.shape)
+        np.save(root / f"run-{r:03d}" / "vectors.npy", (noisy @ ortho_group.rvs(base.shape[1], random_state=r)).astype(np.float32))
+    (root / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
+    return root
+
+
+def test_rotation_of_before_moves_nothing_against_a_noise_band(tmp_path):
+    base = rng_matrix(n=200, d=8, seed=11)
+    noise = synthetic_noise_set(tmp_path / "noise", base)
+    before = RunSet.open(noise).load(0)
+    write_embedding(tmp_path / "after.npy", before.keys, np.asarray(before.vectors) @ ortho_group.rvs(8, random_state=99))
+    report, table = compute_drift(load_inputs(noise, tmp_path / "after.npy", noise), DriftOptions())
+    assert report.input.before_in_noise
+    assert report.drift.moved_count == 0 and report.drift.discoveries == 0
+    assert report.drift.distance_p99 < 1e-5
+
+
+def test_frequency_from_the_run_set_and_parquet_per_key(tmp_path):
+    base = rng_matrix(n=200, d=8, seed=12)
+    noise = synthetic_noise_set(tmp_path / "noise", base, counts=True)
+    before = RunSet.open(noise).load(0)
+    after = np.asarray(before.vectors).copy()
+    after[5] += 3.0  # one key moved far beyond its noise
+    write_embedding(tmp_path / "after.npy", before.keys, after)
+    result = runner.invoke(app, ["drift", str(noise), str(tmp_path / "after.npy"), "--noise", str(noise), "--format",
+                                 "json", "--per-key", str(tmp_path / "keys.parquet")])
+    assert result.exit_code == 0, result.output
+    top = json.loads(result.stdout)["drift"]["top"]
+    assert top[0]["key"] == "k5" and top[0]["frequency"] == 60
+    import pandas as pd
+
+    table = pd.read_parquet(tmp_path / "keys.parquet")
+    assert table.loc[table["key"] == "k5", "moved"].item()
+    assert table.loc[table["key"] == "k5", "frequency"].item() == 60
+    assert table.loc[table["key"] == "k5", "distance"].item() == pytest.approx(3.0 * np.sqrt(8), rel=0.05)
+
+
+def test_force_replaces_an_existing_report(tmp_path):
+    b = rng_matrix(n=30)
+    write_embedding(tmp_path / "b.npy", [f"k{i}" for i in range(30)], b)
+    (tmp_path / "r.json").write_text("old")
+    args = ["drift", str(tmp_path / "b.npy"), str(tmp_path / "b.npy"), "--knn-k", "3", "--json", str(tmp_path / "r.json")]
+    assert runner.invoke(app, args).exit_code == 2
+    assert (tmp_path / "r.json").read_text() == "old"
+    assert runner.invoke(app, [*args, "--force"]).exit_code == 0
+    assert json.loads((tmp_path / "r.json").read_text())["input"]["keys_compared"] == 30
+    assert not list(tmp_path.glob(".*tmp*"))

@@ -25,7 +25,7 @@ import numpy as np
 from scipy.stats import ortho_group
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_audit import run_stabcli, write_runset  # noqa: E402
+from bench_audit import run_stabcli, write_runset
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -523,9 +523,9 @@ def compute_drift(inputs: DriftInputs, options: DriftOptions, downstream: Downst
                        ratio=adjusted, p_value=p, q_value=q, moved=flagged, discovered=discovered)
         noise_median = float(np.median(band.scale))
         noise_section = NoiseSection(
-            alpha=options.alpha, runs=band.runs, pairs=band.pairs, null_samples=int(len(band.null_ratios)),
+            alpha=options.alpha, runs=band.runs, pairs=band.pairs, null_samples=len(band.null_ratios),
             statistic="pooled scale-family: distance / key's RMS noise pair distance, level-adjusted, "
-                      "empirical p-value against the pooled leave-out null",
+                      "empirical p-value against the pooled leave-out null (exponential tail beyond it)",
             noise_median=noise_median,
             drift_to_noise=float(np.median(change.distance)) / noise_median if noise_median > 0 else math.inf,
             global_ratio=global_ratio, level_factor=factor, level_range_low=band.level_range[0],
@@ -573,7 +573,7 @@ def compute_drift(inputs: DriftInputs, options: DriftOptions, downstream: Downst
         norm_change_median=float(np.median(change.norm_change)),
         relative_norm_change_median=float(np.nanmedian(relative_norm)) if np.isfinite(relative_norm).any() else math.nan,
         dot_median=float(np.median(change.dot)),
-        knn_overlap=float(np.mean(overlaps[: len(queries)])), knn_k=options.knn_k, knn_keys=int(len(queries)),
+        knn_overlap=float(np.mean(overlaps[: len(queries)])), knn_k=options.knn_k, knn_keys=len(queries),
         knn_sampled=sampled, knn_chance=options.knn_k / (n - 1), top_by=top_by, top=top, **moved)
 
     downstream_section = None
@@ -631,8 +631,8 @@ def _downstream(inputs: DriftInputs, rotation: np.ndarray | None, targets: Any, 
     before, refit, raw = score(pred_before), score(pred_refit), score(pred_raw)
     aligned = score(pred_aligned) if pred_aligned is not None else None
     return DownstreamSection(
-        labels=str(options.labels), task=targets.task, model=model_name, metric=metric, train=int(len(train)),
-        test=int(len(test)), skipped_keys=int(targets.skipped), before=before, refit=refit, stale_raw=raw,
+        labels=str(options.labels), task=targets.task, model=model_name, metric=metric, train=len(train),
+        test=len(test), skipped_keys=int(targets.skipped), before=before, refit=refit, stale_raw=raw,
         stale_aligned=aligned, drop_raw=refit - raw, drop_aligned=None if aligned is None else refit - aligned,
         churn_refit=churn(pred_before, pred_refit),
         churn_stale_aligned=None if pred_aligned is None else churn(pred_before, pred_aligned))

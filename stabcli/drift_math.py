@@ -35,7 +35,7 @@ class KeyChange:
 def alignment_rotation(before: np.ndarray, after: np.ndarray) -> np.ndarray:
     """Orthogonal Q minimizing ``‖after·Q − before‖_F`` (Procrustes on the rows, O(n·d²))."""
     cross = np.zeros((after.shape[1], before.shape[1]))
-    for rows, stack in m._chunks([after, before]):
+    for _, stack in m._chunks([after, before]):
         cross += stack[0].T @ stack[1]
     return m.procrustes_rotation(cross)
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import assert_bad_input, files_state
 from typer.testing import CliRunner
 
 from stabcli.cli import app
 from stabcli.embeddings import write_embedding
-from conftest import assert_bad_input, files_state
 
 runner = CliRunner()
 N, D = 30, 4
@@ -186,8 +186,8 @@ def test_noise_member_needs_three_runs(tmp_path):
     assert_bad_input(runner.invoke(app, args), "needs at least 3", tmp_path, before)
 
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 NUMBERS = st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
                     st.sampled_from(["", "x", "1e999", "-0", "0x10", "½", "١", "  3 "]))

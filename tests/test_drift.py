@@ -16,8 +16,15 @@ from typer.testing import CliRunner
 from stabcli import drift_math as dm
 from stabcli.cli import app
 from stabcli.corpus import CorpusOptions
-from stabcli.drift import (DriftOptions, compute_drift, evaluate_checks, load_inputs, move_items, report_json,
-                           validate_checks)
+from stabcli.drift import (
+    DriftOptions,
+    compute_drift,
+    evaluate_checks,
+    load_inputs,
+    move_items,
+    report_json,
+    validate_checks,
+)
 from stabcli.embeddings import write_embedding
 from stabcli.errors import OptionError, UsageError
 from stabcli.runset import RunSet
@@ -402,7 +409,7 @@ def test_rotation_of_before_moves_nothing_against_a_noise_band(tmp_path):
     noise = synthetic_noise_set(tmp_path / "noise", base)
     before = RunSet.open(noise).load(0)
     write_embedding(tmp_path / "after.npy", before.keys, np.asarray(before.vectors) @ ortho_group.rvs(8, random_state=99))
-    report, table = compute_drift(load_inputs(noise, tmp_path / "after.npy", noise), DriftOptions())
+    report, _ = compute_drift(load_inputs(noise, tmp_path / "after.npy", noise), DriftOptions())
     assert report.input.before_in_noise
     assert report.drift.moved_count == 0 and report.drift.discoveries == 0
     assert report.drift.distance_p99 < 1e-5

@@ -121,6 +121,9 @@ def test_demo_trains_the_sample(tmp_path):
     assert (tmp_path / "demo" / "runs-phi64" / "run-004" / "vectors.npy").is_file()
     keys = (tmp_path / "demo" / "runs" / "keys.txt").read_text().splitlines()
     assert len(keys) > 1000 and np.load(tmp_path / "demo" / "runs" / "run-004" / "vectors.npy").shape == (len(keys), 32)
+    drift = json.loads((tmp_path / "demo" / "drift.json").read_text())  # the drift step: 12 items moved
+    assert drift["input"]["before_in_noise"] and 10 <= drift["drift"]["discoveries"] <= 14
+    assert "listed keys are the 12 moved Horror items" in result.output
 
 
 @pytest.fixture

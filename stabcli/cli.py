@@ -564,6 +564,8 @@ def _demo_drift(out_dir: Path, config: TrainConfig, jobs: Optional[int]) -> None
     ranked = [item for item, _ in counts.most_common()]
     moved = {ranked[i] for i in DEMO_MOVED_RANKS}
     refreshed = out_dir / "sessions-refreshed.txt"
+    from stabcli.runset import write_text_atomic
+
     write_text_atomic(refreshed, "".join(" ".join(s) + "\n" for s in move_items(sessions, genre, moved, DEMO_INTO_GENRE, 0)))
     err.print(f"stabcli drift: a refresh where {len(moved)} {DEMO_MOVED_GENRE} items (frequency ranks "
               f"{DEMO_MOVED_RANKS[0] + 1}-{DEMO_MOVED_RANKS[-1] + 1}) appear in {DEMO_INTO_GENRE} sessions; one run on "

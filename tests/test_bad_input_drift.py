@@ -131,7 +131,7 @@ CASES = {
     "labels bad test size": (lambda t: [*base(t), "--labels", str(labels_file(t, "k1\ta\nk2\tb\n")), "--test-size", "1.5"],
                              "--test-size"),
     "labels bad model": (lambda t: [*base(t), "--labels", str(labels_file(t, "".join(f"{k}\t{'ab'[i % 2]}\n" for i, k in enumerate(KEYS)))),
-                                    "--model", "forest"], "--model 'forest'"),
+                                    "--model", "forest"], "--model: 'forest' is not one of"),
     "model without labels": (lambda t: [*base(t), "--model", "ridge"], "--model only apply with --labels"),
     "task without labels": (lambda t: [*base(t), "--task", "regression"], "--task only apply with --labels"),
     "key names missing": (lambda t: [*base(t), "--key-names", str(t / "names.tsv")], "names.tsv: key names file not found"),

@@ -1,0 +1,183 @@
+"""Read gensim ``save()`` files without running code from them.
+
+gensim's ``SaveLoad.load`` is ``pickle.load`` followed by ``_load_specials`` (attach the
+arrays stored beside the file as ``NAME.ATTR.npy``). A pickle can call any importable
+function while it loads (``os.system``, ``sys.exit``...), so stabcli replicates both steps
+itself: an unpickler that admits only the globals a gensim 4 ``save()`` of KeyedVectors,
+Word2Vec, Doc2Vec or FastText references (listed by saving real objects and recording
+every ``find_class`` call), and that builds gensim objects only through ``__new__``
+(never calling a constructor with arguments from the file); then the separately stored
+arrays, read with ``numpy.load(allow_pickle=False)`` and only from attribute names that
+are plain identifiers. The idea is ``torch.load(weights_only=True)``.
+
+``trusted=True`` (the CLI's ``--trust-pickle``) uses the ordinary unpickler: the file can
+then run any code. Even so, an exception of any kind raised while loading (``SystemExit``
+included) becomes an ``InputError``, so a data file cannot end stabcli with exit 0.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stabcli.errors import InputError
+
+# gensim objects: created only by NEWOBJ (cls.__new__(cls)) and filled by BUILD
+MODEL_CLASSES: frozenset[tuple[str, str]] = frozenset({
+    ("gensim.models.keyedvectors", "KeyedVectors"),
+    ("gensim.models.word2vec", "Word2Vec"),
+    ("gensim.models.doc2vec", "Doc2Vec"),
+    ("gensim.models.fasttext", "FastText"),
+    ("gensim.models.fasttext", "FastTextKeyedVectors"),
+})
+
+# everything else a gensim 4.x save() references; none of them can touch files or run code
+HELPERS: frozenset[tuple[str, str]] = frozenset({
+    ("gensim.utils", "call_on_class_only"),  # stored as the instances' `load` attribute
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "_reconstruct"),  # files written under numpy 1.x
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy.random._pickle", "__randomstate_ctor"),
+    ("numpy.random._pickle", "__bit_generator_ctor"),
+    ("numpy.random._pickle", "__generator_ctor"),
+    ("numpy.random._mt19937", "MT19937"),
+    ("collections", "defaultdict"),
+    ("collections", "OrderedDict"),
+    ("builtins", "int"),
+    ("builtins", "float"),
+    ("builtins", "hash"),  # Word2Vec.hashfxn
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
+    ("builtins", "slice"),
+})
+
+ALLOWED: frozenset[tuple[str, str]] = MODEL_CLASSES | HELPERS
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_MAX_DEPTH = 4  # KeyedVectors inside a model: depth 1
+
+
+def printable(text: str, limit: int = 80) -> str:
+    """``text`` on one line: non-printable characters escaped, at most ``limit`` characters."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return shown if len(shown) <= limit else shown[:limit] + "…"
+
+
+class RefusedGlobal(pickle.UnpicklingError):
+    """The pickle references a global outside the allow-list."""
+
+    def __init__(self, module: str, name: str, why: str = "not part of a gensim save() file"):
+        super().__init__(f"{module}.{name}")
+        self.qualname = printable(f"{module}.{name}")
+        self.why = why
+
+
+class _AllowListUnpickler(pickle._Unpickler):  # the Python implementation: its opcodes can be overridden
+    """``find_class`` admits only ``ALLOWED``; REDUCE may not call a gensim class."""
+
+    def __init__(self, file: Any):
+        super().__init__(file, encoding="latin1")  # gensim's own unpickle() uses latin1
+        self._classes: dict[int, tuple[str, str]] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in ALLOWED:
+            raise RefusedGlobal(module, name)
+        found = super().find_class(module, name)
+        self._classes[id(found)] = (module, name)
+        return found
+
+    def _refuse_call(self, func: Any) -> None:
+        if self._classes.get(id(func)) in MODEL_CLASSES:
+            module, name = self._classes[id(func)]
+            raise RefusedGlobal(module, name, "called with arguments (a constructor call, not a saved object)")
+
+    def load_reduce(self) -> None:
+        self._refuse_call(self.stack[-2])
+        super().load_reduce()
+
+    def _instantiate(self, klass: Any, args: Any) -> None:  # protocol 0/1 INST and OBJ
+        if args:
+            self._refuse_call(klass)
+        super()._instantiate(klass, args)
+
+    def load_build(self) -> None:
+        target = self.stack[-2]
+        if id(target) in self._classes:  # BUILD on a class or function would change it for the whole process
+            raise RefusedGlobal(*self._classes[id(target)], "modified by the file")
+        super().load_build()
+
+    dispatch = dict(pickle._Unpickler.dispatch)
+    dispatch[pickle.REDUCE[0]] = load_reduce
+    dispatch[pickle.BUILD[0]] = load_build
+
+
+def load_gensim(path: Path, trusted: bool = False) -> Any:
+    """The object a gensim ``save()`` wrote to ``path``, with its separately saved arrays
+    attached (memory-mapped, read-only).
+
+    Raises
+    ------
+    InputError
+        A global outside the allow-list (naming it), a file that is not a pickle, a
+        missing or malformed companion ``.npy``, or any exception raised while loading.
+    """
+    name = str(path)
+    if name.endswith((".gz", ".bz2")):
+        raise InputError(f"{path}: compressed gensim files are not supported; decompress it first")
+    try:
+        with open(path, "rb") as fh:
+            obj = pickle.load(fh, encoding="latin1") if trusted else _AllowListUnpickler(fh).load()
+    except RefusedGlobal as exc:
+        raise InputError(f"{path}: refusing to load {exc.qualname}: {exc.why}; "
+                         "pass --trust-pickle only for a file you trust (it can run any code)") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    except MemoryError:
+        raise InputError(f"{path}: not a gensim save() file (it asks for more memory than there is)") from None
+    except BaseException as exc:  # noqa: BLE001 - a data file must not end stabcli (SystemExit included)
+        if isinstance(exc, KeyboardInterrupt) and not trusted:
+            raise
+        raise InputError(f"{path}: not a readable gensim save() file ({type(exc).__name__} while unpickling)") from None
+    if not trusted and (type(obj).__module__, type(obj).__name__) not in MODEL_CLASSES:
+        raise InputError(f"{path}: not a gensim save() file (it holds a {printable(type(obj).__name__)})")
+    attach_arrays(obj, path, name, 0)
+    return obj
+
+
+def attach_arrays(obj: Any, path: Path, prefix: str, depth: int) -> None:
+    """gensim's ``_load_specials`` without its ``__scipys`` unpickling: set every attribute
+    listed in ``__numpys`` from ``PREFIX.ATTR.npy`` and recurse into ``__recursive_saveloads``."""
+    state = getattr(obj, "__dict__", None)
+    if not isinstance(state, dict):
+        return
+    if depth > _MAX_DEPTH:
+        raise InputError(f"{path}: gensim objects nested more than {_MAX_DEPTH} deep")
+    if state.get("__scipys"):
+        raise InputError(f"{path}: holds scipy sparse matrices, which stabcli does not read")
+    for attrib in _names(path, state.get("__recursive_saveloads", ())):
+        child = state.get(attrib)
+        if child is None:
+            raise InputError(f"{path}: lists {attrib!r} as saved separately but does not hold it")
+        attach_arrays(child, path, f"{prefix}.{attrib}", depth + 1)
+    for attrib in _names(path, state.get("__numpys", ())):
+        array_path = Path(f"{prefix}.{attrib}.npy")
+        if not array_path.is_file():
+            raise InputError(f"{array_path}: missing (gensim saved {attrib!r} of {path.name} there; "
+                             "keep the .npy files beside the model)")
+        try:
+            state[attrib] = np.load(array_path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise InputError(f"{array_path}: not a readable .npy file ({printable(str(exc))})") from None
+
+
+def _names(path: Path, names: Any) -> list[str]:
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and _IDENTIFIER.match(n) for n in names):
+        raise InputError(f"{path}: malformed list of separately saved attributes")
+    return list(names)

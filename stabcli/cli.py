@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from stabcli import __version__
 from stabcli.corpus import CorpusOptions
+from stabcli.embeddings import ReadOptions
 from stabcli.errors import OptionError, StabcliError, UsageError
 from stabcli.runset import write_text_atomic
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
@@ -220,16 +221,30 @@ def _comma_list(value: Optional[str], kind: type, option: str) -> Optional[list[
     return parsed
 
 
+# input options shared by audit and featurize (embeddings.ReadOptions)
+INPUT_FORMAT_OPTION = typer.Option(
+    None, "--input-format", help="Read every input file as npy, word2vec, word2vec-bin, fasttext (Facebook .bin), "
+    "kv (any gensim save(): .kv, .wv, .model) or parquet, whatever its suffix.")
+TRUST_PICKLE_OPTION = typer.Option(
+    False, "--trust-pickle", help="Load gensim files (.kv, .wv, .model) with Python's unrestricted unpickler. "
+    "RISK: such a file can run any code on this machine; use only for files you made or trust. Without it, "
+    "only the classes gensim's own save() writes are loaded.")
+KEYS_OPTION = typer.Option(
+    None, "--keys", help="Keys (one per line) for the .npy inputs that have no NAME.keys.txt; without it, "
+    "keyless and keyed inputs cannot be mixed.")
+
+
 def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[str], fmt: str,
                       json_path: Optional[Path], markdown_path: Optional[Path], plots: Optional[Path],
-                      downstream: Optional[DownstreamOptions] = None) -> dict[str, Any]:
+                      downstream: Optional[DownstreamOptions] = None, read: Optional[ReadOptions] = None) -> dict[str, Any]:
     """Load, compute, write every requested rendering; returns the report."""
     from stabcli.audit import build_report, evaluate_checks, load_runs, parse_check
     from stabcli.report import render_markdown, render_terminal, write_plots
 
     for expression in checks:
         parse_check(expression)  # a malformed expression fails before any heavy work
-    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False))
+    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True),
+                     read=read)
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
                               downstream=downstream)
@@ -296,6 +311,9 @@ def audit(
     reference: int = typer.Option(0, "--reference", help="Position of the run whose model is reused stale on the others."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
     encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of the label file (MovieLens files: latin-1)."),
+    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+    keys: Optional[Path] = KEYS_OPTION,
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
@@ -319,6 +337,7 @@ def audit(
 
     if fmt not in ("table", "json"):
         raise typer.BadParameter("choose table or json", param_hint="--format")
+    read = ReadOptions(input_format, trust_pickle, keys)
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
     downstream = None
     if labels is None:
@@ -335,7 +354,7 @@ def audit(
             featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
             sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
             encoding=encoding)
-    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream)
+    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream, read)
     if not report["passed"]:
         raise typer.Exit(EXIT_FAILED_CHECK)
 
@@ -353,6 +372,9 @@ def featurize_cmd(
     fmt: Optional[str] = typer.Option(None, "--format", help="npy, word2vec, word2vec-bin, kv or parquet (default: from the suffix)."),
     save_transform: Optional[Path] = typer.Option(None, "--save-transform", help="Write U (and the rotation) with a serving recipe (.npz)."),
     chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", help="Rows per streamed chunk (default: about 1 MB of output, which stays in cache)."),
+    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+    keys: Optional[Path] = KEYS_OPTION,
 ) -> None:
     """Turn embeddings into random Fourier features phi(h), optionally aligned to a reference.
 
@@ -374,7 +396,9 @@ def featurize_cmd(
     spec = FeaturizeSpec(dim=dim if dim is not None or epsilon is not None else 128, sigma=sigma, seed=seed,
                          normalize=normalize, epsilon=epsilon, align_to=align_to, chunk_rows=chunk_rows)
     result = featurize(input_path, output, spec, fmt, save_transform,
-                       on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None)
+                       on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None,
+                       read=ReadOptions(input_format, trust_pickle, keys),
+                       on_note=lambda msg: err.print(f"[yellow]note:[/] {msg}", highlight=False, soft_wrap=True))
     out.print(f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "
               f"{result.output_dim} dims (sidecar {result.sidecar.name})", highlight=False)
     if result.measured_error is not None:

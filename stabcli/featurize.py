@@ -24,7 +24,7 @@ from scipy.linalg import orthogonal_procrustes
 from stabcli import __version__
 from stabcli.corpus import file_sha256
 from stabcli.embeddings import (
-    Embedding, format_for, keys_path_for, keys_text, read_embedding, require_finite, write_embedding,
+    Embedding, ReadOptions, format_for, keys_path_for, keys_text, match_inputs, require_finite, write_embedding,
 )
 from stabcli.errors import InputError, UsageError
 from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
@@ -258,13 +258,16 @@ def _featurize_one(emb: Embedding, target: Path, fmt: str, rotation: np.ndarray 
 
 
 def featurize(input_path: str | Path, output: str | Path, spec: FeaturizeSpec, fmt: str | None = None,
-              save_transform: Path | None = None, on_run: Callable[[str], None] | None = None) -> FeaturizeResult:
+              save_transform: Path | None = None, on_run: Callable[[str], None] | None = None,
+              read: ReadOptions | None = None, on_note: Callable[[str], None] | None = None) -> FeaturizeResult:
     """Featurize one embedding file, or every run of a run set with the same directions U.
 
     A run set is written as a new run set (built under a temporary name, then renamed) that
     ``stabcli audit`` reads. The sidecar ``OUTPUT.featurize.json`` records everything needed
-    to reproduce the output bit for bit.
+    to reproduce the output bit for bit. ``read``: how input files are read
+    (``--input-format``, ``--trust-pickle``, ``--keys``; ``embeddings.match_inputs``).
     """
+    read = read or ReadOptions()
     source, output = Path(input_path), Path(output)
     runset = RunSet.open(source) if source.is_dir() and is_runset(source) else None
     if source.is_dir() and runset is None:
@@ -289,12 +292,14 @@ def featurize(input_path: str | Path, output: str | Path, spec: FeaturizeSpec, f
     else:
         fmt = "npy"
 
-    embeddings = [runset.load(i) for i in runset.runs] if runset else [read_embedding(source)]
+    embeddings = [runset.load(i) for i in runset.runs] if runset else [read.read(source)]
     first = embeddings[0]
     for emb in embeddings[1:]:
         if emb.dim != first.dim:
             raise InputError(f"{emb.source}: dimension {emb.dim}, but {first.source} has {first.dim}")
-    reference = read_embedding(spec.align_to) if spec.align_to else None
+    reference = read.read(spec.align_to) if spec.align_to else None
+    matched = match_inputs(embeddings + ([reference] if reference else []), read.keys_file, on_note)
+    embeddings, reference = matched[:len(embeddings)], (matched[-1] if reference else None)
     alignments = [_alignment(e, reference) for e in embeddings] if reference else [(None, None, None)] * len(embeddings)
     dim, measured, rr_dim = spec.dim, None, None
     if dim is None:

@@ -115,7 +115,7 @@ def test_unknown_suffix_and_missing_file(tmp_path):
 
 def test_kv_file_that_is_not_keyedvectors(tmp_path):
     (tmp_path / "e.kv").write_bytes(b"not a pickle")
-    with pytest.raises(InputError, match=r"e\.kv: not a gensim KeyedVectors file"):
+    with pytest.raises(InputError, match=r"e\.kv: not a readable gensim save\(\) file"):
         read_embedding(tmp_path / "e.kv")
 
 

@@ -234,7 +234,8 @@ def test_cli_bad_inputs_leave_no_output(tmp_path, emb):
     path, keys, vectors = emb
     bad = vectors.copy()
     bad[50, 3] = np.nan
-    write_embedding(tmp_path / "nan.npy", keys, bad)
+    np.save(tmp_path / "nan.npy", bad)  # write_embedding refuses NaN
+    (tmp_path / "nan.keys.txt").write_text("\n".join(keys) + "\n", encoding="utf-8")
     result = runner.invoke(app, ["featurize", str(tmp_path / "nan.npy"), "--out", str(tmp_path / "o.npy"), "--chunk-rows", "10"])
     assert result.exit_code == 2 and "nan.npy: key 'k50' has NaN or infinite values" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.keys.txt", "in.npy", "nan.keys.txt", "nan.npy"]

@@ -187,7 +187,7 @@ def _read_npy(path: Path) -> Embedding:
     try:
         vectors = np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
-        if "allow_pickle" in str(exc):
+        if "allow_pickle" in str(exc) or "Python objects" in str(exc):
             raise InputError(f"{path}: vectors have dtype object; expected a numeric matrix of real numbers "
                              "(stabcli never loads pickled arrays)") from None
         raise InputError(f"{path}: not a readable .npy file ({printable(str(exc))})") from None
@@ -216,11 +216,14 @@ def _parse_header(path: Path, line: bytes) -> tuple[int, int]:
     return count, dim
 
 
-def _rows_for(count: int, dim: int, remaining: int, min_row_bytes: int) -> np.ndarray:
+def _rows_for(path: Path, count: int, dim: int, remaining: int, min_row_bytes: int) -> np.ndarray:
     """The float32 matrix for a header's ``count`` rows, but never more rows than the
     ``remaining`` bytes can hold at ``min_row_bytes`` each: a header alone never decides an
     allocation (``999999999999 4`` in a small file reads as "found N vectors")."""
     fit = (remaining + 1) // min_row_bytes  # the last row's newline is optional
+    if fit == 0:
+        raise InputError(f"{path}:1: word2vec header says {count} vectors of dimension {dim}, but the "
+                         f"{remaining:,} bytes after it cannot hold even one")
     return np.empty((min(count, fit), dim), dtype=np.float32)
 
 
@@ -241,13 +244,15 @@ def _read_word2vec_text(path: Path) -> Embedding:
         header = fh.readline()
         count, dim = _parse_header(path, header)
         # a row is at least a 1-character key and dim 1-digit values, space-separated, plus a newline
-        vectors = _rows_for(count, dim, size - len(header), 2 * dim + 2)
+        vectors = _rows_for(path, count, dim, size - len(header), 2 * dim + 2)
         keys: list[str] = []
         for lineno, raw in enumerate(fh, start=2):
             if not raw.strip():
                 continue
-            if len(keys) >= vectors.shape[0]:  # the matrix holds every row the file can
+            if len(keys) == count:
                 raise InputError(f"{path}:{lineno}: more vectors than the header's {count}")
+            if len(keys) == vectors.shape[0]:  # cannot happen: the matrix holds every row the file can
+                raise InputError(f"{path}: header says {count} vectors, more than the file can hold")
             try:
                 fields = raw.decode("utf-8").rstrip("\r\n").rstrip(" ").split(" ")
             except UnicodeDecodeError:
@@ -274,7 +279,7 @@ def _read_word2vec_binary(path: Path) -> Embedding:
     row_bytes = 4 * dim
     keys: list[str] = []
     # a row is at least a 1-byte key, a space and dim float32 values (gensim writes no newline)
-    vectors = _rows_for(count, dim, len(data) - newline - 1, row_bytes + 2)
+    vectors = _rows_for(path, count, dim, len(data) - newline - 1, row_bytes + 2)
     pos = newline + 1
     for row in range(count):
         while pos < len(data) and data[pos:pos + 1] in (b"\n", b" "):
@@ -359,7 +364,7 @@ def _read_fasttext_bin(path: Path) -> Embedding:
     except MemoryError:
         raise InputError(f"{path}: not a readable fastText .bin file (its header asks for more memory than there is)") from None
     except Exception as exc:  # noqa: BLE001 - gensim's reader raises anything on a malformed file
-        raise InputError(f"{path}: not a readable fastText .bin file ({type(exc).__name__}; truncated?)") from None
+        raise InputError(f"{path}: not a readable fastText .bin file (truncated or malformed)") from None
     keys = [str(k) for k in kv.index_to_key]
     vectors = np.asarray(kv.vectors)
     if vectors.ndim != 2 or vectors.shape[0] != len(keys) or not keys:

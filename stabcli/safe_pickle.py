@@ -17,6 +17,7 @@ included) becomes an ``InputError``, so a data file cannot end stabcli with exit
 
 from __future__ import annotations
 
+import _compat_pickle
 import pickle
 import re
 from pathlib import Path
@@ -87,6 +88,9 @@ class _AllowListUnpickler(pickle._Unpickler):  # the Python implementation: its 
         self._classes: dict[int, tuple[str, str]] = {}
 
     def find_class(self, module: str, name: str) -> Any:
+        if self.proto < 3 and self.fix_imports:  # Python 2 names, as pickle itself maps them
+            module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+            module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         if (module, name) not in ALLOWED:
             raise RefusedGlobal(module, name)
         found = super().find_class(module, name)

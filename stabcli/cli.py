@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from typer.core import TyperGroup
@@ -64,7 +65,7 @@ class _Group(TyperGroup):
         except StabcliError as exc:
             if _debug_enabled(ctx):
                 raise
-            Console(stderr=True).print(f"[bold red]error:[/] {error_line(exc)}", highlight=False, soft_wrap=True)
+            Console(stderr=True).print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:
             Console(stderr=True).print("interrupted; finished runs are kept", highlight=False)
@@ -243,7 +244,7 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
 
     for expression in checks:
         parse_check(expression)  # a malformed expression fails before any heavy work
-    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True),
+    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True),
                      read=read)
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
@@ -398,7 +399,7 @@ def featurize_cmd(
     result = featurize(input_path, output, spec, fmt, save_transform,
                        on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None,
                        read=ReadOptions(input_format, trust_pickle, keys),
-                       on_note=lambda msg: err.print(f"[yellow]note:[/] {msg}", highlight=False, soft_wrap=True))
+                       on_note=lambda msg: err.print(f"[yellow]note:[/] {escape(msg)}", highlight=False, soft_wrap=True))
     out.print(f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "
               f"{result.output_dim} dims (sidecar {result.sidecar.name})", highlight=False)
     if result.measured_error is not None:

@@ -408,13 +408,12 @@ def _read_parquet(path: Path) -> Embedding:
     return Embedding(keys, vectors, path)
 
 
-def check_writable(path: Path, fmt: str, keys: Sequence[str], vectors: np.ndarray) -> None:
-    """InputError naming ``path`` unless the reader of ``fmt`` would read back exactly these
-    keys and float32 ``vectors``: at least one row and one column, finite values, keys
-    non-empty, unique, UTF-8, without whitespace (word2vec text and binary) or line breaks
-    (the ``.npy`` keys file)."""
-    if vectors.shape[0] == 0 or vectors.shape[1] == 0:
-        raise InputError(f"{path}: nothing to write ({vectors.shape[0]} rows, {vectors.shape[1]} columns)")
+def check_keys_writable(path: Path, fmt: str, keys: Sequence[str]) -> None:
+    """InputError naming ``path`` unless the reader of ``fmt`` reads back exactly ``keys``:
+    at least one, non-empty, unique, UTF-8, without whitespace (word2vec text and binary)
+    or line breaks (the ``.npy`` keys file). Call it before computing what to write."""
+    if not keys:
+        raise InputError(f"{path}: nothing to write (0 rows)")
     seen: set[str] = set()
     for key in keys:
         if not isinstance(key, str) or key == "":
@@ -432,6 +431,14 @@ def check_writable(path: Path, fmt: str, keys: Sequence[str], vectors: np.ndarra
             key.encode("utf-8")
         except UnicodeEncodeError:
             raise InputError(f"{path}: key {key!r} is not valid Unicode (cannot be written as UTF-8)") from None
+
+
+def check_writable(path: Path, fmt: str, keys: Sequence[str], vectors: np.ndarray) -> None:
+    """``check_keys_writable``, and float32 ``vectors`` with at least one column and only
+    finite values (a float64 beyond float32's range becomes inf, which no reader accepts)."""
+    if vectors.shape[0] == 0 or vectors.shape[1] == 0:
+        raise InputError(f"{path}: nothing to write ({vectors.shape[0]} rows, {vectors.shape[1]} columns)")
+    check_keys_writable(path, fmt, keys)
     ok = np.isfinite(vectors).all(axis=1)
     if not ok.all():
         raise InputError(f"{path}: cannot write key {keys[int(np.argmin(ok))]!r}: its values are NaN, infinite "

@@ -24,7 +24,7 @@ from scipy.linalg import orthogonal_procrustes
 from stabcli import __version__
 from stabcli.corpus import file_sha256
 from stabcli.embeddings import (
-    Embedding, ReadOptions, format_for, keys_path_for, keys_text, match_inputs, require_finite, write_embedding,
+    Embedding, ReadOptions, check_keys_writable, format_for, keys_path_for, keys_text, match_inputs, require_finite, write_embedding,
 )
 from stabcli.errors import InputError, UsageError
 from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
@@ -240,6 +240,7 @@ def _stream_to_npy(emb: Embedding, path: Path, rotation: np.ndarray | None, dire
 
 def _featurize_one(emb: Embedding, target: Path, fmt: str, rotation: np.ndarray | None, directions: np.ndarray | None,
                    spec: FeaturizeSpec) -> None:
+    check_keys_writable(target, fmt, emb.keys)  # what the output's reader would reject is never written
     if fmt == "npy":
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         try:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -348,7 +348,7 @@ def _fasttext_word_vectors(path: Path, kv: object) -> None:
             warnings.simplefilter("ignore")
             kv.recalc_char_ngram_buckets()  # type: ignore[attr-defined]
             kv.adjust_vectors()  # type: ignore[attr-defined]
-    except Exception as exc:  # noqa: BLE001 - any inconsistency of the saved arrays
+    except Exception as exc:
         raise InputError(f"{path}: inconsistent FastText vectors ({type(exc).__name__} rebuilding them)") from None
 
 
@@ -363,7 +363,7 @@ def _read_fasttext_bin(path: Path) -> Embedding:
             kv = load_facebook_vectors(str(path))
     except MemoryError:
         raise InputError(f"{path}: not a readable fastText .bin file (its header asks for more memory than there is)") from None
-    except Exception as exc:  # noqa: BLE001 - gensim's reader raises anything on a malformed file
+    except Exception:  # gensim's reader raises anything on a malformed file
         raise InputError(f"{path}: not a readable fastText .bin file (truncated or malformed)") from None
     keys = [str(k) for k in kv.index_to_key]
     vectors = np.asarray(kv.vectors)

@@ -145,7 +145,7 @@ def load_gensim(path: Path, trusted: bool = False) -> Any:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     except MemoryError:
         raise InputError(f"{path}: not a gensim save() file (it asks for more memory than there is)") from None
-    except BaseException as exc:  # noqa: BLE001 - a data file must not end stabcli (SystemExit included)
+    except BaseException as exc:  # a data file must not end stabcli, SystemExit included
         if isinstance(exc, KeyboardInterrupt) and not trusted:
             raise
         raise InputError(f"{path}: not a readable gensim save() file ({type(exc).__name__} while unpickling)") from None

@@ -141,7 +141,7 @@ def _gensim_objects():
 
     kv = KeyedVectors(4)
     kv.add_vectors(["x", "y z", "ü"], np.arange(12, dtype=np.float32).reshape(3, 4))
-    small = dict(vector_size=4, min_count=1, epochs=1, workers=1, seed=1)
+    small = {"vector_size": 4, "min_count": 1, "epochs": 1, "workers": 1, "seed": 1}
     w2v = Word2Vec(SENTENCES, **small)
     d2v = Doc2Vec([TaggedDocument(s, [f"doc{i}"]) for i, s in enumerate(SENTENCES)], **small)
     d2v_int = Doc2Vec([TaggedDocument(s, [i]) for i, s in enumerate(SENTENCES)], dm=1, **small)

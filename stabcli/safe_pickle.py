@@ -21,7 +21,7 @@ import _compat_pickle
 import pickle
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -80,12 +80,50 @@ class RefusedGlobal(pickle.UnpicklingError):
         self.why = why
 
 
+def _bit_generator_ctor(bit_generator: Any = "MT19937") -> Any:
+    """numpy's ``__bit_generator_ctor`` for numpy's own bit generators (by name or class)
+    only; numpy's calls any class it is given."""
+    from numpy.random import _pickle as numpy_pickle
+
+    known = numpy_pickle.BitGenerators  # name -> class
+    if isinstance(bit_generator, str) and bit_generator in known:
+        return known[bit_generator]()
+    if any(bit_generator is cls for cls in known.values()):
+        return bit_generator()
+    raise RefusedGlobal("numpy.random._pickle", "__bit_generator_ctor", "asked for an unknown bit generator")
+
+
+def _random_ctor(make: Callable[[Any], Any]) -> Callable[..., Any]:
+    """numpy's ``__randomstate_ctor`` / ``__generator_ctor``, which call their second
+    argument: only ``_bit_generator_ctor`` is accepted there."""
+
+    def ctor(bit_generator_name: Any = "MT19937", bit_generator_ctor: Any = _bit_generator_ctor) -> Any:
+        from numpy.random.bit_generator import BitGenerator
+
+        if bit_generator_ctor is not _bit_generator_ctor:
+            raise RefusedGlobal("numpy.random._pickle", "__randomstate_ctor", "given a callable other than numpy's")
+        if isinstance(bit_generator_name, BitGenerator):
+            return make(bit_generator_name)
+        return make(_bit_generator_ctor(bit_generator_name))
+
+    return ctor
+
+
+def _guarded() -> dict[tuple[str, str], Any]:
+    return {
+        ("numpy.random._pickle", "__bit_generator_ctor"): _bit_generator_ctor,
+        ("numpy.random._pickle", "__randomstate_ctor"): _random_ctor(np.random.RandomState),
+        ("numpy.random._pickle", "__generator_ctor"): _random_ctor(np.random.Generator),
+    }
+
+
 class _AllowListUnpickler(pickle._Unpickler):  # the Python implementation: its opcodes can be overridden
     """``find_class`` admits only ``ALLOWED``; REDUCE may not call a gensim class."""
 
     def __init__(self, file: Any):
         super().__init__(file, encoding="latin1")  # gensim's own unpickle() uses latin1
         self._classes: dict[int, tuple[str, str]] = {}
+        self._guarded = _guarded()
 
     def find_class(self, module: str, name: str) -> Any:
         if self.proto < 3 and self.fix_imports:  # Python 2 names, as pickle itself maps them
@@ -93,7 +131,7 @@ class _AllowListUnpickler(pickle._Unpickler):  # the Python implementation: its 
             module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         if (module, name) not in ALLOWED:
             raise RefusedGlobal(module, name)
-        found = super().find_class(module, name)
+        found = self._guarded.get((module, name)) or super().find_class(module, name)
         self._classes[id(found)] = (module, name)
         return found
 

@@ -434,3 +434,19 @@ def test_same_vectors_as_npy_and_vec_are_matched_by_key(tmp_path):
     (tmp_path / "keys.txt").write_text("\n".join(keys) + "\n")
     runs = load_runs([tmp_path / "a.npy", tmp_path / "b.vec"], read=ReadOptions(keys_file=tmp_path / "keys.txt"))
     np.testing.assert_array_equal(np.asarray(runs.arrays[0]), np.asarray(runs.arrays[1]))
+
+
+@pytest.mark.parametrize("call", ["randomstate-with-model", "generator-with-model", "bit-generator-class"])
+def test_numpy_random_helpers_cannot_call_other_classes(tmp_path, call):
+    """numpy's pickling helpers call a callable given in the file: only numpy's own is accepted."""
+    from gensim.models import Word2Vec
+    from numpy.random import _pickle as numpy_pickle
+
+    calls = {
+        "randomstate-with-model": (getattr(numpy_pickle, "__randomstate_ctor"), ([["a", "b"]], Word2Vec)),
+        "generator-with-model": (getattr(numpy_pickle, "__generator_ctor"), ([["a", "b"]], Word2Vec)),
+        "bit-generator-class": (getattr(numpy_pickle, "__bit_generator_ctor"), (Word2Vec,)),
+    }
+    path = _evil(tmp_path, calls[call], 4)
+    with pytest.raises(InputError, match=r"refusing to load numpy\.random\._pickle\.__\w+_ctor"):
+        read_embedding(path)

@@ -6,7 +6,8 @@ function while it loads (``os.system``, ``sys.exit``...), so stabcli replicates 
 itself: an unpickler that admits only the globals a gensim 4 ``save()`` of KeyedVectors,
 Word2Vec, Doc2Vec or FastText references (listed by saving real objects and recording
 every ``find_class`` call), and that builds gensim objects only through ``__new__``
-(never calling a constructor with arguments from the file); then the separately stored
+(never calling a constructor with arguments from the file, never modifying a real
+class); then the separately stored
 arrays, read with ``numpy.load(allow_pickle=False)`` and only from attribute names that
 are plain identifiers. The idea is ``torch.load(weights_only=True)``.
 
@@ -117,47 +118,48 @@ def _guarded() -> dict[tuple[str, str], Any]:
     }
 
 
-class _AllowListUnpickler(pickle._Unpickler):  # the Python implementation: its opcodes can be overridden
-    """``find_class`` admits only ``ALLOWED``; REDUCE may not call a gensim class."""
+def _stand_in(cls: type, module: str, name: str) -> type:
+    """A subclass of gensim's ``cls`` for one unpickling: objects are created only by
+    ``__new__`` (a saved object), never by calling the class (a constructor could train, or
+    read a ``corpus_file``), and a file that sets attributes on the class changes only this
+    throwaway subclass."""
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise RefusedGlobal(module, name, "called as a constructor (not a saved object)")
+
+    return type(name, (cls,), {"__init__": refuse, "__module__": module, "__qualname__": name})
+
+
+def _call_on_class_only(*args: Any, **kwargs: Any) -> None:
+    """Stands in for ``gensim.utils.call_on_class_only`` (gensim stores it as each
+    instance's ``load``): a file can neither call nor modify gensim's own."""
+    raise AttributeError("This method should be called on a class object.")
+
+
+class _AllowListUnpickler(pickle.Unpickler):
+    """``find_class`` admits only ``ALLOWED``, gensim classes as stand-ins (``_stand_in``),
+    numpy's random helpers and gensim's function as guarded copies; builtins and numpy
+    types cannot be modified. (The C unpickler: several times faster than a Python one.)"""
 
     def __init__(self, file: Any):
         super().__init__(file, encoding="latin1")  # gensim's own unpickle() uses latin1
-        self._classes: dict[int, tuple[str, str]] = {}
-        self._guarded = _guarded()
+        self.stand_ins: dict[tuple[str, str], Any] = {
+            **_guarded(), ("gensim.utils", "call_on_class_only"): _call_on_class_only}
 
     def find_class(self, module: str, name: str) -> Any:
-        if self.proto < 3 and self.fix_imports:  # Python 2 names, as pickle itself maps them
-            module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
-            module = _compat_pickle.IMPORT_MAPPING.get(module, module)
+        # Python 2 names (protocols 0-2), as pickle itself maps them, so the check sees real names
+        module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         if (module, name) not in ALLOWED:
             raise RefusedGlobal(module, name)
-        found = self._guarded.get((module, name)) or super().find_class(module, name)
-        self._classes[id(found)] = (module, name)
-        return found
+        if (module, name) not in self.stand_ins:
+            found = super().find_class(module, name)
+            self.stand_ins[(module, name)] = _stand_in(found, module, name) if (module, name) in MODEL_CLASSES else found
+        return self.stand_ins[(module, name)]
 
-    def _refuse_call(self, func: Any) -> None:
-        if self._classes.get(id(func)) in MODEL_CLASSES:
-            module, name = self._classes[id(func)]
-            raise RefusedGlobal(module, name, "called with arguments (a constructor call, not a saved object)")
-
-    def load_reduce(self) -> None:
-        self._refuse_call(self.stack[-2])
-        super().load_reduce()
-
-    def _instantiate(self, klass: Any, args: Any) -> None:  # protocol 0/1 INST and OBJ
-        if args:
-            self._refuse_call(klass)
-        super()._instantiate(klass, args)
-
-    def load_build(self) -> None:
-        target = self.stack[-2]
-        if id(target) in self._classes:  # BUILD on a class or function would change it for the whole process
-            raise RefusedGlobal(*self._classes[id(target)], "modified by the file")
-        super().load_build()
-
-    dispatch = dict(pickle._Unpickler.dispatch)
-    dispatch[pickle.REDUCE[0]] = load_reduce
-    dispatch[pickle.BUILD[0]] = load_build
+    def made(self, obj: Any) -> bool:
+        """Whether ``obj`` is an instance of one of the gensim stand-ins."""
+        return any(type(obj) is self.stand_ins.get(key) for key in MODEL_CLASSES)
 
 
 def load_gensim(path: Path, trusted: bool = False) -> Any:
@@ -173,9 +175,14 @@ def load_gensim(path: Path, trusted: bool = False) -> Any:
     name = str(path)
     if name.endswith((".gz", ".bz2")):
         raise InputError(f"{path}: compressed gensim files are not supported; decompress it first")
+    unpickler = None
     try:
         with open(path, "rb") as fh:
-            obj = pickle.load(fh, encoding="latin1") if trusted else _AllowListUnpickler(fh).load()
+            if trusted:
+                obj = pickle.load(fh, encoding="latin1")
+            else:
+                unpickler = _AllowListUnpickler(fh)
+                obj = unpickler.load()
     except RefusedGlobal as exc:
         raise InputError(f"{path}: refusing to load {exc.qualname}: {exc.why}; "
                          "pass --trust-pickle only for a file you trust (it can run any code)") from None
@@ -187,7 +194,7 @@ def load_gensim(path: Path, trusted: bool = False) -> Any:
         if isinstance(exc, KeyboardInterrupt) and not trusted:
             raise
         raise InputError(f"{path}: not a readable gensim save() file ({type(exc).__name__} while unpickling)") from None
-    if not trusted and (type(obj).__module__, type(obj).__name__) not in MODEL_CLASSES:
+    if unpickler is not None and not unpickler.made(obj):
         raise InputError(f"{path}: not a gensim save() file (it holds a {printable(type(obj).__name__)})")
     attach_arrays(obj, path, name, 0)
     return obj

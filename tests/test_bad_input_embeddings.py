@@ -124,7 +124,7 @@ CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
     "pickle-import": (lambda t: _write(t / "evil.kv", _pickle_of((__import__, ("os",)))),
                       "refusing to load builtins.__import__"),
     "pickle-constructor-call": (lambda t: _write(t / "evil.model", _pickle_of((type(_word2vec()), ([["a"]],)))),
-                                "Word2Vec: called with arguments"),
+                                "Word2Vec: called as a constructor"),
     "pickle-plain-dict": (lambda t: _write(t / "d.kv", pickle.dumps({"vectors": [1, 2]})),
                           "not a gensim save() file (it holds a dict)"),
     "kv-not-a-pickle": (lambda t: _write(t / "e.kv", b"hello world\n"), "not a readable gensim save() file"),

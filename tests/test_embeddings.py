@@ -256,7 +256,7 @@ def test_gensim_class_called_with_arguments_is_refused(tmp_path):
     from gensim.models import Word2Vec
 
     path = _evil(tmp_path, (Word2Vec, ([["a", "b"]],)), 4)  # a constructor call would train (or read corpus_file)
-    with pytest.raises(InputError, match=r"refusing to load gensim\.models\.word2vec\.Word2Vec: called with arguments"):
+    with pytest.raises(InputError, match=r"refusing to load gensim\.models\.word2vec\.Word2Vec: called as a constructor"):
         read_embedding(path)
 
 
@@ -268,9 +268,9 @@ def test_pickle_that_modifies_a_class_is_refused(tmp_path):
     # GLOBAL KeyedVectors, then BUILD (None, {'load': hash}): would patch the class process-wide
     state = pickle.dumps((None, {"load": hash}), protocol=0).rstrip(b".")
     (tmp_path / "patch.kv").write_bytes(b"cgensim.models.keyedvectors\nKeyedVectors\n" + state + pickle.BUILD + pickle.STOP)
-    with pytest.raises(InputError, match="KeyedVectors: modified by the file"):
+    with pytest.raises(InputError, match=r"patch\.kv: not a gensim save\(\) file \(it holds a type\)"):
         read_embedding(tmp_path / "patch.kv")
-    assert KeyedVectors.load is not hash
+    assert KeyedVectors.load is not hash  # only the unpickler's throwaway stand-in was changed
 
 
 def test_trusted_pickle_that_exits_is_an_input_error(tmp_path):
@@ -450,3 +450,19 @@ def test_numpy_random_helpers_cannot_call_other_classes(tmp_path, call):
     path = _evil(tmp_path, calls[call], 4)
     with pytest.raises(InputError, match=r"refusing to load numpy\.random\._pickle\.__\w+_ctor"):
         read_embedding(path)
+
+
+def test_pickle_that_rewires_a_stand_in_constructor_still_trains_nothing(tmp_path):
+    """GLOBAL Word2Vec, BUILD it with __init__ = hash, then call it with a corpus: the
+    class is the unpickler's stand-in, and no gensim constructor ever runs."""
+    import pickle
+
+    from gensim.models import Word2Vec
+
+    state = pickle.dumps((None, {"__init__": hash}), protocol=0).rstrip(b".")
+    call = pickle.dumps(([["a", "b"]],), protocol=0).rstrip(b".")
+    data = b"cgensim.models.word2vec\nWord2Vec\n" + state + pickle.BUILD + call + pickle.REDUCE + pickle.STOP
+    (tmp_path / "rewire.model").write_bytes(data)
+    with pytest.raises(InputError, match=r"rewire\.model: not a readable gensim save\(\) file \(TypeError"):
+        read_embedding(tmp_path / "rewire.model")
+    assert Word2Vec.__init__ is not hash

@@ -224,14 +224,14 @@ def _comma_list(value: Optional[str], kind: type, option: str) -> Optional[list[
 
 # input options shared by audit and featurize (embeddings.ReadOptions)
 INPUT_FORMAT_OPTION = typer.Option(
-    None, "--input-format", help="Read every input file as npy, word2vec, word2vec-bin, fasttext (Facebook .bin), "
+    None, "--input-format", metavar="FORMAT", help="Read every input file as npy, word2vec, word2vec-bin, fasttext (Facebook .bin), "
     "kv (any gensim save(): .kv, .wv, .model) or parquet, whatever its suffix.")
 TRUST_PICKLE_OPTION = typer.Option(
     False, "--trust-pickle", help="Load gensim files (.kv, .wv, .model) with Python's unrestricted unpickler. "
     "RISK: such a file can run any code on this machine; use only for files you made or trust. Without it, "
     "only the classes gensim's own save() writes are loaded.")
 KEYS_OPTION = typer.Option(
-    None, "--keys", help="Keys (one per line) for the .npy inputs that have no NAME.keys.txt; without it, "
+    None, "--keys", metavar="FILE", help="Keys (one per line) for the .npy inputs that have no NAME.keys.txt; without it, "
     "keyless and keyed inputs cannot be mixed.")
 
 

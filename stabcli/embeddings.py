@@ -32,7 +32,8 @@ READ_FORMATS = ("npy", "word2vec", "word2vec-bin", "fasttext", "kv", "parquet")
 _SUFFIX_FORMAT = {".npy": "npy", ".txt": "word2vec", ".vec": "word2vec", ".bin": "word2vec-bin", ".kv": "kv",
                   ".parquet": "parquet"}
 _READ_SUFFIX_FORMAT = {**_SUFFIX_FORMAT, ".wv": "kv", ".model": "kv"}
-FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")  # first int32 of a Facebook fastText .bin
+FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")
+NPY_MAGIC = b"\x93NUMPY"  # first int32 of a Facebook fastText .bin
 _DTYPE_KINDS = {"b": "boolean", "c": "complex", "O": "object", "U": "string", "S": "bytes", "M": "datetime",
                 "m": "timedelta", "V": "structured"}
 
@@ -183,16 +184,29 @@ def _starts_with(path: Path, magic: bytes) -> bool:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def _read_npy(path: Path) -> Embedding:
+def load_npy(path: Path) -> np.ndarray:
+    """A ``.npy`` file memory-mapped read-only, never unpickled. InputError naming the file
+    for anything else (a file without NumPy's magic string, an object array, a malformed
+    header: numpy's header parser raises many kinds of exception)."""
+    if not _starts_with(path, NPY_MAGIC):
+        raise InputError(f"{path}: not a .npy file (it does not start with NumPy's magic string)")
     try:
-        vectors = np.load(path, mmap_mode="r", allow_pickle=False)
+        return np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
         if "allow_pickle" in str(exc) or "Python objects" in str(exc):
             raise InputError(f"{path}: vectors have dtype object; expected a numeric matrix of real numbers "
                              "(stabcli never loads pickled arrays)") from None
+        if "header" in str(exc).lower():  # numpy quotes the header: never echo a file's bytes
+            raise InputError(f"{path}: not a readable .npy file (malformed header)") from None
         raise InputError(f"{path}: not a readable .npy file ({printable(str(exc))})") from None
     except (OSError, EOFError) as exc:
         raise InputError(f"{path}: not a readable .npy file ({printable(str(exc))})") from None
+    except Exception:  # numpy's header parser: SyntaxError, tokenize.TokenError, MemoryError...
+        raise InputError(f"{path}: not a readable .npy file (malformed header)") from None
+
+
+def _read_npy(path: Path) -> Embedding:
+    vectors = load_npy(path)
     if vectors.ndim != 2:
         raise InputError(f"{path}: expected a 2-d matrix [keys, dims], found shape {vectors.shape}")
     require_real_dtype(path, vectors)

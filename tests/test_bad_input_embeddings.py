@@ -157,6 +157,16 @@ CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
                    "c.npy: vectors have dtype object"),
     "npy-datetime": (lambda t: _npy(t / "c.npy", np.zeros((12, 4), "datetime64[D]")),
                      "c.npy: vectors have dtype datetime64[D] (datetime)"),
+    "npy-not-npy": (lambda t: _write(t / "c.npy", bytes(range(256))),
+                    "c.npy: not a .npy file (it does not start with NumPy's magic string)"),
+    "npy-garbage-header": (lambda t: _write(t / "c.npy", b"\x93NUMPY\x01\x00\x10\x00{'descr': \x00\xff x}\n" + bytes(40)),
+                           "c.npy: not a readable .npy file"),
+    "npy-truncated": (lambda t: _truncated(_npy(t / "c.npy", np.ones((12, 64), np.float32)), 0.5),
+                      "c.npy: not a readable .npy file"),
+    "npy-3d": (lambda t: _npy(t / "c.npy", np.ones((12, 2, 2), np.float32)), "expected a 2-d matrix"),
+    "vec-is-a-fasttext-bin": (lambda t: _write(t / "ft.vec", _fasttext_bin(t / "ft.bin").read_bytes()),
+                              "ft.vec:1: expected a word2vec header 'count dim', found binary data"),
+    "parquet-garbage": (lambda t: _write(t / "p.parquet", bytes(range(256))), "p.parquet: not a readable parquet file"),
     "parquet-bool-column": (lambda t: _parquet(t / "p.parquet", key=["a", "b"], v0=[True, False], v1=[1.0, 2.0]),
                             "column 'v0' has dtype bool (boolean)"),
     "parquet-string-column": (lambda t: _parquet(t / "p.parquet", key=["a", "b"], v0=["x", "y"]),
@@ -231,6 +241,17 @@ def test_audit_bad_input_options(tmp_path, good, args, fragment):
     before = files_state(tmp_path)
     result = runner.invoke(app, ["audit", str(good), str(other), *args])
     assert_bad_input(result, fragment, tmp_path, before)
+
+
+def test_run_set_vectors_that_are_not_npy(tmp_path, sessions_file):
+    from stabcli.training import TrainConfig, pretrain
+
+    root = tmp_path / "runs"
+    pretrain(root, sessions_file, TrainConfig(dim=4, epochs=1), runs=2, jobs=1)
+    (root / "run-001" / "vectors.npy").write_bytes(b"\x93NUMPY\x01\x00\x10\x00{'descr': \x00\xff x}\n" + bytes(40))
+    before = files_state(tmp_path)
+    assert_bad_input(runner.invoke(app, ["audit", str(root)]), "run-001/vectors.npy: not a readable .npy file",
+                     tmp_path, before)
 
 
 def test_input_format_on_a_run_set(tmp_path, sessions_file):

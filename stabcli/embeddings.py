@@ -349,6 +349,8 @@ def _read_gensim(path: Path, trust_pickle: bool) -> Embedding:
     require_real_dtype(path, vectors)
     if len(keys) != vectors.shape[0]:
         raise InputError(f"{path}: {what}: {len(keys)} keys for {vectors.shape[0]} rows")
+    if not keys:
+        raise InputError(f"{path}: {what}: empty (no keys)")
     keys = [str(k) for k in keys]  # Doc2Vec tags may be ints
     _check_keys(path, keys, unit="key #")
     return Embedding(keys, vectors, path)

@@ -144,6 +144,7 @@ CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
                     "key #2 is None, not a string"),
     "kv-empty-key": (lambda t: _save(_kv(["a", "", "c"], np.ones((3, 4), np.float32)), t / "e.kv"),
                      "key #2: empty key"),
+    "kv-no-keys": (lambda t: _save(_kv([], np.ones((0, 4), np.float32)), t / "e.kv"), "e.kv: vectors: empty (no keys)"),
     "kv-complex": (lambda t: _save(_kv(["a", "b", "c"], np.ones((3, 4), np.complex64)), t / "e.kv"),
                    "vectors have dtype complex64 (complex)"),
     "kv-bool": (lambda t: _save(_kv(["a", "b", "c"], np.ones((3, 4), bool)), t / "e.kv"),

@@ -26,7 +26,11 @@ def vectors(seed=0, n=N, d=D):
 def emb(tmp: Path, name: str, seed=0, keys=None, d=D, rows=None) -> Path:
     keys = KEYS if keys is None else keys
     array = vectors(seed, len(keys), d) if rows is None else rows
-    write_embedding(tmp / name, keys, array)
+    if name.endswith(".npy") and not np.isfinite(array).all():  # writers refuse what readers reject: save it raw
+        np.save(tmp / name, array)
+        (tmp / name).with_name(Path(name).stem + ".keys.txt").write_text("".join(k + "\n" for k in keys))
+    else:
+        write_embedding(tmp / name, keys, array)
     return tmp / name
 
 

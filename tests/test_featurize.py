@@ -421,4 +421,4 @@ def test_a_keyless_file_named_like_a_run_is_still_keyless(tmp_path, emb):
     np.save(tmp_path / "vectors.npy", vectors)
     result = runner.invoke(app, ["featurize", str(tmp_path / "vectors.npy"), "--out", str(tmp_path / "o.npy"),
                                  "--align-to", str(path)])
-    assert result.exit_code == 2 and "vectors.npy has no keys file (vectors.keys.txt)" in result.stderr
+    assert result.exit_code == 2 and "vectors.npy: has no keys file (vectors.keys.txt)" in result.stderr

@@ -227,7 +227,7 @@ def training_report(runs: Runs, options: AuditOptions) -> dict[str, Any]:
 def _epoch_noise_share(runs: Runs, epoch: int, normalize: bool) -> float | None:
     arrays = []
     for index, rows in zip(runs.run_indices, runs.rows):
-        path = runs.runset.run_dir(index) / "epochs" / f"{epoch:03d}.npy"
+        path = runs.runset.checkpoint(index, epoch)
         if not path.is_file():
             return None
         try:

@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 from stabcli import __version__
 from stabcli.corpus import CorpusOptions
 from stabcli.errors import OptionError, StabcliError, UsageError
-from stabcli.runset import write_text_atomic
+from stabcli.atomic import write_text_atomic
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 
 # audit, featurize and downstream import scipy and scikit-learn (seconds): each command

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import signal
 import sys
+import threading
 from contextlib import nullcontext
 from importlib.resources import files
 from pathlib import Path
@@ -19,8 +20,9 @@ from typer.core import TyperGroup
 
 from stabcli import __version__
 from stabcli.corpus import CorpusOptions
-from stabcli.errors import OptionError, StabcliError, UsageError
+from stabcli.errors import Interrupted, OptionError, StabcliError, UsageError
 from stabcli.atomic import write_text_atomic
+from stabcli.runset import check_removable_runset, remove_runset
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 
 # audit, featurize and downstream import scipy and scikit-learn (seconds): each command
@@ -54,10 +56,28 @@ def error_line(exc: StabcliError) -> str:
     return str(exc)
 
 
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def _handle_stop_signals() -> dict[int, Any]:
+    """SIGTERM and SIGHUP take the Ctrl-C path (cleanup in ``finally:``, one line, 128 + signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None:
+            previous[signum] = signal.signal(signum, _raise_interrupted)
+    return previous
+
+
 class _Group(TyperGroup):
-    """Turns StabcliError into one line on stderr and exit 2, Ctrl-C into exit 130."""
+    """Turns StabcliError into one line on stderr and exit 2; Ctrl-C, SIGTERM and SIGHUP into
+    one line and exit 128 + signal (130, 143, 129)."""
 
     def invoke(self, ctx: typer.Context) -> Any:
+        previous = _handle_stop_signals()
         try:
             return super().invoke(ctx)
         except StabcliError as exc:
@@ -65,9 +85,13 @@ class _Group(TyperGroup):
                 raise
             Console(stderr=True).print(f"[bold red]error:[/] {error_line(exc)}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
             Console(stderr=True).print("interrupted; finished runs are kept", highlight=False)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise typer.Exit(128 + int(signum)) from None
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 app = typer.Typer(
@@ -77,7 +101,8 @@ app = typer.Typer(
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Audit the run-to-run stability of pretrained embeddings.\n\n"
-    "Exit codes: 0 ok, 1 a requested check failed, 2 bad usage or bad input, 130 interrupted.",
+    "Exit codes: 0 ok, 1 a requested check failed, 2 bad usage or bad input, 130 interrupted (Ctrl-C), "
+    "143 terminated (SIGTERM), 129 hung up (SIGHUP).",
 )
 err = Console(stderr=True)
 out = Console()
@@ -136,12 +161,17 @@ def _report_pretrain(result: PretrainResult, fmt: str) -> None:
             "stabcli_version": __version__,
             "run_set": str(result.root),
             "keys": result.keys,
+            "corpus": result.corpus,
             "runs": [r.__dict__ for r in result.runs],
             "failed": len(result.failed),
         }
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         out.print(_summary_table(result))
+        if result.corpus:
+            c = result.corpus
+            out.print(f"corpus read as {c['format']}: {c['sequences']:,} sequences, {c['tokens']:,} tokens, "
+                      f"{c['distinct_keys']:,} distinct keys", highlight=False)
     for r in result.failed:
         err.print(f"[bold red]failed:[/] {r.error}", highlight=False, soft_wrap=True)
     if result.failed:
@@ -413,6 +443,7 @@ def demo(
     from stabcli.report import comparison_table
 
     sessions = sample_path("sessions.txt")
+    check_removable_runset(out_dir / "runs-phi64")  # before a minute of work, not after
     err.print(f"stabcli demo: 5 item2vec runs on the synthetic sample {sessions.name} → {out_dir / 'runs'}", highlight=False)
     config = TrainConfig(model="word2vec", dim=32, window=3, negative=3, epochs=10, checkpoints=True)
     result = _run_pretrain(out_dir / "runs", sessions, config, runs=5, seed=0, jobs=jobs, force=False,
@@ -423,8 +454,7 @@ def demo(
     raw = _audit_and_render([out_dir / "runs"], AuditOptions(top=10), [], "table", out_dir / "audit.json",
                             out_dir / "audit.md", out_dir / "plots", labels)
     featurized = out_dir / "runs-phi64"
-    if featurized.exists():
-        shutil.rmtree(featurized)  # the demo owns its directory: rebuild from the current runs
+    remove_runset(featurized)  # rebuilt from the current runs; refused if it holds anything stabcli did not write
     featurize(out_dir / "runs", featurized, FeaturizeSpec(dim=64))
     phi = build_report(load_runs([featurized]), AuditOptions(top=0))
     out.print()

@@ -145,9 +145,8 @@ def remove_stabcli_entries(root: Path, *, keep: Iterable[str] = ()) -> None:
         _remove(path)
 
 
-def remove_runset(root: Path) -> None:
-    """Delete a run set stabcli wrote, refusing (RunSetError naming one) when it holds any
-    file stabcli did not write. Used by ``demo`` to rebuild its own run sets."""
+def check_removable_runset(root: Path) -> None:
+    """RunSetError (naming one such file) unless ``root`` is absent or holds only what stabcli writes."""
     if not root.exists() and not root.is_symlink():
         return
     if root.is_symlink() or not root.is_dir():
@@ -156,8 +155,15 @@ def remove_runset(root: Path) -> None:
     if foreign:
         raise RunSetError(f"{root}: holds {foreign[0].name}, which stabcli did not write; move it away or choose another --out")
     check_entries(root)
-    remove_stabcli_entries(root)
-    root.rmdir()
+
+
+def remove_runset(root: Path) -> None:
+    """Delete a run set stabcli wrote, refusing (RunSetError naming one) when it holds any
+    file stabcli did not write. Used by ``demo`` to rebuild its own run sets."""
+    check_removable_runset(root)
+    if root.is_dir():
+        remove_stabcli_entries(root)
+        root.rmdir()
 
 
 def _remove(path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stabcli.errors import RunSetError, UsageError
+from stabcli.errors import OptionError, RunSetError, UsageError
 from stabcli.runset import RunSet
 from stabcli.training import TrainConfig, parse_params, pretrain, script_argv
 
@@ -152,17 +152,23 @@ def test_out_that_is_not_a_run_set_is_refused(tmp_path, sessions_file):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"runs": 0}, "--runs must be at least 1"),
-    ({"seed": -1}, "--seed must be between"),
-    ({"config": TrainConfig(dim=0)}, "--dim must be at least 1"),
-    ({"config": TrainConfig(model="glove")}, "--model 'glove'"),
-    ({"config": TrainConfig(vary="jitter")}, "--vary 'jitter'"),
+    ({"runs": 0}, "runs: must be at least 1"),
+    ({"seed": -1}, "seed: must be between"),
 ])
 def test_bad_options(tmp_path, sessions_file, kwargs, message):
-    kwargs = {"config": SMALL, "runs": 1, **kwargs}
-    config = kwargs.pop("config")
     with pytest.raises(UsageError, match=message):
-        pretrain(tmp_path / "r", sessions_file, config, **kwargs)
+        pretrain(tmp_path / "r", sessions_file, SMALL, **{"runs": 1, **kwargs})
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"dim": 0}, "dim: must be at least 1"),
+    ({"model": "glove"}, "model: 'glove'"),
+    ({"vary": "jitter"}, "vary: 'jitter'"),
+])
+def test_train_config_validates_itself_on_construction(fields, message):
+    with pytest.raises(OptionError, match=message) as info:
+        TrainConfig(**fields)
+    assert info.value.param == next(iter(fields))
 
 
 def script_config(tmp_path: Path, body: str) -> TrainConfig:
@@ -224,7 +230,7 @@ def test_script_that_does_not_exist(tmp_path):
 
 
 def test_script_template_checks(tmp_path, sessions_file):
-    with pytest.raises(UsageError, match="--script must contain {out}"):
+    with pytest.raises(UsageError, match="script: must contain {out}"):
         pretrain(tmp_path / "r", None, TrainConfig(script="train --seed {seed}"), runs=1)
     with pytest.raises(UsageError, match="uses {corpus} but no CORPUS"):
         pretrain(tmp_path / "r", None, TrainConfig(script="train {corpus} {out}"), runs=1)

@@ -368,9 +368,10 @@ def _check_resources(root: Path, config: TrainConfig, runs: int, concurrent: int
     per_run = 0
     snapshots = 1
     if config.script is None:
-        # gensim holds the input vectors, the output weights and their gradients' buffers,
-        # plus the corpus lines a run reads into memory
-        per_run = keys * config.dim * 4 * 3 + tokens * 16
+        # gensim holds the input vectors and output weights (float32 keys × dim each), the run
+        # copies the vectors out in key order and saves them (two more), plus margin; and the
+        # corpus lines a run reads into memory
+        per_run = keys * config.dim * 4 * 5 + tokens * 16
         snapshots += config.epochs if config.checkpoints else 0
     biggest = "runs" if bookkeeping >= per_run * concurrent else "dim"
     require_memory(biggest, bookkeeping + per_run * concurrent,

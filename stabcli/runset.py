@@ -470,6 +470,11 @@ class RunSetWriter:
     def remove_corpus_copy(self) -> None:
         corpus_copy_path(self.root).unlink(missing_ok=True)
 
+    def discard_partials(self) -> None:
+        """Remove the partial directories of this attempt that were not published."""
+        for path in self.root.glob(f".run-*.partial-{self.attempt}"):
+            _remove(path)
+
     def new_partial(self, index: int) -> Path:
         """An empty partial directory for run ``index`` belonging to this attempt alone."""
         path = partial_dir(self.root, index, self.attempt)

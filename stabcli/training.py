@@ -336,8 +336,9 @@ def pretrain(
         poller = _ProgressPoller([t.work for t in tasks], config.epochs if config.script is None else 0, len(done),
                                  runs, on_progress)
         poller.start()
+        outcomes = backend(tasks, jobs)
         try:
-            for result in backend(tasks, jobs):
+            for result in outcomes:
                 work = next(t.work for t in tasks if t.index == result.index)
                 if result.status == "complete":
                     writer.publish(result.index, work)
@@ -351,7 +352,9 @@ def pretrain(
                 if on_run:
                     on_run(result)
         finally:
+            getattr(outcomes, "close", lambda: None)()  # stops every worker and script it started
             poller.stop()
+            writer.discard_partials()  # this attempt's unfinished runs (interrupted or crashed)
             writer.remove_corpus_copy()
     return PretrainResult(root, [results[i] for i in sorted(results)], len(vocabulary) if vocabulary else None, summary)
 

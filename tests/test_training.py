@@ -262,3 +262,54 @@ def test_sigkill_mid_pretrain_then_resume_equals_an_uninterrupted_run(tmp_path, 
         for rel in ("vectors.npy", "losses.json", "epochs/006.npy"):
             assert (killed / f"run-{i:03d}" / rel).read_bytes() == (full / f"run-{i:03d}" / rel).read_bytes()
     assert sorted(p.name for p in killed.iterdir()) == sorted(p.name for p in full.iterdir())
+
+
+def test_key_counts_and_the_corpus_summary_are_recorded(tmp_path, sessions_file):
+    from collections import Counter
+
+    result = pretrain(tmp_path / "r", sessions_file, SMALL, runs=1, jobs=1)
+    tokens = sessions_file.read_text().split()
+    assert result.corpus == {"format": "lines", "sequences": 120, "tokens": len(tokens), "distinct_keys": 40}
+    assert RunSet.open(tmp_path / "r").key_counts() == dict(Counter(tokens))
+
+
+def test_doc2vec_key_counts_are_the_tokens_of_each_tag(tmp_path, tagged_file):
+    pretrain(tmp_path / "r", tagged_file, TrainConfig(model="doc2vec", dim=4, epochs=1), runs=1, jobs=1)
+    counts = RunSet.open(tmp_path / "r").key_counts()
+    assert counts["doc0"] == 8 and len(counts) == 30
+
+
+@pytest.mark.parametrize("leftovers", [
+    ["keys.txt", "stabcli.lock"], ["keys.txt", ".corpus.txt", "stabcli.lock"], [".stabcli.json.tmp-99999"],
+    ["key_counts.txt", ".run-000.partial-123xabc"],
+])
+def test_a_kill_during_setup_before_the_manifest_exists_restarts_cleanly(tmp_path, sessions_file, leftovers):
+    root = tmp_path / "r"
+    root.mkdir()
+    for name in leftovers:
+        if "partial" in name:
+            (root / name).mkdir()
+        else:
+            (root / name).write_text("999999999\n" if name == "stabcli.lock" else "junk\n")
+    result = pretrain(root, sessions_file, SMALL, runs=2, jobs=1)
+    assert [r.status for r in result.runs] == ["complete", "complete"]
+    full = tmp_path / "full"
+    pretrain(full, sessions_file, SMALL, runs=2, jobs=1)
+    assert sorted(p.name for p in root.iterdir()) == sorted(p.name for p in full.iterdir())
+    assert vectors(root, 1).tobytes() == vectors(full, 1).tobytes()
+
+
+def test_parallel_runs_equal_sequential_runs_with_the_process_backend(tmp_path, sessions_file):
+    from stabcli.training import local_backend
+
+    seen = []
+
+    def recording(tasks, jobs):
+        seen.append((len(tasks), jobs))
+        yield from local_backend(tasks, jobs)
+
+    pretrain(tmp_path / "a", sessions_file, SMALL, runs=3, jobs=2, backend=recording)
+    pretrain(tmp_path / "b", sessions_file, SMALL, runs=3, jobs=1)
+    assert seen == [(3, 2)]
+    for i in range(3):
+        assert vectors(tmp_path / "a", i).tobytes() == vectors(tmp_path / "b", i).tobytes()

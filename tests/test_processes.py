@@ -64,7 +64,8 @@ def pretrain_args(corpus: Path, out: Path, jobs: str = "2") -> list[str]:
             "--jobs", jobs, "--out", str(out)]
 
 
-def test_sigterm_of_pretrain_exits_143_with_one_line_and_leaves_no_process(tmp_path, sessions_file):
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_of_pretrain_exits_143_with_one_line_and_leaves_no_process(tmp_path, sessions_file, signum, code):
     out = tmp_path / "runs"
     proc = subprocess.Popen(pretrain_args(big_corpus(tmp_path, sessions_file), out), env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -72,9 +73,9 @@ def test_sigterm_of_pretrain_exits_143_with_one_line_and_leaves_no_process(tmp_p
         "no run started"
     workers = descendants(proc.pid)
     assert workers, "no worker processes seen"
-    proc.send_signal(signal.SIGTERM)  # the parent alone, as `kill PID` does
+    proc.send_signal(signum)  # the parent alone, as `kill PID` does
     stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 143, stderr
+    assert proc.returncode == code, stderr
     assert stderr.strip().splitlines() == ["interrupted; finished runs are kept"], stderr
     assert wait_for(lambda: not any(alive(pid) for pid in workers), 10), [p for p in workers if alive(p)]
     assert not (out / "stabcli.lock").exists() and not (out / ".corpus.txt").exists()

@@ -313,3 +313,20 @@ def test_parallel_runs_equal_sequential_runs_with_the_process_backend(tmp_path, 
     assert seen == [(3, 2)]
     for i in range(3):
         assert vectors(tmp_path / "a", i).tobytes() == vectors(tmp_path / "b", i).tobytes()
+
+
+def test_the_json_summary_names_the_corpus_reading(tmp_path, sessions_file):
+    from typer.testing import CliRunner
+
+    from stabcli.cli import app
+
+    result = CliRunner().invoke(app, ["pretrain", str(sessions_file), "--out", str(tmp_path / "r"), "--runs", "1",
+                                      "--dim", "4", "--epochs", "1", "--jobs", "1", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["corpus"] == {"format": "lines", "sequences": 120, "tokens": payload["corpus"]["tokens"],
+                                 "distinct_keys": 40}
+    assert payload["keys"] == 40 and result.stderr == ""
+    table = CliRunner().invoke(app, ["pretrain", str(sessions_file), "--out", str(tmp_path / "r"), "--runs", "1",
+                                     "--dim", "4", "--epochs", "1", "--jobs", "1"])
+    assert "corpus read as lines: 120 sequences" in table.stdout and "40 distinct keys" in table.stdout

@@ -307,7 +307,7 @@ def pretrain(
     with RunSetWriter(root) as writer:
         manifest = writer.open(identity, info, force=force)
         corpus_copy = None
-        if vocabulary:  # empty when a script trains: each run brings its own keys
+        if vocabulary and corpus is not None:  # no vocabulary when a script trains: each run brings its own keys
             writer.write_keys(vocabulary, counts)
             corpus_copy = writer.write_corpus_copy(_prepared_corpus(corpus))
         done = set(complete_runs(root))
@@ -427,7 +427,8 @@ def _prepared_corpus(corpus: Corpus) -> bytes:
 class _ProgressPoller:
     """Reports progress by reading the epoch counters runs write into their partial directories."""
 
-    def __init__(self, works: list[Path], epochs: int, done: int, total: int, callback: Callable | None):
+    def __init__(self, works: list[Path], epochs: int, done: int, total: int,
+                 callback: Callable[[Progress], None] | None):
         self.works, self.epochs, self.callback = works, epochs, callback
         self.done, self.total = done, total
         self.finished: int = 0
@@ -461,4 +462,5 @@ class _ProgressPoller:
             except (OSError, ValueError):
                 pass
         epochs_done = min(self.finished * self.epochs + in_flight, len(self.works) * self.epochs)
+        assert self.callback is not None
         self.callback(Progress(self.total, self.done + self.finished, len(self.works) * self.epochs, epochs_done))

@@ -330,3 +330,22 @@ def test_the_json_summary_names_the_corpus_reading(tmp_path, sessions_file):
     table = CliRunner().invoke(app, ["pretrain", str(sessions_file), "--out", str(tmp_path / "r"), "--runs", "1",
                                      "--dim", "4", "--epochs", "1", "--jobs", "1"])
     assert "corpus read as lines: 120 sequences" in table.stdout and "40 distinct keys" in table.stdout
+
+
+def test_a_worker_never_publishes_only_the_lock_holder_does(tmp_path, sessions_file):
+    """An orphaned worker of a killed pretrain runs `execute` to the end: its run stays in its
+    own partial directory, which the next pretrain (the lock holder) discards."""
+    from stabcli.runset import partial_dir
+    from stabcli.trainers import RunTask, execute
+
+    root = tmp_path / "r"
+    pretrain(root, sessions_file, SMALL, runs=1, jobs=1)
+    (root / ".corpus.txt").write_text(sessions_file.read_text())  # what the killed pretrain left
+    orphan_work = partial_dir(root, 1, "999x0rphan")
+    orphan_work.mkdir()
+    result = execute(RunTask(1, 1, SMALL, orphan_work, root / "keys.txt", root / ".corpus.txt", None))
+    assert result.status == "complete" and (orphan_work / "vectors.npy").is_file()
+    assert not (root / "run-001").exists()
+    pretrain(root, sessions_file, SMALL, runs=2, jobs=1)
+    assert not orphan_work.exists() and sorted(p.name for p in root.iterdir()) == [
+        "key_counts.txt", "keys.txt", "run-000", "run-001", "stabcli.json"]

@@ -118,14 +118,15 @@ def foreign_entries(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if entry_kind(p.name) is None)
 
 
-def check_entries(root: Path) -> None:
+def check_entries(root: Path, *, writing: bool = True) -> None:
     """Refuse a run set whose stabcli names hold the wrong kind of entry (``run-002`` a file,
-    the lock a directory) or a symlink, which stabcli never writes."""
+    the lock a directory), or, when ``writing``, a symlink, which stabcli never writes (a
+    reader follows one to a run of the right kind)."""
     for path in sorted(root.iterdir()):
         kind = entry_kind(path.name)
         if kind is None:
             continue
-        if path.is_symlink():
+        if writing and path.is_symlink():
             raise RunSetError(f"{path}: a symbolic link where stabcli writes a {'directory' if kind == 'dir' else 'file'}; "
                               "move it away")
         if kind == "dir" and not path.is_dir():
@@ -288,7 +289,7 @@ class RunSet:
     def open(cls, root: str | Path) -> "RunSet":
         root = Path(root)
         manifest = read_manifest(root)
-        check_entries(root)
+        check_entries(root, writing=False)
         return cls(root, manifest, complete_runs(root))
 
     def run_dir(self, index: int) -> Path:

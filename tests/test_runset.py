@@ -137,3 +137,19 @@ def test_remove_runset_refuses_foreign_files_and_removes_only_its_own(tmp_path):
     (root / "run-000" / "link").symlink_to(outside)
     remove_runset(root)
     assert not root.exists() and (outside / "keep").read_text() == "k"
+
+
+def test_a_reader_follows_a_symlinked_run_but_a_writer_refuses_it(tmp_path):
+    from stabcli.runset import check_entries
+
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    np.save(elsewhere / "vectors.npy", np.ones((1, 2), np.float32))
+    (elsewhere / "keys.txt").write_text("a\n")
+    (root / "run-000").symlink_to(elsewhere)
+    assert RunSet.open(root).load(0).keys == ["a"]
+    with pytest.raises(RunSetError, match="symbolic link"):
+        check_entries(root)

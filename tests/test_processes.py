@@ -179,3 +179,55 @@ def test_sigterm_of_audit_and_featurize_exits_143_without_temporary_files(tmp_pa
     assert proc.returncode == 143, stderr
     assert stderr.strip().splitlines() == ["interrupted; finished runs are kept"], stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+NO_PDEATHSIG = """
+import sys
+import stabcli.processes as processes
+processes.set_parent_death_signal = lambda sig=9: False  # as on a platform without prctl,
+processes.watch_parent = lambda interval=1.0: None  # and without the portable watchdog
+if __name__ == "__main__":
+    from stabcli.cli import main
+    sys.argv[0] = "stabcli"
+    main()
+"""
+
+
+def test_orphans_that_outlive_a_killed_parent_cannot_corrupt_the_rerun(tmp_path, sessions_file):
+    """Without a parent-death signal the workers of a SIGKILLed pretrain keep training; the
+    immediate rerun must still equal an uninterrupted run bit for bit."""
+    wrapper = tmp_path / "no_pdeathsig.py"
+    wrapper.write_text(NO_PDEATHSIG)
+    corpus = big_corpus(tmp_path, sessions_file, times=300)
+    killed, full = tmp_path / "killed", tmp_path / "full"
+    args = pretrain_args(corpus, killed)
+    proc = subprocess.Popen([sys.executable, str(wrapper)] + args[3:], env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    assert wait_for(lambda: any((p / "progress").exists() for p in killed.glob(".run-*"))), "no run started"
+    workers = descendants(proc.pid)
+    proc.kill()
+    proc.wait()
+    assert any(alive(pid) for pid in workers), "the orphans died with the parent; nothing was tested"
+    subprocess.run(args, env=ENV, check=True, capture_output=True)  # while the orphans still train
+    subprocess.run(pretrain_args(corpus, full), env=ENV, check=True, capture_output=True)
+    for i in range(4):
+        assert (killed / f"run-{i:03d}" / "vectors.npy").read_bytes() == (full / f"run-{i:03d}" / "vectors.npy").read_bytes()
+    for pid in workers:  # without both safeguards nothing ends an idle orphan: the test does
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert sorted(p.name for p in killed.iterdir()) == sorted(p.name for p in full.iterdir())
+
+
+def test_the_watchdog_ends_a_worker_whose_parent_died(tmp_path):
+    """The portable fallback of the parent-death signal, alone."""
+    code = ("import os, sys, time\n"
+            "if os.fork() == 0:\n"
+            "    from stabcli.processes import watch_parent\n"
+            "    watch_parent(0.1)\n"
+            "    print(os.getpid(), flush=True)\n"
+            "    time.sleep(60)\n"
+            "    sys.exit(0)\n"
+            "time.sleep(0.5)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=60)
+    child = int(proc.stdout.split()[0])
+    assert wait_for(lambda: not alive(child), 10)

@@ -349,7 +349,7 @@ def _epoch_noise(runs: Runs, epoch: int, normalize: bool) -> m.NoiseShare | None
     assert runs.runset is not None
     arrays = []
     for index, rows in zip(runs.run_indices, runs.rows):
-        path = runs.runset.run_dir(index) / "epochs" / f"{epoch:03d}.npy"
+        path = runs.runset.checkpoint(index, epoch)
         if not path.is_file():
             return None
         try:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 from contextlib import nullcontext
 from importlib.resources import files
 from pathlib import Path
@@ -19,9 +21,11 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from stabcli import __version__
+from stabcli.atomic import write_text_atomic
 from stabcli.corpus import CorpusOptions
 from stabcli.embeddings import ReadOptions
-from stabcli.errors import OptionError, StabcliError, UsageError
+from stabcli.errors import Interrupted, OptionError, StabcliError, UsageError
+from stabcli.runset import check_removable_runset
 from stabcli.textfile import check_encoding
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 
@@ -63,10 +67,28 @@ def error_line(exc: StabcliError) -> str:
 _PARSE_ERRORS = tuple({click.UsageError, *[c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"]})
 
 
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def _handle_stop_signals() -> dict[int, Any]:
+    """SIGTERM and SIGHUP take the Ctrl-C path (cleanup in ``finally:``, one line, 128 + signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None:
+            previous[signum] = signal.signal(signum, _raise_interrupted)
+    return previous
+
+
 class _Group(TyperGroup):
-    """Turns StabcliError into one line on stderr and exit 2, Ctrl-C into exit 130."""
+    """Turns StabcliError into one line on stderr and exit 2; Ctrl-C, SIGTERM and SIGHUP into
+    one line and exit 128 + signal (130, 143, 129)."""
 
     def invoke(self, ctx: typer.Context) -> Any:
+        previous = _handle_stop_signals()
         try:
             return super().invoke(ctx)
         except StabcliError as exc:
@@ -74,9 +96,10 @@ class _Group(TyperGroup):
                 raise
             Console(stderr=True).print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
             Console(stderr=True).print("interrupted; finished runs are kept", highlight=False)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise typer.Exit(128 + int(signum)) from None
         except BrokenPipeError:
             _quiet_broken_pipe()
         except _PARSE_ERRORS as exc:  # typer's own parsing (an int that is not one, a missing argument)
@@ -86,6 +109,9 @@ class _Group(TyperGroup):
             Console(stderr=True).print(f"[bold red]error:[/] {escape(exc.format_message())} (see '{where} --help')",
                                        highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def _quiet_broken_pipe() -> None:
@@ -125,7 +151,8 @@ app = typer.Typer(
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Audit the run-to-run stability of pretrained embeddings.\n\n"
-    "Exit codes: 0 ok, 1 a requested check failed, 2 bad usage or bad input, 130 interrupted.",
+    "Exit codes: 0 ok, 1 a requested check failed, 2 bad usage or bad input, 130 interrupted (Ctrl-C), "
+    "143 terminated (SIGTERM), 129 hung up (SIGHUP).",
 )
 err = _console(sys.stderr, stderr=True)
 out = _console(sys.stdout)
@@ -184,12 +211,17 @@ def _report_pretrain(result: PretrainResult, fmt: str) -> None:
             "stabcli_version": __version__,
             "run_set": str(result.root),
             "keys": result.keys,
+            "corpus": result.corpus,
             "runs": [r.__dict__ for r in result.runs],
             "failed": len(result.failed),
         }
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         out.print(_summary_table(result))
+        if result.corpus:
+            c = result.corpus
+            out.print(f"corpus read as {c['format']}: {c['sequences']:,} sequences, {c['tokens']:,} tokens, "
+                      f"{c['distinct_keys']:,} distinct keys", highlight=False)
     for r in result.failed:
         err.print(f"[bold red]failed:[/] {r.error}", highlight=False, soft_wrap=True)
     if result.failed:
@@ -549,6 +581,7 @@ def demo(
     from stabcli.report import comparison_table
 
     sessions = sample_path("sessions.txt")
+    check_removable_runset(out_dir / "runs-phi64")  # before a minute of work, not after
     err.print(f"stabcli demo: 5 item2vec runs on the synthetic sample {sessions.name} → {out_dir / 'runs'}", highlight=False)
     config = TrainConfig(model="word2vec", dim=32, window=3, negative=3, epochs=10, checkpoints=True)
     result = _run_pretrain(out_dir / "runs", sessions, config, runs=5, seed=0, jobs=jobs, force=False,
@@ -589,8 +622,6 @@ def _demo_drift(out_dir: Path, config: TrainConfig, jobs: Optional[int]) -> None
     ranked = [item for item, _ in counts.most_common()]
     moved = {ranked[i] for i in DEMO_MOVED_RANKS}
     refreshed = out_dir / "sessions-refreshed.txt"
-    from stabcli.runset import write_text_atomic
-
     write_text_atomic(refreshed, "".join(" ".join(s) + "\n" for s in move_items(sessions, genre, moved, DEMO_INTO_GENRE, 0)))
     err.print(f"stabcli drift: a refresh where {len(moved)} {DEMO_MOVED_GENRE} items (frequency ranks "
               f"{DEMO_MOVED_RANKS[0] + 1}-{DEMO_MOVED_RANKS[-1] + 1}) appear in {DEMO_INTO_GENRE} sessions; one run on "

@@ -34,6 +34,7 @@ from stabcli.featurize import draw_directions, fourier_features
 from stabcli.labels import read_labels
 from stabcli.metrics import peak, power_of_two_scale, rescaled
 from stabcli.textfile import check_encoding
+from stabcli.processes import cpu_count
 
 TASKS = ("auto", "classification", "regression")
 MODELS = ("logreg", "knn", "ridge")
@@ -459,7 +460,7 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
         for r in range(R):
             rotation = rotations[r] if v.source == "aligned" else None
             jobs_list.append((v, r, xs[r], _Transform(rotation, directions)))
-    n_jobs = options.jobs or len(os.sched_getaffinity(0))
+    n_jobs = options.jobs or cpu_count()
     step(f"downstream: {len(jobs_list)} {model_name} fits on {len(train):,} keys")
     parallel = Parallel(n_jobs=min(n_jobs, len(jobs_list)), return_as="generator")
     fits: dict[str, list[_Fit]] = {v.name: [] for v in variants}

@@ -59,7 +59,7 @@ def test_pretrain_params_reach_gensim(tmp_path, sessions_file):
 
 @pytest.mark.parametrize("args, message", [
     (["--param", "bogus=1"], "error: --param bogus: not an argument of gensim Word2Vec"),
-    (["--model", "glove"], "error: --model 'glove': choose one of word2vec, doc2vec"),
+    (["--model", "glove"], "error: --model: 'glove': choose one of word2vec, doc2vec"),
     (["--corpus-format", "xml"], "error: --corpus-format: unknown corpus format 'xml'"),
 ])
 def test_pretrain_bad_options_exit_2_with_one_line(tmp_path, sessions_file, args, message):

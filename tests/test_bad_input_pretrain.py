@@ -102,7 +102,7 @@ def test_a_memory_estimate_names_the_option_and_both_sizes(tmp_path):
     before = files_state(tmp_path)
     result = invoke("pretrain", path, "--out", tmp_path / "r", "--runs", "1", "--dim", "1000000000")
     assert_bad_input(result, "--dim: ", tmp_path, before)
-    assert "of memory, but only" in result.stderr and "is available" in result.stderr
+    assert "needs about" in result.stderr and "of memory is available" in result.stderr
 
 
 SCRIPT_CASES = [
@@ -124,7 +124,7 @@ def test_a_doc2vec_tag_with_whitespace_is_refused_naming_the_key(tmp_path):
     docs.write_text("a b\tw1 w2 w3\nc\tw2 w3 w4\n", encoding="utf-8")
     before = files_state(tmp_path)
     result = invoke("pretrain", docs, "--model", "doc2vec", "--corpus-format", "tagged", "--out", tmp_path / "r", *SMALL)
-    assert_bad_input(result, "key 'a b' contains whitespace", tmp_path, before)
+    assert_bad_input(result, "tag 'a b' contains whitespace", tmp_path, before)
 
 
 # ---------------------------------------------------------------- the output directory

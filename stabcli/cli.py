@@ -104,8 +104,25 @@ def _progress() -> Progress:
     )
 
 
-def _run_pretrain(out_dir: Path, corpus: Optional[Path], config: TrainConfig, **kwargs: Any) -> PretrainResult:
-    """Call the library with a progress bar over runs (and epochs for gensim models)."""
+def _run_pretrain(out_dir: Path, corpus: Optional[Path], config: TrainConfig, scheduler: Optional[str] = None,
+                  **kwargs: Any) -> PretrainResult:
+    """Call the library with a progress bar over runs (and epochs for gensim models); with a
+    Dask scheduler every run is a task on the cluster."""
+    from stabcli.cluster import scheduler_address
+
+    address = scheduler_address(scheduler)
+    if address is None:
+        return _pretrain_with_progress(out_dir, corpus, config, **kwargs)
+    from stabcli.cluster import Cluster, pretrain_backend
+
+    with Cluster(address) as cluster:
+        dashboard = cluster.dashboard_link
+        err.print(f"Dask scheduler {address}: {len(cluster.workers())} worker(s)"
+                  + (f"; dashboard {dashboard}" if dashboard else ""), highlight=False, soft_wrap=True)
+        return _pretrain_with_progress(out_dir, corpus, config, backend=pretrain_backend(cluster), **kwargs)
+
+
+def _pretrain_with_progress(out_dir: Path, corpus: Optional[Path], config: TrainConfig, **kwargs: Any) -> PretrainResult:
     with _progress() as bar:
         runs_task = bar.add_task("runs", total=kwargs["runs"])
         epochs_task = bar.add_task("epochs", total=None, visible=config.script is None)
@@ -162,6 +179,9 @@ def pretrain_cmd(
     min_count: int = typer.Option(1, "--min-count", help="Ignore tokens seen fewer times."),
     seed: int = typer.Option(0, "--seed", help="Run i uses seed SEED + i."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: available cores)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Run every run as a task on this Dask scheduler "
+                                            "(tcp://host:8786), or local:N for N local worker processes; default "
+                                            "$STABCLI_SCHEDULER. Needs stabcli[dask] and a filesystem every worker sees."),
     checkpoints: bool = typer.Option(False, "--checkpoints", help="Save vectors after every epoch (epochs/NNN.npy)."),
     vary: str = typer.Option("seed", "--vary", help="seed: only the seed changes; shuffle: also the sequence order; "
                              "bootstrap: sequences resampled with replacement."),
@@ -201,7 +221,7 @@ def pretrain_cmd(
         vary=vary, params=parse_params(model, param), script=script, checkpoints=checkpoints,
     )
     options = CorpusOptions(corpus_format, encoding, user_col, item_col, time_col, rating_col, min_rating)
-    result = _run_pretrain(out_dir, corpus, config, runs=runs, seed=seed, jobs=jobs, force=force,
+    result = _run_pretrain(out_dir, corpus, config, scheduler, runs=runs, seed=seed, jobs=jobs, force=force,
                            corpus_options=options, timeout=timeout)
     _report_pretrain(result, fmt)
 
@@ -295,6 +315,8 @@ def audit(
                                          "(paper Fig. A.4)."),
     reference: int = typer.Option(0, "--reference", help="Position of the run whose model is reused stale on the others."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Send the downstream fits to this Dask scheduler "
+                                            "(tcp://host:8786), or local:N; default $STABCLI_SCHEDULER. Needs stabcli[dask]."),
     encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of the label file (MovieLens files: latin-1)."),
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
@@ -322,7 +344,8 @@ def audit(
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
     downstream = None
     if labels is None:
-        given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model}
+        given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model,
+                 "--scheduler": scheduler}
         extra = [name for name, value in given.items() if value is not None]
         if extra:
             raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
@@ -335,7 +358,10 @@ def audit(
             featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
             sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
             encoding=encoding)
-    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream)
+    from stabcli.cluster import joblib_on, scheduler_address
+
+    with joblib_on(scheduler_address(scheduler) if labels is not None else None):
+        report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream)
     if not report["passed"]:
         raise typer.Exit(EXIT_FAILED_CHECK)
 

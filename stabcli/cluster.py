@@ -19,9 +19,12 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from stabcli.errors import OptionError, UsageError
+
+if TYPE_CHECKING:
+    from stabcli.trainers import RunResult, RunTask
 
 ENV_VAR = "STABCLI_SCHEDULER"
 INSTALL_HINT = "pip install 'stabcli[dask]'"
@@ -191,6 +194,46 @@ class Cluster:
             pending = [f for f in futures if not f.done()]
             if pending:
                 self.client.cancel(pending, force=True)
+
+
+def run_on_worker(task: "RunTask") -> "RunResult":
+    """Train one run on a Dask worker. When the scheduler retries a task whose worker died,
+    the dead attempt's files are still in the task's partial directory (the same seed wrote
+    them, but possibly only half): start from an empty directory."""
+    import shutil
+
+    from stabcli.trainers import execute
+
+    if task.work.is_dir():
+        for entry in task.work.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    return execute(task)
+
+
+def pretrain_backend(cluster: Cluster) -> Callable[[Sequence["RunTask"], int], Iterator["RunResult"]]:
+    """A ``stabcli.training`` execution backend: every run is one task on ``cluster``.
+
+    Before submitting, every worker proves it can read the corpus copy (by hash) and the
+    user's corpus, write into the run set, and that it runs the client's stabcli, gensim and
+    numpy. ``jobs`` is ignored: the cluster's worker threads decide the parallelism.
+    """
+
+    def backend(tasks: Sequence["RunTask"], jobs: int) -> Iterator["RunResult"]:
+        if not tasks:
+            return
+        from stabcli.corpus import file_sha256
+
+        read: list[tuple[Path, str | None]] = []
+        for path in {t.corpus_copy for t in tasks} | {t.corpus for t in tasks} | {t.keys_file for t in tasks}:
+            if path is not None:
+                read.append((path, file_sha256(path)))
+        cluster.preflight(Preflight(read=sorted(read), write=sorted({t.work.parent for t in tasks})))
+        yield from cluster.map_unordered(run_on_worker, tasks)
+
+    return backend
 
 
 @contextmanager

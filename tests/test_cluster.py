@@ -84,11 +84,26 @@ def test_an_unreachable_scheduler_is_one_option_error(monkeypatch):
             pass
 
 
-def test_a_missing_extra_names_the_install_command(monkeypatch):
-    monkeypatch.setitem(sys.modules, "distributed", None)  # import fails as if not installed
-    with pytest.raises(UsageError, match=r"pip install 'stabcli\[dask\]'"):
-        with Cluster("local:1"):
-            pass
+MISSING_EXTRA = """
+import sys
+sys.modules["distributed"] = None  # import fails as if stabcli[dask] were not installed
+from stabcli.cli import main
+sys.argv = ["stabcli", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_missing_extra_names_the_install_command(tmp_path, sessions_file):
+    # in a child process: breaking the import in this one would break the shared cluster's client
+    import subprocess
+
+    before = files_state(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", MISSING_EXTRA, "pretrain", str(sessions_file), "--out",
+                           str(tmp_path / "r"), "--scheduler", "local:1"], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["error: --scheduler needs Dask's distributed scheduler: "
+                                                "pip install 'stabcli[dask]'"]
+    assert files_state(tmp_path) == before
 
 
 def test_joblib_runs_on_the_cluster_inside_the_block():
@@ -99,3 +114,123 @@ def test_joblib_runs_on_the_cluster_inside_the_block():
     assert os.getpid() not in pids
     with joblib_on(None) as nothing:
         assert nothing is None
+
+
+# ---------------------------------------------------------------- pretrain and audit on a cluster
+
+import json  # noqa: E402
+import signal  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from stabcli.cli import app  # noqa: E402
+from stabcli.cluster import pretrain_backend  # noqa: E402
+from stabcli.training import TrainConfig, pretrain  # noqa: E402
+
+from conftest import EXAMPLE_SCRIPT, assert_bad_input, files_state, make_sessions  # noqa: E402
+
+runner = CliRunner()
+SMALL = TrainConfig(dim=8, window=2, negative=2, epochs=3)
+
+
+def run_bytes(root: Path) -> dict[str, bytes]:
+    return {p.parent.name: p.read_bytes() for p in sorted(root.glob("run-*/vectors.npy"))}
+
+
+def test_pretrain_on_the_cluster_equals_a_local_run_bit_for_bit(local2, tmp_path, sessions_file):
+    pretrain(tmp_path / "local", sessions_file, SMALL, runs=3, jobs=2)
+    result = pretrain(tmp_path / "dask", sessions_file, SMALL, runs=3, backend=pretrain_backend(local2))
+    assert [r.status for r in result.runs] == ["complete"] * 3
+    assert run_bytes(tmp_path / "dask") == run_bytes(tmp_path / "local") and len(run_bytes(tmp_path / "local")) == 3
+    manifest = json.loads((tmp_path / "dask" / "stabcli.json").read_text())
+    assert {r["status"] for r in manifest["runs"].values()} == {"complete"}
+    assert not list((tmp_path / "dask").glob(".*partial*"))
+
+
+def test_script_runs_go_to_the_cluster_too(local2, tmp_path, sessions_file):
+    config = TrainConfig(script=f"{sys.executable} {EXAMPLE_SCRIPT} --corpus {{corpus}} --seed {{seed}} --out {{out}} --dim 4")
+    pretrain(tmp_path / "local", sessions_file, config, runs=2, jobs=2)
+    pretrain(tmp_path / "dask", sessions_file, config, runs=2, backend=pretrain_backend(local2))
+    assert run_bytes(tmp_path / "dask") == run_bytes(tmp_path / "local") and len(run_bytes(tmp_path / "local")) == 2
+
+
+def test_the_cli_runs_pretrain_on_local_workers_and_names_the_scheduler(tmp_path, sessions_file):
+    args = ["pretrain", str(sessions_file), "--runs", "2", "--dim", "8", "--epochs", "2", "--format", "json"]
+    local = runner.invoke(app, [*args, "--out", str(tmp_path / "local"), "--jobs", "2"])
+    dask = runner.invoke(app, [*args, "--out", str(tmp_path / "dask"), "--scheduler", "local:2"])
+    assert local.exit_code == 0 and dask.exit_code == 0, dask.output
+    assert "Dask scheduler local:2: 2 worker(s)" in dask.stderr
+    assert json.loads(dask.stdout)["failed"] == 0
+    assert run_bytes(tmp_path / "dask") == run_bytes(tmp_path / "local")
+
+
+def test_a_worker_killed_mid_run_is_retried_and_the_run_set_equals_a_local_one(tmp_path):
+    corpus = tmp_path / "big.txt"
+    corpus.write_text(make_sessions(n_sequences=4000, n_items=200), encoding="utf-8")
+    config = TrainConfig(dim=16, window=3, negative=3, epochs=12)
+    pretrain(tmp_path / "local", corpus, config, runs=2, jobs=2)
+    with Cluster("local:2") as c:
+        pids = c.client.run(os.getpid)
+        outcome: dict[str, object] = {}
+        thread = threading.Thread(target=lambda: outcome.setdefault(
+            "result", pretrain(tmp_path / "dask", corpus, config, runs=2, backend=pretrain_backend(c))))
+        thread.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not list((tmp_path / "dask").glob(".run-*/progress")):
+            time.sleep(0.05)
+        victim = sorted(pids.values())[0]
+        os.kill(victim, signal.SIGKILL)  # one worker dies in the middle of its run
+        thread.join(timeout=180)
+    assert not thread.is_alive()
+    result = outcome["result"]
+    assert [r.status for r in result.runs] == ["complete", "complete"]
+    assert run_bytes(tmp_path / "dask") == run_bytes(tmp_path / "local")
+
+
+def test_audit_labels_on_the_cluster_gives_the_local_numbers(tmp_path):
+    rng = np.random.default_rng(0)
+    keys = [f"k{i}" for i in range(120)]
+    centers = rng.standard_normal((3, 6))
+    labels = rng.integers(0, 3, size=len(keys))
+    from stabcli.embeddings import write_embedding
+
+    files = []
+    for r in range(3):
+        path = tmp_path / f"r{r}.npy"
+        write_embedding(path, keys, (centers[labels] + 0.7 * rng.standard_normal((len(keys), 6))).astype(np.float32))
+        files.append(str(path))
+    (tmp_path / "labels.tsv").write_text("".join(f"{k}\tc{c}\n" for k, c in zip(keys, labels)))
+    args = ["audit", *files, "--labels", str(tmp_path / "labels.tsv"), "--format", "json", "--knn-k", "3", "--pairs", "100",
+            "--variants", "h,aligned,phi:8"]
+    local = runner.invoke(app, [*args, "--jobs", "1"])
+    dask = runner.invoke(app, [*args, "--scheduler", "local:2"])
+    assert local.exit_code == 0 and dask.exit_code == 0, dask.output
+    assert json.loads(dask.stdout)["downstream"] == json.loads(local.stdout)["downstream"]
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--scheduler", "local:0"], "--scheduler: 'local:0': expected local:N"),
+    (["--scheduler", "localhost"], "--scheduler: 'localhost': expected local:N"),
+])
+def test_bad_scheduler_values_are_one_line(tmp_path, sessions_file, argv, fragment):
+    before = files_state(tmp_path)
+    result = runner.invoke(app, ["pretrain", str(sessions_file), "--out", str(tmp_path / "r"), *argv])
+    assert_bad_input(result, fragment, tmp_path, before)
+
+
+def test_an_unreachable_scheduler_is_exit_2_and_touches_nothing(tmp_path, sessions_file, monkeypatch):
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1)
+    before = files_state(tmp_path)
+    result = runner.invoke(app, ["pretrain", str(sessions_file), "--out", str(tmp_path / "r"), "--scheduler",
+                                 "tcp://127.0.0.1:9"])
+    assert_bad_input(result, "--scheduler: cannot reach the Dask scheduler at tcp://127.0.0.1:9", tmp_path, before)
+
+
+def test_scheduler_without_labels_is_refused_in_audit(tmp_path):
+    before = files_state(tmp_path)
+    result = runner.invoke(app, ["audit", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"), "--scheduler", "local:1"])
+    assert_bad_input(result, "--scheduler only apply with --labels", tmp_path, before)

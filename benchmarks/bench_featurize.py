@@ -10,7 +10,7 @@ wall time and the child's own peak RSS (``os.wait4``) are measured.
 
 * ``rbfsampler``: ``np.load`` + ``RBFSampler(n_components=128).fit_transform`` + ``np.save``
   (what a user writes instead; it holds input, projection and output in memory);
-* ``stabcli``: ``stabcli featurize IN.npy --out OUT.npy --dim 128`` end to end (reads the
+* ``stabcli``: ``stabcli featurize IN.npy --out OUT.npy --dim 128 --force`` end to end (reads the
   input as a memory map, computes 2,048-row chunks, 1 MB of output, into two reused
   buffers and writes each from a second thread while the next is computed).
 
@@ -75,7 +75,7 @@ def throughput(rows: int, dim: int, out_dim: int, reps: int) -> dict:
         contenders = {
             "rbfsampler": [sys.executable, "-c", BASELINE, str(source), str(Path(tmp) / "base.npy"), str(out_dim)],
             "stabcli": [sys.executable, "-m", "stabcli", "featurize", str(source), "--out", str(Path(tmp) / "ours.npy"),
-                        "--dim", str(out_dim)],
+                        "--dim", str(out_dim), "--force"],
         }
         for name in contenders:
             results["seconds"][name], results["peak_rss_mb"][name] = [], []
@@ -94,10 +94,12 @@ def throughput(rows: int, dim: int, out_dim: int, reps: int) -> dict:
 def chunk_loop(emb: Any, directions: np.ndarray, normalize: bool, rows: int) -> Callable[[], None]:
     """stabcli's chunk loop, everything featurize computes (normalization, finite check,
     scale) without file IO, as a callable to time."""
-    from stabcli.featurize import _feature_chunks
+    from stabcli.featurize import FeaturizeOptions, _feature_chunks
+
+    options = FeaturizeOptions(dim=2 * directions.shape[1], normalize=normalize, chunk_rows=rows)
 
     def run() -> None:
-        for _ in _feature_chunks(emb, None, directions, normalize, rows):
+        for _ in _feature_chunks(emb, None, directions, options):
             pass
     return run
 
@@ -120,9 +122,10 @@ def fastest(contenders: dict[Any, Callable[[], None]], reps: int) -> dict[Any, f
 def compute_floor(x: np.ndarray, out_dim: int, reps: int = 15) -> dict:
     """Minimum seconds over alternating repetitions of the floor, in two forms, and of stabcli."""
     from stabcli.embeddings import Embedding
-    from stabcli.featurize import FeaturizeSpec, _chunk_rows, draw_directions
+    from stabcli.featurize import FeaturizeOptions, _chunk_rows
+    from stabcli.fourier import draw_directions
 
-    spec = FeaturizeSpec(dim=out_dim)
+    spec = FeaturizeOptions(dim=out_dim)
     u = draw_directions(x.shape[1], out_dim, spec.sigma, spec.seed)
     u32 = u.astype(np.float32)
     k, rows = u.shape[1], _chunk_rows(spec.chunk_rows, out_dim)
@@ -155,7 +158,8 @@ def chunk_sweep(rows: int, dim: int, out_dims: tuple[int, ...] = (128, 512, 2048
     """Seconds of stabcli's chunk loop (no IO, BLAS on one thread) per chunk size and output
     dimension, minimum over alternating repetitions; ``auto`` marks the default size."""
     from stabcli.embeddings import Embedding
-    from stabcli.featurize import _chunk_rows, draw_directions
+    from stabcli.featurize import _chunk_rows
+    from stabcli.fourier import draw_directions
 
     x = np.random.default_rng(0).standard_normal((rows, dim), dtype=np.float32)
     emb = Embedding([f"k{i}" for i in range(rows)], x, "bench")
@@ -172,7 +176,7 @@ def chunk_sweep(rows: int, dim: int, out_dims: tuple[int, ...] = (128, 512, 2048
 def kernel_error(dims: list[int], seeds: int = 10, n: int = 20_000, d: int = 64, sigma: float = 1.0) -> list[dict]:
     from sklearn.kernel_approximation import RBFSampler
 
-    from stabcli.featurize import gaussian_kernel_error
+    from stabcli.fourier import gaussian_kernel_error
     from stabcli.metrics import unit_rows
 
     x = unit_rows(np.random.default_rng(1).standard_normal((n, d)))

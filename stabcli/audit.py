@@ -1,25 +1,30 @@
 """``stabcli audit``: load runs, compute the representation report, evaluate CI checks.
 
-The report is a plain dict with stable keys (documented in the README); renderers in
-``stabcli.report`` turn it into a terminal view, JSON, Markdown and plots.
+The report is an ``AuditReport`` (typed sections in ``stabcli.sections``, JSON through
+``stabcli.schema.to_json``); renderers in ``stabcli.report`` turn it into a terminal view,
+Markdown and plots.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from stabcli import __version__
 from stabcli import metrics as m
-from stabcli.embeddings import Embedding, read_embedding, require_finite
-from stabcli.errors import InputError, UsageError
+from stabcli.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.runset import RunSet, is_runset
+from stabcli.schema import check_path, to_json
+from stabcli.sections import (AuditReport, Check, DownstreamSection, EpochRow, Histogram, InputSection, Quantiles,
+                              RepresentationSection, TrainingSection, UnstableKey)
 
 if TYPE_CHECKING:  # downstream imports scikit-learn (seconds); only an audit with labels needs it
     from stabcli.downstream import DownstreamOptions
@@ -27,14 +32,28 @@ if TYPE_CHECKING:  # downstream imports scikit-learn (seconds); only an audit wi
 HISTOGRAM_BINS = 10
 
 
-@dataclass
+@dataclass(frozen=True)
 class AuditOptions:
+    """The audit's options, checked on construction (``OptionError`` naming the parameter).
+
+    Checks that need the input (``knn_k`` below the number of keys, memory for ``pairs``)
+    run in ``build_report`` before any computation.
+    """
+
     normalize: bool = False
     pairs: int = 10_000
     knn_k: int = 10
     knn_queries: int = 1_000
     seed: int = 0
     top: int = 20
+
+    def __post_init__(self) -> None:
+        for name, least in (("pairs", 1), ("knn_k", 1), ("knn_queries", 1), ("top", 0), ("seed", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise OptionError(name, f"expected an integer, got {value!r}")
+            if value < least:
+                raise OptionError(name, f"{value} must be at least {least}")
 
 
 @dataclass
@@ -54,17 +73,25 @@ class Runs:
         return int(self.arrays[0].shape[1])
 
 
-def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | None = None) -> Runs:
+def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | None = None,
+              read: ReadOptions | None = None) -> Runs:
     """Read a run-set directory or several embedding files and align them on common keys.
 
+    ``read`` carries ``--input-format``, ``--trust-pickle`` and ``--keys``; inputs then go
+    through ``embeddings.match_inputs``, which refuses keyless files mixed with keyed ones
+    and notes position matching through ``on_warning``.
+
     Raises ``InputError`` (naming the file) for fewer than 2 runs, mismatched dimensions,
-    NaN/inf values or an empty key intersection.
+    NaN/inf values, an empty key intersection, or keyless inputs that cannot be matched.
     """
+    read = read or ReadOptions()
     paths = [Path(p) for p in inputs]
     runset = None
     if len(paths) == 1 and paths[0].is_dir():
         if not is_runset(paths[0]):
             raise InputError(f"{paths[0]}: a directory but not a run set (no stabcli.json)")
+        if read.input_format is not None:
+            raise OptionError("input_format", f"applies to embedding files, not to the run set {paths[0]}")
         runset = RunSet.open(paths[0])
         indices = runset.runs
         embeddings = [runset.load(i) for i in indices]
@@ -74,8 +101,9 @@ def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | 
             if path.is_dir():
                 raise UsageError(f"{path}: pass a run set alone, or embedding files only")
         indices = []
-        embeddings = [read_embedding(p) for p in paths]
+        embeddings = [read.read(p) for p in paths]
         names = [str(p) for p in paths]
+    embeddings = match_inputs(embeddings, read.keys_file, on_warning)
     if len(embeddings) < 2:
         where = paths[0] if paths else "input"
         raise InputError(f"{where}: found {len(embeddings)} run(s); stability needs at least 2")
@@ -86,6 +114,8 @@ def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | 
     keys, rows, dropped = _common_keys(embeddings)
     if not keys:
         raise InputError(f"{embeddings[1].source}: no keys in common with {first.source}")
+    if first.dim == 0:
+        raise InputError(f"{first.source}: vectors have 0 dimensions; there is nothing to compare")
     if dropped and on_warning:
         on_warning(f"{dropped} keys are not in every run and were left out; comparing {len(keys)} common keys")
     arrays = [emb.vectors if idx is None else np.asarray(emb.vectors[idx], dtype=np.float32)
@@ -119,7 +149,8 @@ def _check_finite(emb: Embedding, arr: np.ndarray, keys: list[str]) -> None:
 
 
 def _normalized(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    return [m.unit_rows(np.asarray(a, dtype=np.float32)) for a in arrays]
+    # normalize in the input's precision first: float64 rows near 1e300 would overflow float32
+    return [m.unit_rows(np.asarray(a)).astype(np.float32, copy=False) for a in arrays]
 
 
 @dataclass
@@ -136,95 +167,186 @@ def _frame(runs: Runs, options: AuditOptions, step: Callable[[str], None]) -> _F
     arrays = _normalized(runs.arrays) if options.normalize else runs.arrays
     step("cross-Gram blocks")
     grams = m.gram_blocks(arrays)
+    zero = [runs.names[r] for r in grams.zero_runs()]
+    if zero:
+        raise InputError(f"{zero[0]}: every value is 0; an all-zero run has no geometry to compare"
+                         + (f" ({len(zero)} such runs)" if len(zero) > 1 else ""))
     step("Procrustes alignment")
     rotations, iterations = m.generalized_procrustes(grams)
     return _Frame(arrays, grams, rotations, iterations)
 
 
-def _check_options(options: AuditOptions, n: int) -> None:
-    if options.knn_k < 1 or options.knn_k >= n:
-        raise UsageError(f"--knn-k {options.knn_k}: needs 1 <= k < number of common keys ({n})")
-    if options.pairs < 1 or options.knn_queries < 1 or options.top < 0:
-        raise UsageError("--pairs and --knn-queries must be at least 1, --top at least 0")
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux ``MemAvailable``), or None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
-def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step: Callable[[str], None]) -> dict[str, Any]:
-    """Every SPEC section 4 metric over the common keys of ``runs``."""
+def pairs_memory(pairs: int, runs: int, dim: int) -> int:
+    """Bytes the inner-product noise share needs for ``pairs`` sampled pairs: the pair
+    indices and their sort orders, one cosine per run and pair, and the float64 gathers."""
+    return pairs * (32 + 8 * runs + 32 * dim)
+
+
+def _check_sizes(options: AuditOptions, runs: Runs) -> None:
+    """Options that only make sense against the input: k below n, memory for the pairs."""
     n = len(runs.keys)
+    if options.knn_k >= n:
+        raise OptionError("knn_k", f"{options.knn_k} must be below the number of common keys ({n})")
+    need = pairs_memory(options.pairs, len(runs.arrays), runs.dim)
+    free = available_memory()
+    if free is not None and need > free:
+        raise OptionError("pairs", f"{options.pairs:,} pairs need about {_bytes(need)} of memory, "
+                                   f"{_bytes(free)} is available")
+
+
+def _bytes(count: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if count < 1024 or unit == "TB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count} B"
+
+
+@dataclass(frozen=True)
+class KeyStats:
+    """Every key's stability numbers, in ``Runs.keys`` order (the ``--per-key`` export)."""
+
+    keys: list[str]
+    frequency: np.ndarray | None      # training count per key, None when not recorded
+    norm: np.ndarray                  # root mean square over runs of the key's L2 norm
+    aligned_variance: np.ndarray      # mean over dims of Var_r after Procrustes (ddof=0)
+    relative_instability: np.ndarray  # aligned_variance · d / mean squared norm
+    knn_overlap: np.ndarray           # NaN where the key was not a k-NN query
+    displacement: np.ndarray | None   # mean cosine distance after pairwise Procrustes
+
+
+def _frequencies(runs: Runs) -> np.ndarray | None:
+    counts = runs.runset.key_counts() if runs.runset else None
+    if counts is None:
+        return None
+    return np.array([counts.get(k, -1) for k in runs.keys], dtype=np.int64)
+
+
+def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step: Callable[[str], None],
+                          key_names: Mapping[str, str] | None = None,
+                          per_key: bool = False) -> tuple[RepresentationSection, KeyStats]:
+    """Every representation metric over the common keys of ``runs``, and the per-key table."""
+    n, R, d = len(runs.keys), len(runs.arrays), runs.dim
     arrays, grams, iterations = frame.arrays, frame.grams, frame.iterations
     rng = np.random.default_rng(options.seed)
 
     step("coordinate noise")
     raw = m.noise_share(arrays)
     aligned = m.noise_share(arrays, frame.rotations)
+    energy = m.per_key_energy(arrays, aligned.scale)  # in the scaled units of per_key_variance_scaled
+    relative = m.relative_instability(aligned.per_key_variance_scaled, energy, d)
     step("inner products")
     first, second = m.sample_pairs(n, options.pairs, rng)
     inner = m.inner_product_noise_share(arrays, first, second)
     step("nearest neighbours")
     queries = np.sort(rng.choice(n, size=min(options.knn_queries, n), replace=False))
-    least_idx = np.argsort(-aligned.per_key_variance, kind="stable")[: options.top]
+    least_idx = np.argsort(-relative, kind="stable")[: options.top]
     # one pass over every run serves both the sampled queries and the least stable keys
     overlaps = m.knn_overlap(arrays, np.concatenate([queries, least_idx]), options.knn_k)
     knn, least_knn = overlaps[: len(queries)], overlaps[len(queries):]
     step("PIP, CKA, eigenspaces, displacement")
     pip = m.pairwise_mean(grams, m.pip_loss)
-    gram_norm = float(np.mean([np.sqrt(m.frobenius_sq(grams.G[r, r])) for r in range(len(arrays))]))
     counts, edges = np.histogram(raw.per_dim, bins=HISTOGRAM_BINS, range=(0.0, 1.0))
-    return {
-        "noise_share": raw.overall,
-        "noise_share_per_dim": _floats(raw.per_dim),
-        "noise_share_histogram": {"edges": _floats(edges), "counts": [int(c) for c in counts]},
-        "variance_per_dim": _floats(raw.variance_per_dim),
-        "aligned_noise_share": aligned.overall,
-        "aligned_noise_share_per_dim": _floats(aligned.per_dim),
-        "procrustes_iterations": iterations,
-        "inner_product_noise_share": inner,
-        "inner_product_pairs": options.pairs,
-        "inner_to_coordinate_ratio": inner / raw.overall if raw.overall > 0 else None,
-        "knn_overlap": float(knn.mean()),
-        "knn_k": options.knn_k,
-        "knn_queries": int(len(queries)),
-        "knn_chance": options.knn_k / (n - 1),
-        "pip_loss": pip,
-        "pip_loss_relative": pip / gram_norm if gram_norm > 0 else None,
-        "cka": m.pairwise_mean(grams, m.linear_cka),
-        "eigenspace_overlap": m.pairwise_mean(grams, m.eigenspace_overlap),
-        "semantic_displacement": m.semantic_displacement(arrays, grams),
-        "least_stable": [
-            {"key": runs.keys[i], "aligned_variance": float(aligned.per_key_variance[i]), "knn_overlap": float(o)}
+    frequency = _frequencies(runs)
+    names = key_names or {}
+    knn_by_key = np.full(n, np.nan)
+    knn_by_key[queries] = knn
+    knn_by_key[least_idx] = least_knn
+    stats = KeyStats(
+        keys=runs.keys, frequency=frequency, norm=np.sqrt(energy) * aligned.scale, aligned_variance=aligned.per_key_variance,
+        relative_instability=relative, knn_overlap=knn_by_key,
+        displacement=m.per_key_displacement(arrays, grams) if per_key else None,
+    )
+    section = RepresentationSection(
+        noise_share=raw.overall,
+        noise_share_independent=(R - 1) / R,
+        noise_share_per_dim=_floats(raw.per_dim),
+        noise_share_histogram=Histogram(edges=_floats(edges), counts=[int(c) for c in counts]),
+        variance_per_dim=_floats(raw.variance_per_dim),
+        aligned_noise_share=aligned.overall,
+        aligned_noise_share_per_dim=_floats(aligned.per_dim),
+        procrustes_iterations=iterations,
+        inner_product_noise_share=inner,
+        inner_product_pairs=options.pairs,
+        inner_to_coordinate_ratio=inner / raw.overall if raw.overall > 0 else None,
+        knn_overlap=float(knn.mean()),
+        knn_k=options.knn_k,
+        knn_queries=int(len(queries)),
+        knn_chance=options.knn_k / (n - 1),
+        pip_loss=_finite(pip),
+        pip_loss_relative=m.relative_pip_loss(grams),
+        cka=m.pairwise_mean(grams, m.linear_cka),
+        eigenspace_overlap=m.pairwise_mean(grams, m.eigenspace_overlap),
+        semantic_displacement=m.semantic_displacement(arrays, grams),
+        least_stable=[
+            UnstableKey(key=runs.keys[i], name=names.get(runs.keys[i]),
+                        frequency=None if frequency is None or frequency[i] < 0 else int(frequency[i]),
+                        aligned_variance=_finite(aligned.per_key_variance[i]),
+                        mean_squared_norm=_finite(m.rescaled(energy[i], aligned.scale, 2)),
+                        relative_instability=float(relative[i]), knn_overlap=float(o))
             for i, o in zip(least_idx, least_knn)
         ],
-    }
+    )
+    return section, stats
 
 
-def training_report(runs: Runs, options: AuditOptions) -> dict[str, Any]:
-    """Final-loss spread over runs and, per epoch, mean loss and noise share (paper Fig. 1b, 1c)."""
-    empty = {"final_loss": None, "final_loss_mean": None, "final_loss_std": None, "final_loss_cv": None,
-             "loss_by_run": None, "by_epoch": []}
+def training_report(runs: Runs, options: AuditOptions) -> TrainingSection:
+    """Final-loss spread over runs and, per epoch, mean loss, noise share and the spread of
+    the across-run variance (paper Fig. 1b, 1c)."""
     if runs.runset is None:
-        return empty
+        return TrainingSection(final_loss=None, final_loss_mean=None, final_loss_std=None, final_loss_cv=None,
+                               loss_by_run=None, reports_loss=False, by_epoch=[])
     losses = [runs.runset.losses(i) or [] for i in runs.run_indices]
     finals = [next((v for v in reversed(run) if v is not None), None) for run in losses]
-    report = dict(empty)
+    final_loss = final_mean = final_std = final_cv = None
     if all(v is not None for v in finals):
-        mean = float(np.mean(finals))
-        std = float(np.std(finals, ddof=1))
-        report.update(final_loss=[float(v) for v in finals], final_loss_mean=mean, final_loss_std=std,
-                      final_loss_cv=std / abs(mean) if mean else None)
-    if any(losses):
-        report["loss_by_run"] = losses
+        final_loss = [float(v) for v in finals]
+        final_mean = float(np.mean(finals))
+        final_std = float(np.std(finals, ddof=1))
+        final_cv = final_std / abs(final_mean) if final_mean else None
     n_epochs = max([len(run) for run in losses] + [len(runs.runset.checkpoints(i)) for i in runs.run_indices])
+    by_epoch = []
     for epoch in range(1, n_epochs + 1):
         values = [run[epoch - 1] for run in losses if len(run) >= epoch and run[epoch - 1] is not None]
-        report["by_epoch"].append({
-            "epoch": epoch,
-            "noise_share": _epoch_noise_share(runs, epoch, options.normalize),
-            "loss_mean": float(np.mean(values)) if values else None,
-        })
-    return report
+        share = _epoch_noise(runs, epoch, options.normalize)
+        variance = None if share is None else share.variance_per_dim
+        by_epoch.append(EpochRow(
+            epoch=epoch,
+            noise_share=None if share is None else share.overall,
+            variance_mean=None if variance is None else float(np.mean(variance)),
+            variance_quantiles=None if variance is None else _quantiles(variance),
+            loss_mean=float(np.mean(values)) if values else None,
+        ))
+    reports_loss = any(v is not None for run in losses for v in run)
+    return TrainingSection(final_loss=final_loss, final_loss_mean=final_mean, final_loss_std=final_std,
+                           final_loss_cv=final_cv, loss_by_run=losses if any(losses) else None,
+                           reports_loss=reports_loss, by_epoch=by_epoch)
 
 
-def _epoch_noise_share(runs: Runs, epoch: int, normalize: bool) -> float | None:
+def _quantiles(values: np.ndarray) -> Quantiles:
+    low, q25, median, q75, high = np.quantile(values, [0.0, 0.25, 0.5, 0.75, 1.0])
+    return Quantiles(min=float(low), q25=float(q25), median=float(median), q75=float(q75), max=float(high))
+
+
+def _epoch_noise(runs: Runs, epoch: int, normalize: bool) -> m.NoiseShare | None:
+    """The noise share (and per-dimension variance) of every run's snapshot at ``epoch``;
+    None when a run has no snapshot of that epoch."""
+    assert runs.runset is not None
     arrays = []
     for index, rows in zip(runs.run_indices, runs.rows):
         path = runs.runset.checkpoint(index, epoch)
@@ -232,49 +354,76 @@ def _epoch_noise_share(runs: Runs, epoch: int, normalize: bool) -> float | None:
             return None
         try:
             snapshot = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EOFError) as exc:
             raise InputError(f"{path}: unreadable checkpoint ({exc})") from None
-        if snapshot.ndim != 2 or snapshot.shape[1] != runs.dim:
-            raise InputError(f"{path}: checkpoint shape {snapshot.shape} does not match the run's vectors")
-        arrays.append(snapshot if rows is None else np.asarray(snapshot[rows], dtype=np.float32))
-    if any(a.shape[0] != len(runs.keys) for a in arrays):
-        raise InputError(f"{runs.runset.root}: epoch {epoch} checkpoints do not match the runs' keys")
-    return m.noise_share(_normalized(arrays) if normalize else arrays).overall
+        if snapshot.ndim != 2 or snapshot.shape[1] != runs.dim or not np.issubdtype(snapshot.dtype, np.floating):
+            raise InputError(f"{path}: checkpoint of shape {snapshot.shape} and type {snapshot.dtype} does not "
+                             f"match the run's float vectors of dimension {runs.dim}")
+        array = snapshot if rows is None else np.asarray(snapshot[rows], dtype=np.float32)
+        if array.shape[0] != len(runs.keys):
+            raise InputError(f"{path}: {array.shape[0]} rows, but the run has {len(runs.keys)} keys")
+        _check_finite(Embedding(runs.keys, array, path), array, runs.keys)
+        arrays.append(array)
+    return m.noise_share(_normalized(arrays) if normalize else arrays)
+
+
+def _featurized(runs: Runs) -> dict[str, Any] | None:
+    block = runs.runset.manifest.get("featurize") if runs.runset else None
+    return block if isinstance(block, dict) else None
 
 
 def build_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], None] | None = None,
-                 downstream: DownstreamOptions | None = None) -> dict[str, Any]:
-    """The whole audit report; ``downstream`` (label options) adds SPEC section 5."""
+                 downstream: DownstreamOptions | None = None, checks: Sequence[str] = (),
+                 key_names: Mapping[str, str] | None = None, per_key: bool = False,
+                 on_warning: Callable[[str], None] | None = None) -> AuditReport:
+    """The whole audit report; ``downstream`` (label options) adds the downstream section,
+    ``checks`` (expressions) its check results, ``per_key`` the per-key displacement."""
     step = on_step or (lambda _: None)
-    _check_options(options, len(runs.keys))
+    for expression in checks:
+        parse_check(expression)  # a malformed expression fails before any work
+    _check_sizes(options, runs)
+    plan = None
+    if downstream:  # options against the runs, labels, split, memory: all before the Gram pass
+        from stabcli.downstream import plan_downstream
+
+        plan = plan_downstream(downstream, runs.keys, len(runs.arrays), runs.dim, on_warning)
     frame = _frame(runs, options, step)
     labelled = None
     if downstream:  # first: a bad label file fails before the long representation metrics
         from stabcli.downstream import downstream_report
 
-        labelled = downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step)
-    return {
-        "stabcli_version": __version__,
-        "input": {
-            "source": str(runs.runset.root) if runs.runset else None,
-            "run_names": runs.names,
-            "runs": len(runs.arrays),
-            "keys": len(runs.keys),
-            "dim": runs.dim,
-            "dropped_keys": runs.dropped,
-            "normalized": options.normalize,
-            "seed": options.seed,
-        },
-        "representation": representation_report(runs, frame, options, step),
-        "training": training_report(runs, options),
-        "downstream": labelled,
-        "checks": [],
-        "passed": True,
-    }
+        raw = downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step, plan)
+        labelled = DownstreamSection.from_dict(raw)
+    representation, stats = representation_report(runs, frame, options, step, key_names, per_key)
+    report = AuditReport(
+        stabcli_version=__version__,
+        input=InputSection(
+            source=str(runs.runset.root) if runs.runset else None,
+            run_names=runs.names,
+            runs=len(runs.arrays),
+            keys=len(runs.keys),
+            dim=runs.dim,
+            dropped_keys=runs.dropped,
+            normalized=options.normalize,
+            seed=options.seed,
+            featurized=_featurized(runs),
+        ),
+        representation=representation,
+        training=training_report(runs, options),
+        downstream=labelled,
+        key_stats=stats,
+    )
+    results = evaluate_checks(report, checks)
+    return replace(report, checks=results, passed=all(c.passed for c in results))
 
 
-def _floats(values: np.ndarray) -> list[float]:
-    return [float(v) for v in values]
+def _floats(values: np.ndarray) -> list[float | None]:
+    return [_finite(v) for v in values]
+
+
+def _finite(value: float) -> float | None:
+    """A JSON-safe number: None for a scale-dependent value beyond float64's range (inf)."""
+    return float(value) if math.isfinite(value) else None
 
 
 # ---------------------------------------------------------------- CI checks
@@ -295,16 +444,30 @@ def parse_check(expression: str) -> tuple[str, str, float]:
         threshold = float(raw)
     except ValueError:
         raise UsageError(f"--check {expression!r}: {raw!r} is not a number") from None
+    if not math.isfinite(threshold):
+        raise UsageError(f"--check {expression!r}: the threshold must be a finite number")
     return path, op, threshold
 
 
-def resolve(report: dict[str, Any], path: str) -> float:
-    """The number at dotted ``path`` in the report; UsageError naming the first bad part.
+def validate_checks(expressions: Sequence[str], labels: bool) -> list[tuple[str, str, float]]:
+    """Parse every expression and resolve its path against the report's types, before any
+    input is read: a typo or a ``downstream`` path without ``--labels`` fails at once."""
+    parsed = [parse_check(expression) for expression in expressions]
+    for path, _, _ in parsed:
+        if path.split(".")[0] == "downstream" and not labels:
+            raise UsageError(f"--check {path}: the downstream section needs --labels FILE")
+        check_path(AuditReport, path)
+    return parsed
+
+
+def resolve(report: Any, path: str) -> float | None:
+    """The number at dotted ``path`` in the report (its JSON value); UsageError naming the
+    first bad part. None for a null (non-finite or unavailable) value.
 
     A key may itself contain dots (variant ``phi:64@0.5``): at each level the longest run
     of parts that is a key wins.
     """
-    node: Any = report
+    node: Any = to_json(report)
     parts = path.split(".")
     walked: list[str] = []
     while parts:
@@ -318,23 +481,27 @@ def resolve(report: dict[str, Any], path: str) -> float:
                 break
         else:
             where = ".".join(walked) or "the report"
+            if isinstance(node, list):
+                raise UsageError(f"--check {path}: {where} has {len(node)} entries, no {parts[0]!r}")
             options = ", ".join(sorted(node)) if isinstance(node, dict) else "no named fields"
             raise UsageError(f"--check: no {parts[0]!r} in {where} (has: {options})")
         walked.append(name)
         parts = parts[size:]
+    if node is None:  # a number that is null (NaN, unavailable) fails its check; a null section is an error
+        check_path(AuditReport, path)
+        return None
     if isinstance(node, bool) or not isinstance(node, (int, float)):
         raise UsageError(f"--check: {path} is not a number (it is {type(node).__name__})")
     return float(node)
 
 
-def evaluate_checks(report: dict[str, Any], expressions: Sequence[str]) -> list[dict[str, Any]]:
-    """Evaluate every check expression; sets ``report['checks']`` and ``report['passed']``."""
-    parsed = [(expr, *parse_check(expr)) for expr in expressions]
-    checks = []
-    for expr, path, op, threshold in parsed:
+def evaluate_checks(report: Any, expressions: Sequence[str]) -> list[Check]:
+    """Every check expression evaluated on ``report`` (an ``AuditReport`` or its JSON);
+    a check whose value is null (NaN, unavailable) fails."""
+    results = []
+    for expression in expressions:
+        path, op, threshold = parse_check(expression)
         value = resolve(report, path)
-        passed = (not math.isnan(value)) and _OPS[op](value, threshold)
-        checks.append({"name": expr.strip(), "path": path, "op": op, "value": value, "threshold": threshold, "passed": passed})
-    report["checks"] = checks
-    report["passed"] = all(c["passed"] for c in checks)
-    return checks
+        passed = value is not None and _OPS[op](value, threshold)
+        results.append(Check(name=expression.strip(), path=path, op=op, value=value, threshold=threshold, passed=passed))
+    return results

@@ -4,23 +4,29 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import signal
 import sys
+import threading
 from contextlib import nullcontext
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from typer.core import TyperGroup
 
 from stabcli import __version__
-from stabcli.corpus import CorpusOptions
-from stabcli.errors import OptionError, StabcliError, UsageError
 from stabcli.atomic import write_text_atomic
+from stabcli.corpus import CorpusOptions
+from stabcli.embeddings import ReadOptions
+from stabcli.errors import Interrupted, OptionError, StabcliError, UsageError
+from stabcli.runset import check_removable_runset
+from stabcli.textfile import check_encoding
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 
 # audit, featurize and downstream import scipy and scikit-learn (seconds): each command
@@ -28,10 +34,13 @@ from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 if TYPE_CHECKING:
     from stabcli.audit import AuditOptions
     from stabcli.downstream import DownstreamOptions
+    from stabcli.outputs import OutputPlan
+    from stabcli.sections import AuditReport
 
 EXIT_FAILED_CHECK = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`
 
 
 def _debug_enabled(ctx: typer.Context) -> bool:
@@ -54,20 +63,85 @@ def error_line(exc: StabcliError) -> str:
     return str(exc)
 
 
+# click's UsageError, and the one of the click that typer >= 0.2x vendors (BadParameter's base)
+_PARSE_ERRORS = tuple({click.UsageError, *[c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"]})
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def _handle_stop_signals() -> dict[int, Any]:
+    """SIGTERM and SIGHUP take the Ctrl-C path (cleanup in ``finally:``, one line, 128 + signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None:
+            previous[signum] = signal.signal(signum, _raise_interrupted)
+    return previous
+
+
 class _Group(TyperGroup):
-    """Turns StabcliError into one line on stderr and exit 2, Ctrl-C into exit 130."""
+    """Turns StabcliError into one line on stderr and exit 2; Ctrl-C, SIGTERM and SIGHUP into
+    one line and exit 128 + signal (130, 143, 129)."""
 
     def invoke(self, ctx: typer.Context) -> Any:
+        previous = _handle_stop_signals()
         try:
             return super().invoke(ctx)
         except StabcliError as exc:
             if _debug_enabled(ctx):
                 raise
-            Console(stderr=True).print(f"[bold red]error:[/] {error_line(exc)}", highlight=False, soft_wrap=True)
+            Console(stderr=True).print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
             Console(stderr=True).print("interrupted; finished runs are kept", highlight=False)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise typer.Exit(128 + int(signum)) from None
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+        except _PARSE_ERRORS as exc:  # typer's own parsing (an int that is not one, a missing argument)
+            if _debug_enabled(ctx):
+                raise
+            where = exc.ctx.command_path if exc.ctx else "stabcli"
+            Console(stderr=True).print(f"[bold red]error:[/] {escape(exc.format_message())} (see '{where} --help')",
+                                       highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader of stdout went away (``stabcli audit runs | head -1``): stop quietly as
+    standard tools do, with no traceback and no Python complaint when stdout is flushed."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a descriptor (tests)
+        pass
+    raise SystemExit(EXIT_BROKEN_PIPE)
+
+
+class _Console(Console):
+    """rich's console, but a closed pipe ends stabcli with ``EXIT_BROKEN_PIPE``, not 1 (the
+    code of a failed check)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _quiet_broken_pipe()
+
+
+def _console(stream: Any, stderr: bool = False) -> Console:
+    """A console that, when ``stream`` is not a terminal and ``COLUMNS`` is unset, never wraps:
+    logs and pipes get every table and line at its full width."""
+    piped = not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS")
+    return _Console(stderr=stderr, width=PIPE_WIDTH if piped else None)
+
+
+PIPE_WIDTH = 10_000
 
 
 app = typer.Typer(
@@ -77,10 +151,11 @@ app = typer.Typer(
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Audit the run-to-run stability of pretrained embeddings.\n\n"
-    "Exit codes: 0 ok, 1 a requested check failed, 2 bad usage or bad input, 130 interrupted.",
+    "Exit codes: 0 ok, 1 a requested check failed, 2 bad usage or bad input, 130 interrupted (Ctrl-C), "
+    "143 terminated (SIGTERM), 129 hung up (SIGHUP).",
 )
-err = Console(stderr=True)
-out = Console()
+err = _console(sys.stderr, stderr=True)
+out = _console(sys.stdout)
 
 
 def _version(value: bool) -> None:
@@ -153,12 +228,17 @@ def _report_pretrain(result: PretrainResult, fmt: str) -> None:
             "stabcli_version": __version__,
             "run_set": str(result.root),
             "keys": result.keys,
+            "corpus": result.corpus,
             "runs": [r.__dict__ for r in result.runs],
             "failed": len(result.failed),
         }
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         out.print(_summary_table(result))
+        if result.corpus:
+            c = result.corpus
+            out.print(f"corpus read as {c['format']}: {c['sequences']:,} sequences, {c['tokens']:,} tokens, "
+                      f"{c['distinct_keys']:,} distinct keys", highlight=False)
     for r in result.failed:
         err.print(f"[bold red]failed:[/] {r.error}", highlight=False, soft_wrap=True)
     if result.failed:
@@ -190,13 +270,19 @@ def pretrain_cmd(
     script: Optional[str] = typer.Option(None, "--script", help="Train with your own command; placeholders "
                                          "{seed} {out} {run} {corpus}. Run without a shell."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds before a script run is killed."),
-    corpus_format: str = typer.Option("auto", "--corpus-format", help="auto, lines, tagged, movielens or interactions."),
-    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of the corpus."),
-    user_col: str = typer.Option("user", "--user-col", help="interactions: user column."),
-    item_col: str = typer.Option("item", "--item-col", help="interactions: item column."),
-    time_col: str = typer.Option("timestamp", "--time-col", help="interactions: timestamp column (file order if absent)."),
-    rating_col: str = typer.Option("rating", "--rating-col", help="interactions: rating column (for --min-rating)."),
-    min_rating: Optional[float] = typer.Option(None, "--min-rating", help="movielens/interactions: keep ratings >= this."),
+    corpus_format: str = typer.Option("auto", "--corpus-format", metavar="FORMAT", help="auto, lines, tagged, movielens or interactions "
+                                      "(auto: MovieLens names, doc2vec → tagged, a delimited table → interactions, else lines)."),
+    encoding: str = typer.Option("utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides)."),
+    user_col: Optional[str] = typer.Option(None, "--user-col", metavar="COL", help="Tables: user column, header name or 0-based position "
+                                           "[default: a user/userId/uid… header, else column 0]."),
+    item_col: Optional[str] = typer.Option(None, "--item-col", metavar="COL", help="Tables: item column, name or position "
+                                           "[default: an item/itemId/movieId… header, else column 1]."),
+    time_col: Optional[str] = typer.Option(None, "--time-col", metavar="COL", help="Tables: column ordering each user's items "
+                                           "[default: a timestamp/ts/time… header; no header: column 3 in the "
+                                           "MovieLens layout, else file order; none: file order]."),
+    rating_col: Optional[str] = typer.Option(None, "--rating-col", metavar="COL", help="Tables: rating column for --min-rating "
+                                             "[default: a rating/score… header; MovieLens layout: column 2]."),
+    min_rating: Optional[float] = typer.Option(None, "--min-rating", metavar="RATING", help="Tables: keep ratings >= this."),
     fmt: str = typer.Option("table", "--format", help="Summary as a rich table or json on stdout."),
 ) -> None:
     """Train N independent runs of an embedding into a run set.
@@ -240,47 +326,99 @@ def _comma_list(value: Optional[str], kind: type, option: str) -> Optional[list[
     return parsed
 
 
+# input options shared by audit and featurize (embeddings.ReadOptions)
+INPUT_FORMAT_OPTION = typer.Option(
+    None, "--input-format", metavar="FORMAT", help="Read every input file as npy, word2vec, word2vec-bin, fasttext (Facebook .bin), "
+    "kv (any gensim save(): .kv, .wv, .model) or parquet, whatever its suffix.")
+TRUST_PICKLE_OPTION = typer.Option(
+    False, "--trust-pickle", help="Load gensim files (.kv, .wv, .model) with Python's unrestricted unpickler. "
+    "RISK: such a file can run any code on this machine; use only for files you made or trust. Without it, "
+    "only the classes gensim's own save() writes are loaded.")
+KEYS_OPTION = typer.Option(
+    None, "--keys", metavar="FILE", help="Keys (one per line) for the .npy inputs that have no NAME.keys.txt; without it, "
+    "keyless and keyed inputs cannot be mixed.")
+
+
 def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[str], fmt: str,
                       json_path: Optional[Path], markdown_path: Optional[Path], plots: Optional[Path],
-                      downstream: Optional[DownstreamOptions] = None) -> dict[str, Any]:
-    """Load, compute, write every requested rendering; returns the report."""
-    from stabcli.audit import build_report, evaluate_checks, load_runs, parse_check
-    from stabcli.report import render_markdown, render_terminal, write_plots
+                      downstream: Optional[DownstreamOptions] = None, key_names: Optional[Path] = None,
+                      per_key: Optional[Path] = None, encoding: Optional[str] = None, force: bool = False,
+                      read: Optional[ReadOptions] = None) -> AuditReport:
+    """Validate, load, compute, write every requested rendering; returns the report."""
+    from stabcli.audit import build_report, load_runs, validate_checks
+    from stabcli.keytable import per_key_format, per_key_frame, read_key_names, write_per_key
+    from stabcli.report import render_markdown, render_terminal, require_plots, write_plots
+    from stabcli.schema import dumps
 
-    for expression in checks:
-        parse_check(expression)  # a malformed expression fails before any heavy work
-    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {msg}", highlight=False))
+    validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
+    if plots:
+        require_plots()
+    if per_key:
+        per_key_format(per_key)
+    plan = _audit_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
+    if read is not None and read.keys_file is not None:
+        plan.add_input(read.keys_file)
+    plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
+    names = read_key_names(key_names, encoding or "utf-8") if key_names else None
+
+    def warn(msg: str) -> None:
+        err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+    runs = load_runs(inputs, on_warning=warn, read=read)
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
-                              downstream=downstream)
-    evaluate_checks(report, checks)
-    text = json.dumps(report, indent=2) + "\n"
-    if json_path:
-        _write_output(json_path, text)
-    if markdown_path:
-        _write_output(markdown_path, render_markdown(report))
+                              downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None,
+                              on_warning=warn)
+    text = dumps(report)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    try:
+    written: list[Path] = []
+    with plan:  # all or nothing: every output appears together, or none on any failure
+        if json_path:
+            plan.write_text(json_path, text)
+        markdown = render_markdown(report) if markdown_path or summary else ""
+        if markdown_path:
+            plan.write_text(markdown_path, markdown)
         if summary:
-            with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(render_markdown(report))
+            plan.write_text(summary, markdown)
         if plots:
-            for path in write_plots(report, plots):
-                err.print(f"wrote {path}", highlight=False)
-    except OSError as exc:
-        raise UsageError(f"{exc.filename}: cannot write ({exc.strerror})") from None
+            written = [plots / path.name for path in write_plots(report, plan.staging(plots))]
+        if per_key:
+            stats = report.key_stats
+            write_per_key(per_key_frame(stats.keys, names, stats.frequency, stats.norm, stats.aligned_variance,
+                                        stats.relative_instability, stats.displacement, stats.knn_overlap),
+                          per_key, plan.staging(per_key))
+    for path in written:
+        err.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
     if fmt == "json":
         sys.stdout.write(text)
+        sys.stdout.flush()
     else:
         render_terminal(report, out)
     return report
 
 
-def _write_output(path: Path, text: str) -> None:
-    try:
-        write_text_atomic(path, text)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
+def _audit_outputs(inputs: list[Path], downstream: Optional[DownstreamOptions], json_path: Optional[Path],
+                   markdown_path: Optional[Path], plots: Optional[Path], per_key: Optional[Path],
+                   key_names: Optional[Path], force: bool) -> OutputPlan:
+    """Every output of an audit (--json, --markdown, --plots, --per-key, GITHUB_STEP_SUMMARY) against every input."""
+    from stabcli.outputs import OutputPlan, plots_owned, with_companions
+
+    plan = OutputPlan([companion for path in inputs for companion in with_companions(path)], force=force)
+    if downstream is not None:
+        plan.add_input(downstream.labels)
+    if key_names is not None:
+        plan.add_input(key_names)
+    if per_key:
+        plan.add(per_key, "--per-key")
+    if json_path:
+        plan.add(json_path, "--json")
+    if markdown_path:
+        plan.add(markdown_path, "--markdown")
+    if plots:
+        plan.add(plots, "--plots", kind="dir", owned=plots_owned)
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        plan.add(os.environ["GITHUB_STEP_SUMMARY"], "GITHUB_STEP_SUMMARY", kind="append")
+    return plan
 
 
 @app.command()
@@ -317,7 +455,20 @@ def audit(
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Send the downstream fits to this Dask scheduler "
                                             "(tcp://host:8786), or local:N; default $STABCLI_SCHEDULER. Needs stabcli[dask]."),
-    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of the label file (MovieLens files: latin-1)."),
+    encoding: Optional[str] = typer.Option(None, "--encoding", metavar="ENCODING", help="Text encoding of the label and "
+                                           "--key-names files [default: utf-8; MovieLens u.item and movies.dat: latin-1; "
+                                           "a byte-order mark decides]."),
+    min_class_size: int = typer.Option(5, "--min-class-size", help="Drop label classes with fewer labeled keys, with "
+                                       "a warning (5 = one expected test key at the default --test-size 0.2)."),
+    key_names: Optional[Path] = typer.Option(None, "--key-names", help="Key→display name file for the tables: MovieLens "
+                                             "u.item (id|title|…) or a 2-column CSV/TSV."),
+    per_key: Optional[Path] = typer.Option(None, "--per-key", help="Write every key's frequency, norm, aligned variance, "
+                                           "relative instability, displacement and k-NN overlap (.csv, .tsv or .parquet)."),
+    force: bool = typer.Option(False, "--force", help="Replace existing --json/--markdown/--per-key files and a --plots "
+                               "directory holding only stabcli's figures (never an input)."),
+    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+    keys: Optional[Path] = KEYS_OPTION,
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
@@ -339,13 +490,16 @@ def audit(
     """
     from stabcli.audit import AuditOptions
 
+    if encoding is not None:
+        check_encoding("encoding", encoding)
     if fmt not in ("table", "json"):
-        raise typer.BadParameter("choose table or json", param_hint="--format")
+        raise OptionError("fmt", f"choose table or json, not {fmt!r}")
+    read = ReadOptions(input_format, trust_pickle, keys)
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
     downstream = None
     if labels is None:
         given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model,
-                 "--scheduler": scheduler}
+                 "--min-class-size": None if min_class_size == 5 else min_class_size, "--scheduler": scheduler}
         extra = [name for name, value in given.items() if value is not None]
         if extra:
             raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
@@ -357,12 +511,17 @@ def audit(
             variants=_comma_list(variants, str, "--variants"),
             featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
             sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
-            encoding=encoding)
+            encoding=encoding, min_class_size=min_class_size)
     from stabcli.cluster import joblib_on, scheduler_address
 
-    with joblib_on(scheduler_address(scheduler) if labels is not None else None):
-        report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream)
-    if not report["passed"]:
+    with joblib_on(scheduler_address(scheduler) if labels is not None else None) as cluster:
+        if cluster is not None and downstream is not None and downstream.jobs is None:
+            from dataclasses import replace
+
+            downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs
+        report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream,
+                                   key_names, per_key, encoding, force, read)
+    if not report.passed:
         raise typer.Exit(EXIT_FAILED_CHECK)
 
 
@@ -373,12 +532,19 @@ def featurize_cmd(
     dim: Optional[int] = typer.Option(None, "--dim", help="Output dimension M (even); 0 = only align. Default 128."),
     epsilon: Optional[float] = typer.Option(None, "--epsilon", help="Choose the smallest M whose measured mean kernel error is <= this."),
     sigma: float = typer.Option(1.0, "--sigma", help="Direction scale: kernel exp(-sigma^2 |h-h'|^2 / 2)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random directions U."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random directions U (>= 0)."),
     normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="L2-normalize rows first."),
-    align_to: Optional[Path] = typer.Option(None, "--align-to", help="Rotate onto this reference embedding (shared keys) first."),
+    align_to: Optional[Path] = typer.Option(None, "--align-to", help="Rotate onto this reference first (shared keys): "
+                                            "an embedding file, or a run set's run --reference."),
+    reference: int = typer.Option(0, "--reference", help="With --align-to RUN_SET: position of its reference run."),
     fmt: Optional[str] = typer.Option(None, "--format", help="npy, word2vec, word2vec-bin, kv or parquet (default: from the suffix)."),
     save_transform: Optional[Path] = typer.Option(None, "--save-transform", help="Write U (and the rotation) with a serving recipe (.npz)."),
     chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", help="Rows per streamed chunk (default: about 1 MB of output, which stays in cache)."),
+    force: bool = typer.Option(False, "--force", help="Replace existing outputs (a directory only if it holds nothing but "
+                               "a run set stabcli wrote; never an input)."),
+    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+    keys: Optional[Path] = KEYS_OPTION,
 ) -> None:
     """Turn embeddings into random Fourier features phi(h), optionally aligned to a reference.
 
@@ -393,22 +559,24 @@ def featurize_cmd(
 
         stabcli featurize today.vec --out today-aligned.npy --dim 0 --align-to yesterday.vec
     """
-    from stabcli.featurize import FeaturizeSpec, featurize
+    from stabcli.featurize import FeaturizeOptions, featurize
 
-    if dim is not None and epsilon is not None:
-        raise typer.BadParameter("give --dim or --epsilon, not both", param_hint="--epsilon")
-    spec = FeaturizeSpec(dim=dim if dim is not None or epsilon is not None else 128, sigma=sigma, seed=seed,
-                         normalize=normalize, epsilon=epsilon, align_to=align_to, chunk_rows=chunk_rows)
-    result = featurize(input_path, output, spec, fmt, save_transform,
-                       on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None)
+    options = FeaturizeOptions(dim=dim, epsilon=epsilon, sigma=sigma, seed=seed, normalize=normalize, align_to=align_to,
+                               reference=reference, fmt=fmt, chunk_rows=chunk_rows)
+    result = featurize(input_path, output, options, save_transform=save_transform, force=force,
+                       on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None,
+                       read=ReadOptions(input_format, trust_pickle, keys))
+    for note in result.notes:
+        err.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
     out.print(f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "
-              f"{result.output_dim} dims (sidecar {result.sidecar.name})", highlight=False)
+              f"{result.output_dim} dims (sidecar {result.sidecar})", highlight=False, soft_wrap=True)
     if result.measured_error is not None:
         out.print(f"--epsilon {epsilon:g}: M = {result.output_dim}, measured mean kernel error {result.measured_error:.4g}; "
-                  f"Rahimi–Recht's uniform bound (95%) would need M = {result.rahimi_recht_dim:,}", highlight=False)
+                  f"Rahimi–Recht's uniform bound (95%) would need M = {result.rahimi_recht_dim:,}", highlight=False,
+                  soft_wrap=True)
     if result.residual_before is not None:
         out.print(f"alignment residual ‖XQ − REF‖/‖REF‖ on shared keys: {result.residual_before:.4g} → {result.residual_after:.4g}",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
 
 
 def sample_path(name: str) -> Path:
@@ -427,7 +595,10 @@ def demo(
     sample's item genres as downstream labels (report also in OUT/audit.json, OUT/audit.md
     and OUT/plots), featurizes every run with the same
     random Fourier directions (M = 64) into OUT/runs-phi64, audits that too and shows both
-    side by side. Rerunning reuses the trained runs.
+    side by side. Then a drift step: one run on a refreshed copy of the sessions in which 12
+    Horror items appear in Comedy sessions instead (OUT/runs-refreshed), compared with run 0 against
+    the noise band of the 5 runs (OUT/drift.json, OUT/drift.md). Rerunning reuses the
+    trained runs.
 
     Example:
 
@@ -435,10 +606,11 @@ def demo(
     """
     from stabcli.audit import AuditOptions, build_report, load_runs
     from stabcli.downstream import DownstreamOptions
-    from stabcli.featurize import FeaturizeSpec, featurize
+    from stabcli.featurize import FeaturizeOptions, featurize
     from stabcli.report import comparison_table
 
     sessions = sample_path("sessions.txt")
+    check_removable_runset(out_dir / "runs-phi64")  # before a minute of work, not after
     err.print(f"stabcli demo: 5 item2vec runs on the synthetic sample {sessions.name} → {out_dir / 'runs'}", highlight=False)
     config = TrainConfig(model="word2vec", dim=32, window=3, negative=3, epochs=10, checkpoints=True)
     result = _run_pretrain(out_dir / "runs", sessions, config, runs=5, seed=0, jobs=jobs, force=False,
@@ -447,16 +619,144 @@ def demo(
     out.print()
     labels = DownstreamOptions(sample_path("item_genres.tsv"), jobs=jobs)
     raw = _audit_and_render([out_dir / "runs"], AuditOptions(top=10), [], "table", out_dir / "audit.json",
-                            out_dir / "audit.md", out_dir / "plots", labels)
+                            out_dir / "audit.md", out_dir / "plots", labels, force=True)
     featurized = out_dir / "runs-phi64"
-    if featurized.exists():
-        shutil.rmtree(featurized)  # the demo owns its directory: rebuild from the current runs
-    featurize(out_dir / "runs", featurized, FeaturizeSpec(dim=64))
+    # rebuilt from the current runs; --force replaces it only if it holds nothing but stabcli's run set
+    featurize(out_dir / "runs", featurized, FeaturizeOptions(dim=64), force=True)
     phi = build_report(load_runs([featurized]), AuditOptions(top=0))
     out.print()
     out.print(comparison_table({"raw h (32 dims)": raw, "phi(h) (64 dims)": phi}))
     out.print("Measured, not assumed: featurization helps where its column is more stable; see README "
               "'When featurization helps'.", highlight=False)
+    out.print()
+    _demo_drift(out_dir, config, jobs)
+
+
+DEMO_MOVED_GENRE, DEMO_INTO_GENRE, DEMO_MOVED_RANKS = "Horror", "Comedy", range(10, 22)
+
+
+def _demo_drift(out_dir: Path, config: TrainConfig, jobs: Optional[int]) -> None:
+    """The demo's drift step: a refresh in which 12 Horror items of middling popularity (ranks
+    11-22 by frequency in their genre) appear in Comedy sessions instead of their own; one run
+    trained on it, compared with run 0 against the noise band of the demo's 5 runs."""
+    from collections import Counter
+
+    from stabcli.drift import DriftOptions, compute_drift, load_inputs, move_items
+    from stabcli.drift_report import Outputs, render_terminal, write_outputs
+
+    sessions = [line.split() for line in sample_path("sessions.txt").read_text(encoding="utf-8").splitlines() if line]
+    rows = [line.split("\t") for line in sample_path("item_genres.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    genre = {item: g for item, g in rows}
+    counts = Counter(t for session in sessions for t in session if genre.get(t) == DEMO_MOVED_GENRE)
+    ranked = [item for item, _ in counts.most_common()]
+    moved = {ranked[i] for i in DEMO_MOVED_RANKS}
+    refreshed = out_dir / "sessions-refreshed.txt"
+    write_text_atomic(refreshed, "".join(" ".join(s) + "\n" for s in move_items(sessions, genre, moved, DEMO_INTO_GENRE, 0)))
+    err.print(f"stabcli drift: a refresh where {len(moved)} {DEMO_MOVED_GENRE} items (frequency ranks "
+              f"{DEMO_MOVED_RANKS[0] + 1}-{DEMO_MOVED_RANKS[-1] + 1}) appear in {DEMO_INTO_GENRE} sessions; one run on "
+              f"it → {out_dir / 'runs-refreshed'}", highlight=False)
+    _run_pretrain(out_dir / "runs-refreshed", refreshed, config, runs=1, seed=100, jobs=jobs, force=False,
+                  corpus_options=CorpusOptions(format="lines"), timeout=None)
+    inputs = load_inputs(out_dir / "runs", out_dir / "runs-refreshed", out_dir / "runs")
+    report, table = compute_drift(inputs, DriftOptions(top=15))
+    write_outputs(Outputs(json=out_dir / "drift.json", markdown=out_dir / "drift.md", force=True), report, table)
+    render_terminal(report, out)
+    found = sum(t.key in moved for t in report.drift.top)
+    out.print(f"{found} of the {len(report.drift.top)} listed keys are the {len(moved)} moved {DEMO_MOVED_GENRE} items "
+              f"({', '.join(sorted(moved))}); see docs/drift.md for how to read this.", highlight=False,
+              soft_wrap=True)
+
+
+@app.command("drift")
+def drift_cmd(
+    before: Path = typer.Argument(..., help="BEFORE: an embedding file, or a run set (its --reference run)."),
+    after: Path = typer.Argument(..., help="AFTER: an embedding file, or a run set (its --reference run)."),
+    noise: Optional[Path] = typer.Option(None, "--noise", help="Run set of seeded runs on BEFORE's data and "
+                                         "configuration (stabcli pretrain): each key's noise band."),
+    reference: int = typer.Option(0, "--reference", help="Run position used when BEFORE or AFTER is a run set."),
+    align: bool = typer.Option(True, "--align/--no-align", help="Rotate AFTER onto BEFORE (orthogonal Procrustes on "
+                               "the common keys); --no-align compares raw coordinates."),
+    knn_k: int = typer.Option(10, "--knn-k", help="Neighbours per key for the k-NN overlap."),
+    knn_queries: int = typer.Option(1_000, "--knn-queries", help="Sampled keys for the k-NN overlap above "
+                                    "10,000 keys (below: every key)."),
+    alpha: float = typer.Option(0.01, "--alpha", help="Level of the per-key test and of the FDR of the listed keys."),
+    top: int = typer.Option(20, "--top", help="Moved keys to list (largest changes without --noise)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the k-NN sample."),
+    key_names: Optional[Path] = typer.Option(None, "--key-names", help="Key→display name file (key,name CSV/TSV; "
+                                             "MovieLens u.item, movies.dat, movies.csv: the title)."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="Key→label file: BEFORE's model applied to AFTER "
+                                          "(raw and aligned) against a model refit on AFTER."),
+    task: str = typer.Option("auto", "--task", help="auto, classification or regression (with --labels)."),
+    model: Optional[str] = typer.Option(None, "--model", help="logreg, knn or ridge (with --labels)."),
+    test_size: float = typer.Option(0.2, "--test-size", help="Share of labeled keys in the test split."),
+    split_seed: int = typer.Option(0, "--split-seed", help="Seed of the train/test split."),
+    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of --labels and --key-names."),
+    per_key: Optional[Path] = typer.Option(None, "--per-key", help="Every key's measures, noise band and verdict "
+                                           "(.csv or .parquet)."),
+    check: list[str] = typer.Option([], "--check", help="CI gate 'PATH OP VALUE' (repeatable), e.g. "
+                                    "'drift.moved_share<0.05'. A failure exits 1."),
+    fmt: str = typer.Option("table", "--format", help="table (terminal) or json (stdout)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the JSON report here."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report here."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures into this new directory."),
+    force: bool = typer.Option(False, "--force", help="Replace existing output files (and a plots directory "
+                               "holding only drift's figures)."),
+) -> None:
+    """Which keys did a refresh really move, and which only changed by training noise?
+
+    Compares BEFORE and AFTER on their common keys (AFTER rotated onto BEFORE). With --noise,
+    every key has its own noise band from the run pairs of the noise run set, and a key has
+    moved when its change exceeds that band at level --alpha; moved keys are listed with
+    false discovery rate control.
+
+    Examples:
+
+        stabcli drift runs/yesterday today.npy --noise runs/yesterday
+
+        stabcli drift before.vec after.vec --noise runs/before --check 'drift.moved_share<0.05' --json drift.json
+
+        stabcli drift runs/ml ml-new.npy --noise runs/ml --key-names ml-100k/u.item --per-key drift.csv --plots figs
+    """
+    from stabcli.drift import DriftOptions, compute_drift, evaluate_checks, input_paths, load_inputs, \
+        read_key_names, report_json, validate_checks
+    from stabcli.drift_report import Outputs, check_outputs, render_terminal, write_outputs
+
+    if fmt not in ("table", "json"):
+        raise OptionError("fmt", f"{fmt!r}: choose table or json")
+    options = DriftOptions(alpha=alpha, align=align, knn_k=knn_k, knn_queries=knn_queries, top=top, seed=seed,
+                           reference=reference)
+    downstream = None
+    if labels is None:
+        given = {"--task": task if task != "auto" else None, "--model": model}
+        extra = [name for name, value in given.items() if value is not None]
+        if extra:
+            raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
+    else:
+        from stabcli.downstream import DownstreamOptions
+
+        downstream = DownstreamOptions(labels, task=task, model=model, test_size=test_size, split_seed=split_seed,
+                                       encoding=encoding)
+        if not 0 < test_size < 1:
+            raise OptionError("test_size", f"{test_size:g} must be between 0 and 1")
+    parsed = validate_checks(check, has_noise=noise is not None, has_labels=labels is not None)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    outputs = Outputs(json_path, markdown_path, per_key, plots, Path(summary) if summary else None, force)
+    check_outputs(outputs, input_paths(before, after, noise, [labels, key_names]))
+    inputs = load_inputs(before, after, noise, reference)
+    names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
+    with err.status("drift", spinner="dots") if err.is_terminal else nullcontext() as status:
+        report, table = compute_drift(inputs, options, downstream, names, str(key_names) if key_names else None,
+                                      on_step=(lambda s: status.update(f"drift: {s}")) if status else None)
+    report = evaluate_checks(report, parsed)
+    for path in write_outputs(outputs, report, table):
+        if path.suffix == ".png":
+            err.print(f"wrote {path}", highlight=False)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report_json(report), indent=2, allow_nan=False) + "\n")
+    else:
+        render_terminal(report, out)
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILED_CHECK)
 
 
 def main() -> None:

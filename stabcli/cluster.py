@@ -165,6 +165,10 @@ class Cluster:
     def workers(self) -> list[str]:
         return sorted(self.client.scheduler_info().get("workers", {}))
 
+    def threads(self) -> int:
+        """Worker threads in the whole cluster: how many tasks run at once."""
+        return max(1, sum(self.client.nthreads().values()))
+
     def preflight(self, check: Preflight) -> None:
         """Run the preflight on every worker; UsageError naming the first worker with a problem."""
         if not self.workers():

@@ -4,60 +4,181 @@ Formats (SPEC section 2):
 
 * ``lines``: one sequence per line, tokens separated by whitespace.
 * ``tagged``: ``tag<TAB>text`` per line; Doc2Vec learns one vector per tag.
-* ``movielens``: ``u.data`` (tab), ``ratings.dat`` (``::``) or ``ratings.csv`` (header);
-  each user becomes one sequence of item ids ordered by timestamp (item2vec).
-* ``interactions``: CSV/TSV with a header naming user, item and optional timestamp and
-  rating columns; same conversion as movielens.
+* ``interactions``: a delimited table (``,`` ``\\t`` ``;`` ``::`` or ``|``, with or without a
+  header) of user, item and optional time and rating columns; each user becomes one
+  sequence of item ids, ordered by time when there is a time column (item2vec).
+* ``movielens``: ``u.data`` (tab), ``ratings.dat`` (``::``) or ``ratings.csv`` (header):
+  interactions in the fixed layout ``user item rating timestamp``.
 
-Text is decoded strictly with the given encoding: an undecodable byte is an error naming
-the file and line, never silently replaced.
+``auto`` picks ``movielens`` by file name, ``tagged`` for doc2vec, ``interactions`` when the
+first lines are a table (every line splits into the same number, two or more, of fields
+without spaces on one delimiter) and ``lines`` otherwise. A reading in which most sequences
+hold a single token, or most keys contain a table delimiter, is refused: it would train
+nothing, or train on whole table rows.
+
+Text is decoded strictly with the given encoding (a byte-order mark selects UTF-8/16/32):
+an undecodable byte is an error naming the file and line, never silently replaced.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import math
+import re
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Any, Iterator
 
-import numpy as np
-
-from stabcli.errors import InputError, UsageError
-
-if TYPE_CHECKING:
-    import pandas as pd
+from stabcli.errors import InputError, OptionError
+from stabcli.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
 FORMATS = ("auto", "lines", "tagged", "movielens", "interactions")
 MOVIELENS_NAMES = {"u.data", "ratings.dat", "ratings.csv"}
+MOVIELENS_HEADER = ["userId", "movieId", "rating", "timestamp"]
+DELIMITERS = ("::", "\t", ",", ";", "|")  # ties in column count go to the earlier one
+DELIMITER_NAMES = {"::": "'::'-separated", "\t": "tab-separated", ",": "comma-separated",
+                   ";": "semicolon-separated", "|": "'|'-separated"}
+SNIFF_LINES = 100
+
+# header names recognised per role, compared lower-case without '_', '-', ' ' and '.'
+COLUMN_NAMES = {
+    "user": ("user", "userid", "uid", "users", "customer", "customerid", "client", "clientid", "visitor", "visitorid",
+             "session", "sessionid", "member", "memberid", "reviewer", "reviewerid", "account", "accountid"),
+    "item": ("item", "itemid", "iid", "items", "movie", "movieid", "mid", "product", "productid", "pid", "sku",
+             "asin", "article", "articleid", "track", "trackid", "song", "songid", "book", "bookid", "isbn",
+             "business", "businessid", "artist", "artistid", "video", "videoid", "content", "contentid"),
+    "time": ("timestamp", "ts", "time", "datetime", "date", "unixtime", "unixtimestamp", "eventtime", "createdat",
+             "time_stamp", "timestampms", "epoch"),
+    "rating": ("rating", "ratings", "score", "stars", "preference", "value"),
+}
+NO_COLUMN = "none"  # --time-col none / --rating-col none: do not use such a column even if the header has one
+ROLE_FLAGS = {"user": "--user-col", "item": "--item-col", "time": "--time-col", "rating": "--rating-col"}
+_POSITION = re.compile(r"^[+-]?\d+$")
 
 
 @dataclass(frozen=True)
 class CorpusOptions:
-    """How to read a corpus file. Column options apply to ``interactions`` only."""
+    """How to read a corpus file; validates itself on construction (before any IO).
+
+    Column options (``interactions`` and ``movielens``) take a header name or a 0-based
+    position (an int, or a string of digits); ``None`` recognises common header names
+    (user/userId/uid…, item/itemId/movieId…, timestamp/ts/time…, rating/score…) or, without
+    a header, takes columns 0 and 1 as user and item and, only in the MovieLens layout
+    (four numeric columns, the last large integers), column 2 as rating and 3 as time.
+    Errors name the library parameter (``corpus_format`` for ``format``).
+    """
 
     format: str = "auto"
     encoding: str = "utf-8"
-    user_col: str = "user"
-    item_col: str = "item"
-    time_col: str | None = "timestamp"
-    rating_col: str | None = "rating"
+    user_col: str | int | None = None
+    item_col: str | int | None = None
+    time_col: str | int | None = None
+    rating_col: str | int | None = None
     min_rating: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise OptionError("corpus_format", f"unknown corpus format {self.format!r}; choose one of {', '.join(FORMATS)}")
+        check_encoding("encoding", self.encoding)
+        for role in ("user", "item", "time", "rating"):
+            param = f"{role}_col"
+            object.__setattr__(self, param, _column_spec(param, getattr(self, param)))
+        given = {role: getattr(self, f"{role}_col") for role in ("user", "item", "time", "rating")
+                 if getattr(self, f"{role}_col") != NO_COLUMN}
+        seen: dict[Any, str] = {}
+        for role, spec in given.items():
+            if spec is None:
+                continue
+            if spec in seen:
+                raise OptionError(f"{role}_col", f"{spec!r} is already the {seen[spec]} column ({ROLE_FLAGS[seen[spec]]})")
+            seen[spec] = role
+        if self.min_rating is not None:
+            if isinstance(self.min_rating, bool) or not isinstance(self.min_rating, (int, float)) \
+                    or not math.isfinite(self.min_rating):
+                raise OptionError("min_rating", f"expected a finite number, got {self.min_rating!r}")
+        if self.format in ("lines", "tagged"):
+            extra = [ROLE_FLAGS[r] for r, spec in given.items() if spec is not None]
+            extra += ["--min-rating"] if self.min_rating is not None else []
+            if extra:
+                raise OptionError(f"{_role_of(extra[0])}", f"applies to interaction tables only, "
+                                  f"not to --corpus-format {self.format}")
+
+    @property
+    def columns_given(self) -> bool:
+        return any(getattr(self, f"{r}_col") not in (None, NO_COLUMN) for r in ("user", "item", "time", "rating"))
+
+
+def _role_of(flag: str) -> str:
+    return flag[2:].replace("-", "_")
+
+
+def _column_spec(param: str, spec: object) -> str | int | None:
+    if spec is None:
+        return None
+    if isinstance(spec, bool) or not isinstance(spec, (str, int)):
+        raise OptionError(param, f"expected a column name or a 0-based position, got {spec!r}")
+    if isinstance(spec, str):
+        if not spec.strip():
+            raise OptionError(param, "empty column name; give a header name or a 0-based position")
+        if spec.strip().lower() == NO_COLUMN:
+            if param in ("user_col", "item_col"):
+                raise OptionError(param, "is required; give a header name or a 0-based position")
+            return NO_COLUMN
+        if not _POSITION.match(spec.strip()):
+            return spec.strip()
+        spec = int(spec)
+    if spec < 0:
+        raise OptionError(param, f"column position {spec} is negative; positions count from 0")
+    if spec > 10_000:
+        raise OptionError(param, f"column position {spec} is beyond any table stabcli reads (at most 10000)")
+    return spec
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """How a delimited table was read: delimiter, header names (None: no header), width."""
+
+    delimiter: str
+    header: list[str] | None
+    n_columns: int
 
 
 @dataclass
 class Corpus:
-    """Token sequences read from one file; ``tags`` is set for tagged corpora."""
+    """Token sequences read from one file; ``tags`` is set for tagged corpora.
+
+    The statistics a summary shows are attributes: ``format``, ``n_sequences``,
+    ``n_tokens``, ``n_keys`` (distinct tokens; distinct tags when tagged),
+    ``skipped_lines`` (rows below ``min_rating``), ``encoding`` (the codec used, after a
+    byte-order mark), and for tables ``table`` and ``columns`` (role → column as read);
+    ``summary()`` gives them as a JSON-ready dict and ``describe()`` as one line.
+    """
 
     path: Path
     format: str
     sequences: list[list[str]]
     tags: list[str] | None = None
     skipped_lines: int = 0
+    encoding: str = "utf-8"
+    table: TableLayout | None = None
+    columns: dict[str, str] = field(default_factory=dict)
     n_tokens: int = field(init=False)
+    n_keys: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.n_tokens = sum(len(s) for s in self.sequences)
+        if self.tags is not None:
+            self.n_keys = len(set(self.tags))
+        else:
+            self.n_keys = len({tok for seq in self.sequences for tok in seq})
+
+    @property
+    def n_sequences(self) -> int:
+        return len(self.sequences)
 
     def vocabulary(self, min_count: int = 1) -> list[str]:
         """Keys a trainer keeps, in a canonical order independent of sequence order.
@@ -71,6 +192,31 @@ class Corpus:
         kept = [(-c, tok) for tok, c in counts.items() if c >= min_count]
         return [tok for _, tok in sorted(kept)]
 
+    def summary(self) -> dict[str, Any]:
+        """The corpus statistics as JSON-ready values (keys documented in docs/notes/corpus.md)."""
+        return {
+            "format": self.format,
+            "encoding": self.encoding,
+            "sequences": self.n_sequences,
+            "tokens": self.n_tokens,
+            "distinct_keys": self.n_keys,
+            "skipped_rows": self.skipped_lines,
+            "delimiter": self.table.delimiter if self.table else None,
+            "header": (self.table.header is not None) if self.table else None,
+            "columns": dict(self.columns) or None,
+        }
+
+    def describe(self) -> str:
+        """One line for people: format, how a table was read, and the counts."""
+        how = self.format
+        if self.table is not None:
+            cols = ", ".join(f"{role} {col}" for role, col in self.columns.items())
+            header = "header" if self.table.header is not None else "no header"
+            how += f" ({DELIMITER_NAMES[self.table.delimiter]}, {header}; {cols})"
+        skipped = f", {self.skipped_lines:,} rows below --min-rating skipped" if self.skipped_lines else ""
+        return (f"{how}: {self.n_sequences:,} sequences, {self.n_tokens:,} tokens, "
+                f"{self.n_keys:,} distinct keys{skipped}")
+
 
 def file_sha256(path: Path) -> str:
     """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
@@ -82,18 +228,14 @@ def file_sha256(path: Path) -> str:
 
 
 def detect_format(path: Path, model: str, options: CorpusOptions) -> str:
-    """Resolve ``auto``: MovieLens file names, CSV/TSV with the user and item columns in
-    the header → interactions; otherwise ``tagged`` for doc2vec and ``lines`` for the rest."""
+    """Resolve ``auto``: MovieLens file names → movielens; doc2vec → tagged; a delimited
+    table (see :func:`sniff_table`) → interactions; otherwise lines."""
     if path.name in MOVIELENS_NAMES:
         return "movielens"
-    if path.suffix.lower() in (".csv", ".tsv"):
-        sep = "\t" if path.suffix.lower() == ".tsv" else ","
-        with open(path, "rb") as fh:
-            header = fh.readline().decode(options.encoding, errors="replace").rstrip("\r\n")
-        columns = [c.strip() for c in header.split(sep)]
-        if options.user_col in columns and options.item_col in columns:
-            return "interactions"
-    return "tagged" if model == "doc2vec" else "lines"
+    if model == "doc2vec":
+        return "tagged"
+    with csv_field_limit_lifted():
+        return "interactions" if sniff_table(path, options.encoding) is not None else "lines"
 
 
 def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOptions = CorpusOptions()) -> Corpus:
@@ -102,42 +244,33 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
     Raises
     ------
     InputError
-        Missing or unreadable file, a malformed line (``file:line: problem``), or a corpus
-        with no tokens.
+        Missing, non-regular, compressed or undecodable file, a malformed line
+        (``file:line: problem``), a corpus with no tokens, or a reading that would train
+        nothing (most sequences one token) or on table rows (most keys hold a delimiter).
     """
     path = Path(path)
-    if options.format not in FORMATS:
-        raise UsageError(f"unknown corpus format {options.format!r}; choose one of {', '.join(FORMATS)}")
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
+    codec, _ = sniff_encoding(path, options.encoding, "corpus file")  # refuses directories, FIFOs, devices, archives
     fmt = detect_format(path, model, options) if options.format == "auto" else options.format
+    if fmt == "lines" and options.columns_given:
+        given = next(r for r in ROLE_FLAGS if getattr(options, f"{r}_col") not in (None, NO_COLUMN))
+        raise InputError(f"{path}: not a delimited table (lines do not split into the same number of fields), so "
+                         f"{ROLE_FLAGS[given]} does not apply; pass --corpus-format interactions to read it as one")
+    if fmt in ("lines", "tagged") and options.min_rating is not None:
+        raise InputError(f"{path}: read as {fmt}, which has no ratings, so --min-rating does not apply; "
+                         f"pass --corpus-format interactions to read it as a table")
     if fmt == "lines":
-        corpus = Corpus(path, fmt, [line.split() for _, line in text_lines(path, options.encoding) if line.strip()])
+        corpus = Corpus(path, fmt, [line.split() for _, line in text_lines(path, options.encoding) if line.strip()],
+                        encoding=codec)
     elif fmt == "tagged":
         corpus = _read_tagged(path, options.encoding)
-    elif fmt == "movielens":
-        corpus = _read_movielens(path, options)
+        corpus.encoding = codec
     else:
-        corpus = _read_interactions(path, options)
+        with csv_field_limit_lifted():
+            corpus = _read_interactions(path, options, fmt)
     if corpus.n_tokens == 0:
         raise InputError(f"{path}: empty corpus (no tokens in {fmt} format)")
+    _check_reading(corpus, auto=options.format == "auto")
     return corpus
-
-
-def text_lines(path: Path, encoding: str) -> Iterator[tuple[int, str]]:
-    """Yield (line number, decoded line without newline); a bad byte names its line."""
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if b"\x00" in raw:
-                raise InputError(f"{path}:{lineno}: contains NUL bytes; this looks like a binary file, not text")
-            try:
-                text = raw.decode(encoding)
-            except UnicodeDecodeError as exc:
-                raise InputError(
-                    f"{path}:{lineno}: not valid {encoding} (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
-                    f"re-encode the file or pass --encoding"
-                ) from None
-            yield lineno, text.rstrip("\r\n")
 
 
 def _read_tagged(path: Path, encoding: str) -> Corpus:
@@ -151,92 +284,311 @@ def _read_tagged(path: Path, encoding: str) -> Corpus:
             raise InputError(f"{path}:{lineno}: expected 'tag<TAB>text', found no tab")
         if not tag.strip():
             raise InputError(f"{path}:{lineno}: empty tag before the tab")
+        if len(tag.split()) != 1:
+            raise InputError(f"{path}:{lineno}: tag {tag.strip()!r} contains whitespace, which a key cannot")
         tags.append(tag.strip())
         sequences.append(text.split())
     return Corpus(path, "tagged", sequences, tags=tags)
 
 
-def _read_movielens(path: Path, options: CorpusOptions) -> Corpus:
-    names = ["user", "item", "rating", "timestamp"]
-    if path.name == "ratings.csv":
-        table = _read_table(path, options.encoding, sep=",", header=0)
-        if list(table.columns[:4]) != ["userId", "movieId", "rating", "timestamp"]:
-            raise InputError(f"{path}:1: expected header userId,movieId,rating,timestamp, found {','.join(table.columns)}")
-        table.columns = names + list(table.columns[4:])
-        first_data_line = 2
+def _check_reading(corpus: Corpus, auto: bool) -> None:
+    """Refuse readings that would train nothing or train on whole table rows."""
+    if corpus.format == "tagged" or corpus.n_keys < 2:
+        return  # doc2vec learns tags from words; a single key is refused by the trainer
+    path, n = corpus.path, corpus.n_sequences
+    if corpus.format == "lines" and auto or corpus.table is not None:
+        keys = {tok for seq in corpus.sequences for tok in seq}
+        for delim in DELIMITERS:
+            holding = sorted(k for k in keys if delim in k)  # sorted: the example named is reproducible
+            if len(holding) * 2 > len(keys):
+                if corpus.table is None:
+                    raise InputError(
+                        f"{path}: read as lines, {len(holding):,} of {len(keys):,} distinct keys contain "
+                        f"{delim!r} (e.g. {holding[0]!r}), so each key would be a whole table row; pass "
+                        f"--corpus-format interactions (with --user-col and --item-col) if it is a table, or "
+                        f"separate the tokens with spaces if each line is one sequence")
+                raise InputError(
+                    f"{path}: {len(holding):,} of {len(keys):,} distinct items contain {delim!r} (e.g. "
+                    f"{holding[0]!r}); the table's delimiter or the item column looks wrong: check --item-col")
+    single = sum(1 for seq in corpus.sequences if len(seq) == 1)
+    if single * 2 > n:
+        if corpus.table is None:
+            raise InputError(
+                f"{path}: read as {corpus.format}, {single:,} of {n:,} lines hold a single token, so there is no "
+                f"context to learn from; if this is a table of interactions pass --corpus-format interactions "
+                f"(with --user-col and --item-col), otherwise put one whole sequence per line")
+        raise InputError(
+            f"{path}: {single:,} of {n:,} users ({corpus.columns.get('user')}) have a single item, so there is no "
+            f"context to learn from; choose the column that groups items into sequences with --user-col, or pass "
+            f"--corpus-format lines if each line is one sequence")
+
+
+# ---- delimited tables
+
+
+class _BadQuoting(ValueError):
+    """A line whose quotes do not parse as CSV (the caller knows the file and line)."""
+
+
+def _split(line: str, delimiter: str) -> list[str]:
+    if " " not in line and '"' not in line:
+        return line.split(delimiter)  # the common case, nothing to strip or unquote
+    if len(delimiter) == 1 and '"' in line:
+        try:
+            fields = next(csv.reader([line], delimiter=delimiter, strict=True))
+        except csv.Error as exc:
+            raise _BadQuoting(str(exc)) from None
     else:
-        sep = "::" if path.name == "ratings.dat" else "\t"
-        table = _read_table(path, options.encoding, sep=sep, header=None)
-        if table.shape[1] != 4:
-            raise InputError(f"{path}:1: expected 4 fields (user item rating timestamp), found {table.shape[1]}")
-        table.columns = names
-        first_data_line = 1
-    return _sequences_by_user(path, table, options.min_rating, first_data_line, "movielens")
+        fields = line.split(delimiter)
+    return [f.strip() for f in fields]
 
 
-def _read_interactions(path: Path, options: CorpusOptions) -> Corpus:
-    sep = "\t" if path.suffix.lower() == ".tsv" else ","
-    table = _read_table(path, options.encoding, sep=sep, header=0)
-    wanted = {"user": options.user_col, "item": options.item_col}
-    if options.time_col and options.time_col in table.columns:
-        wanted["timestamp"] = options.time_col
-    if options.min_rating is not None:
-        if not options.rating_col or options.rating_col not in table.columns:
-            raise InputError(f"{path}: --min-rating needs a rating column {options.rating_col!r}; columns are {', '.join(table.columns)}")
-        wanted["rating"] = options.rating_col
-    missing = [col for col in (options.user_col, options.item_col) if col not in table.columns]
-    if missing:
-        raise InputError(f"{path}: no column {missing[0]!r}; columns are {', '.join(table.columns)} (set --user-col/--item-col)")
-    table = table[list(wanted.values())]
-    table.columns = list(wanted)
-    return _sequences_by_user(path, table, options.min_rating, 2, "interactions")
-
-
-def _read_table(path: Path, encoding: str, sep: str, header: int | None) -> "pd.DataFrame":
-    import pandas as pd  # only the tabular formats need pandas; workers training `lines` never import it
-
+def _is_number(text: str) -> bool:
     try:
-        return pd.read_csv(
-            path, sep=sep, header=header, dtype=str, keep_default_na=False, encoding=encoding,
-            engine="python" if len(sep) > 1 else "c", skip_blank_lines=True,
-        )
-    except UnicodeDecodeError:
-        for _ in text_lines(path, encoding):  # re-scan to name the offending line
-            pass
-        raise InputError(f"{path}: not valid {encoding}; re-encode the file or pass --encoding") from None
-    except pd.errors.EmptyDataError:
-        raise InputError(f"{path}: empty corpus (no rows)") from None
-    except pd.errors.ParserError as exc:
-        raise InputError(f"{path}: malformed table: {_short(exc)}") from None
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
-def _short(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[-1]
+def sniff_table(path: Path, encoding: str) -> TableLayout | None:
+    """The layout of a delimited table from its first 100 non-empty lines, or None.
+
+    A delimiter qualifies when every sampled line splits on it into the same number (at
+    least two) of fields and most lines have no field with inner whitespace (prose with
+    commas is not a table); the qualifying delimiter giving most columns wins. The first
+    line is a header when it names a known user/item/time/rating column, or when a column
+    is numeric in every other sampled line but not in the first.
+    """
+    sample: list[str] = []
+    for _, line in text_lines(path, encoding):
+        if line.strip():
+            sample.append(line)
+            if len(sample) >= SNIFF_LINES:
+                break
+    if not sample:
+        return None
+    best: tuple[int, str, list[list[str]]] | None = None
+    for delimiter in DELIMITERS:
+        try:
+            rows = [_split(line, delimiter) for line in sample]
+        except _BadQuoting:
+            continue
+        rows = [r[:-1] if len(r) > 2 and r[-1] == "" else r for r in rows]  # a trailing delimiter
+        widths = {len(r) for r in rows}
+        if len(widths) != 1 or widths == {1}:
+            continue
+        spaced = sum(1 for r in rows if any(len(f.split()) > 1 for f in r))
+        if spaced * 2 > len(rows):
+            continue
+        if best is None or len(rows[0]) > best[0]:
+            best = (len(rows[0]), delimiter, rows)
+    if best is None:
+        return None
+    width, delimiter, rows = best
+    return TableLayout(delimiter, rows[0] if _has_header(rows) else None, width)
 
 
-def _sequences_by_user(path: Path, table: "pd.DataFrame", min_rating: float | None, first_line: int, fmt: str) -> Corpus:
-    """One sequence of item ids per user, ordered by timestamp (file order breaks ties)."""
-    import pandas as pd
+def _normal(name: str) -> str:
+    return re.sub(r"[\s_.\-]", "", name.lower())
 
-    for col in ("user", "item"):
-        empty = np.flatnonzero(table[col].str.strip().to_numpy() == "")
-        if empty.size:
-            raise InputError(f"{path}:{first_line + empty[0]}: empty {col} field")
-    for col in ("rating", "timestamp"):
-        if col in table.columns:
-            values = pd.to_numeric(table[col], errors="coerce")
-            bad = np.flatnonzero(values.isna().to_numpy())
-            if bad.size:
-                raise InputError(f"{path}:{first_line + bad[0]}: {col} {table[col].iloc[bad[0]]!r} is not a number")
-            table[col] = values
+
+_KNOWN = {_normal(n) for names in COLUMN_NAMES.values() for n in names}
+
+
+def _has_header(rows: list[list[str]]) -> bool:
+    first, rest = rows[0], rows[1:]
+    if any(_normal(name) in _KNOWN for name in first):
+        return True
+    return bool(rest) and any(not _is_number(first[j]) and all(_is_number(r[j]) for r in rest) for j in range(len(first)))
+
+
+def _movielens_layout(rows: list[list[str]]) -> bool:
+    """Four numeric columns: integer user and item ids, a rating, a large integer timestamp."""
+    if not rows or len(rows[0]) != 4:
+        return False
+    try:
+        for user, item, rating, stamp in rows:
+            int(user), int(item), float(rating)
+            if int(stamp) < 1_000_000 and len(rows) > 1:
+                return False
+    except ValueError:
+        return False
+    return True
+
+
+def _layout_for(path: Path, options: CorpusOptions, fmt: str) -> TableLayout:
+    if fmt == "movielens" and path.name in MOVIELENS_NAMES:
+        if path.name == "ratings.csv":
+            layout = sniff_table(path, options.encoding)
+            if layout is None or layout.header is None or layout.header[:4] != MOVIELENS_HEADER:
+                first = next((line for _, line in text_lines(path, options.encoding) if line.strip()), "")
+                raise InputError(f"{path}:1: expected header {','.join(MOVIELENS_HEADER)}, found {first}")
+            return layout
+        delimiter = "::" if path.name == "ratings.dat" else "\t"
+        return TableLayout(delimiter, None, 4)
+    layout = sniff_table(path, options.encoding)
+    if layout is None:
+        first = next((line for _, line in text_lines(path, options.encoding) if line.strip()), None)
+        if first is None:
+            raise InputError(f"{path}: empty corpus (no rows)")
+        raise InputError(f"{path}: not a delimited table: its first lines do not all split into the same number "
+                         f"(two or more) of fields on ',', tab, ';', '::' or '|' (first line {first[:80]!r})")
+    if any(getattr(options, f"{r}_col") not in (None, NO_COLUMN) and isinstance(getattr(options, f"{r}_col"), str)
+           for r in ROLE_FLAGS) and layout.header is None:
+        header = _split(next(line for _, line in text_lines(path, options.encoding) if line.strip()), layout.delimiter)
+        return TableLayout(layout.delimiter, header, layout.n_columns)  # a column named by the user implies a header
+    return layout
+
+
+def _choose_columns(path: Path, options: CorpusOptions, layout: TableLayout, fmt: str,
+                    first_rows: list[list[str]]) -> dict[str, int]:
+    """Role → column index: the user's choice, a recognised header name, or the defaults."""
+    header = layout.header
+    chosen: dict[str, int] = {}
+    for role in ("user", "item", "time", "rating"):
+        spec = getattr(options, f"{role}_col")
+        if role == "rating" and spec is None and options.min_rating is None or spec == NO_COLUMN:
+            continue  # ratings are read only to filter them; 'none' turns a column off
+        if isinstance(spec, int):
+            if spec >= layout.n_columns:
+                raise InputError(f"{path}: {ROLE_FLAGS[role]} {spec} is out of range; the table has "
+                                 f"{layout.n_columns} columns (0 to {layout.n_columns - 1})")
+            chosen[role] = spec
+        elif isinstance(spec, str):
+            assert header is not None
+            exact = [j for j, name in enumerate(header) if name == spec]
+            loose = [j for j, name in enumerate(header) if name.lower() == spec.lower()]
+            if not (exact or loose):
+                raise InputError(f"{path}: no column {spec!r} for {ROLE_FLAGS[role]}; columns are {', '.join(header)}")
+            chosen[role] = (exact or loose)[0]
+        elif header is not None:
+            names = [_normal(name) for name in header]
+            match = next((j for known in COLUMN_NAMES[role] for j, n in enumerate(names)
+                          if n == _normal(known) and j not in chosen.values()), None)
+            if match is not None:
+                chosen[role] = match
+            elif role in ("user", "item"):
+                raise InputError(f"{path}: no column of the header ({', '.join(header)}) is a known {role} column "
+                                 f"name; pass {ROLE_FLAGS[role]} NAME or a 0-based position")
+        elif role in ("user", "item"):
+            chosen[role] = 0 if role == "user" else 1
+            if chosen[role] in [c for r, c in chosen.items() if r != role]:
+                chosen[role] = next(j for j in range(layout.n_columns) if j not in chosen.values())
+        elif fmt == "movielens" or _movielens_layout(first_rows):
+            chosen[role] = 3 if role == "time" else 2
+            if chosen[role] in [c for r, c in chosen.items() if r != role]:
+                del chosen[role]
+    if options.min_rating is not None and "rating" not in chosen:
+        raise InputError(f"{path}: --min-rating needs a rating column and none was recognised"
+                         + (f" (columns are {', '.join(header)})" if header else "") + "; pass --rating-col")
+    return chosen
+
+
+def _column_label(layout: TableLayout, index: int) -> str:
+    return repr(layout.header[index]) if layout.header is not None else f"column {index}"
+
+
+def _time_value(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        except (ValueError, OverflowError, OSError):  # not a date, or one a platform cannot convert
+            return None
+    return value if math.isfinite(value) else None
+
+
+def _table_rows(path: Path, encoding: str, layout: TableLayout) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of every data row; a row of another width is an error."""
+    seen_header = layout.header is None
+    width = layout.n_columns
+    for lineno, line in text_lines(path, encoding):
+        if not line.strip():
+            continue
+        if not seen_header:
+            seen_header = True
+            continue
+        try:
+            fields = _split(line, layout.delimiter)
+        except _BadQuoting as exc:
+            raise InputError(f"{path}:{lineno}: malformed quoting ({exc})") from None
+        if len(fields) == width + 1 and fields[-1] == "":
+            fields.pop()  # a trailing delimiter
+        if len(fields) != width:
+            raise InputError(f"{path}:{lineno}: expected {width} {DELIMITER_NAMES[layout.delimiter]} fields "
+                             f"(as in the first lines), found {len(fields)}")
+        yield lineno, fields
+
+
+def _read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Corpus:
+    """One sequence of item ids per user, ordered by time (file order breaks ties); users
+    in the order of their first interaction."""
+    codec, _ = sniff_encoding(path, options.encoding)
+    layout = _layout_for(path, options, fmt)
+    if fmt == "movielens" and layout.n_columns != 4 and not options.columns_given:
+        raise InputError(f"{path}:1: expected 4 fields (user item rating timestamp), found {layout.n_columns}")
+    first_rows = []
+    for _, fields in _table_rows(path, options.encoding, layout):
+        first_rows.append(fields)
+        if len(first_rows) >= SNIFF_LINES:
+            break
+    cols = _choose_columns(path, options, layout, fmt, first_rows)
+    u, i = cols["user"], cols["item"]
+    t, r = cols.get("time"), cols.get("rating")
+    items_by_user: dict[str, list[str]] = {}
+    times_by_user: dict[str, array] = {}
+    first_seen: dict[str, tuple[float, int]] = {}
+    interned: dict[str, str] = {}
     skipped = 0
-    if min_rating is not None:
-        keep = table["rating"] >= min_rating
-        skipped = int((~keep).sum())
-        table = table[keep]
-    order = ["timestamp"] if "timestamp" in table.columns else []
-    table = table.assign(_row=np.arange(len(table))).sort_values(order + ["_row"], kind="stable")
-    users_in_order = pd.unique(table["user"].to_numpy())
-    grouped = table.groupby("user", sort=False)["item"].agg(list)
-    sequences = [grouped[u] for u in users_in_order]
-    return Corpus(path, fmt, sequences, skipped_lines=skipped)
+    row = 0
+    min_rating = options.min_rating if r is not None else None
+    for lineno, fields in _table_rows(path, options.encoding, layout):
+        user, item = fields[u], fields[i]
+        if not user or not item:
+            role = "user" if not user else "item"
+            raise InputError(f"{path}:{lineno}: empty {role} field ({_column_label(layout, cols[role])})")
+        if min_rating is not None:
+            try:
+                rating = float(fields[r])
+            except ValueError:
+                rating = math.nan
+            if not math.isfinite(rating):
+                raise InputError(f"{path}:{lineno}: rating {fields[r]!r} ({_column_label(layout, r)}) is not a number")
+            if rating < min_rating:
+                skipped += 1
+                continue
+        stamp = 0.0
+        if t is not None:
+            value = _time_value(fields[t])
+            if value is None:
+                raise InputError(f"{path}:{lineno}: timestamp {fields[t]!r} ({_column_label(layout, t)}) is not a "
+                                 f"number or an ISO date (--time-col none keeps file order)")
+            stamp = value
+        known = interned.get(item)
+        if known is None:
+            if len(item.split()) != 1:
+                raise InputError(f"{path}:{lineno}: item {item!r} contains whitespace, which a key cannot; "
+                                 f"check --item-col")
+            known = interned[item] = item
+        items = items_by_user.get(user)
+        if items is None:
+            items = items_by_user[user] = []
+            times_by_user[user] = array("d")
+            first_seen[user] = (stamp, row)
+        elif stamp < first_seen[user][0]:
+            first_seen[user] = (stamp, row)
+        items.append(known)
+        times_by_user[user].append(stamp)
+        row += 1
+    if t is not None:
+        users = sorted(items_by_user, key=first_seen.__getitem__)
+        sequences = []
+        for user in users:
+            times, items = times_by_user[user], items_by_user[user]
+            order = sorted(range(len(items)), key=times.__getitem__)  # stable: file order breaks ties
+            sequences.append([items[j] for j in order])
+    else:
+        sequences = list(items_by_user.values())
+    columns = {role: _column_label(layout, index) for role, index in cols.items()}
+    return Corpus(path, fmt, sequences, skipped_lines=skipped, encoding=codec, table=layout, columns=columns)

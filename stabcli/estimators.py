@@ -1,19 +1,24 @@
-"""scikit-learn estimators for the featurization in ``stabcli.featurize`` (SPEC section 6).
+"""scikit-learn estimators over ``stabcli.fourier``: random Fourier features and Procrustes alignment.
 
 A module of their own so that the command line, which streams files through the same
-functions, never pays for importing scikit-learn.
+functions, never pays for importing scikit-learn. Parameters are validated the
+scikit-learn way (``_parameter_constraints``, checked by ``fit``); the one constraint
+the declarations cannot state, an even ``n_components``, is an ``OptionError``. Every
+error is a ``ValueError``.
 """
 
 from __future__ import annotations
 
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-from scipy.linalg import orthogonal_procrustes
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from stabcli.featurize import draw_directions, fourier_features
+from stabcli.errors import OptionError
+from stabcli.fourier import check_output_dim, draw_directions, fourier_features, procrustes_rotation
 
 
 class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -22,13 +27,14 @@ class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
     Parameters
     ----------
     n_components : int, default=128
-        Output dimension M (even); ``M/2`` random directions, each giving a cos and a sin.
+        Output dimension M, an even integer >= 2; ``M/2`` random directions, each giving a
+        cos and a sin. An odd M raises ``OptionError`` (a ``ValueError``) in ``fit``.
     sigma : float, default=1.0
         Standard deviation of the directions; the kernel bandwidth is ``1/σ``.
         Matches ``sklearn.kernel_approximation.RBFSampler`` with ``gamma = σ²/2``.
     normalize : bool, default=True
         L2-normalize rows before projecting (zero rows stay zero).
-    random_state : int or None, default=None
+    random_state : int >= 0 or None, default=None
         Seed for ``numpy.random.default_rng``; the same seed gives the same directions.
 
     Attributes
@@ -45,13 +51,22 @@ class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
     (5, 8)
     """
 
+    _parameter_constraints: dict = {
+        "n_components": [Interval(Integral, 1, None, closed="left")],  # and even: checked in fit
+        "sigma": [Interval(Real, 0, None, closed="neither")],
+        "normalize": ["boolean"],
+        "random_state": [Interval(Integral, 0, None, closed="left"), None],
+    }
+
     def __init__(self, *, n_components: int = 128, sigma: float = 1.0, normalize: bool = True, random_state: int | None = None):
         self.n_components = n_components
         self.sigma = sigma
         self.normalize = normalize
         self.random_state = random_state
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: Any, y: Any = None) -> "FourierFeaturizer":
+        check_output_dim(self.n_components)
         X = validate_data(self, X, dtype=(np.float64, np.float32))
         self.directions_ = draw_directions(self.n_features_in_, self.n_components, self.sigma, self.random_state)
         self._n_features_out = self.n_components
@@ -80,16 +95,19 @@ class ProcrustesAligner(TransformerMixin, BaseEstimator):
     n_features_in_ : int
     """
 
+    _parameter_constraints: dict = {"reference": ["array-like", None]}
+
     def __init__(self, *, reference: Any = None):
         self.reference = reference
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: Any, y: Any = None) -> "ProcrustesAligner":
         X = validate_data(self, X, dtype=(np.float64, np.float32))
         reference = np.asarray(self.reference, dtype=np.float64) if self.reference is not None else None
         if reference is None or reference.shape != X.shape:
-            raise ValueError(f"reference must have the shape of X {X.shape}, got "
-                             f"{None if reference is None else reference.shape}")
-        self.rotation_, _ = orthogonal_procrustes(np.asarray(X, dtype=np.float64), reference)
+            raise OptionError("reference", f"must have the shape of X {X.shape}, got "
+                                           f"{None if reference is None else reference.shape}")
+        self.rotation_, _, _ = procrustes_rotation(X, reference)
         return self
 
     def transform(self, X: Any) -> np.ndarray:

@@ -1,133 +1,114 @@
-"""Stabilizing featurization (SPEC section 6): random Fourier features and Procrustes alignment.
+"""Featurize embedding files and run sets: stream them through ``stabcli.fourier`` and write
+every output of the command all or nothing (``stabcli.outputs``).
 
-``phi(h) = sqrt(1/k) [cos(hU), sin(hU)]`` with k = M/2 directions ``U ~ N(0, σ²)`` drawn
-from ``numpy.random.default_rng(seed)``; ``⟨phi(h), phi(h')⟩`` approximates the Gaussian
-kernel ``exp(−σ²‖h − h'‖²/2)`` (Rahimi & Recht 2007). Rows are L2-normalized first unless
-``normalize=False``.
+The math (directions, features, kernel error, Procrustes) lives in ``stabcli.fourier``;
+this module reads files and run sets, matches keys, guards memory, streams chunks and
+writes the outputs with their sidecar ``OUTPUT.featurize.json``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
-import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from numbers import Integral, Real
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
-from scipy.linalg import orthogonal_procrustes
 
 from stabcli import __version__
 from stabcli.corpus import file_sha256
 from stabcli.embeddings import (
-    Embedding, format_for, keys_path_for, keys_text, read_embedding, require_finite, write_embedding,
+    WRITE_FORMATS, Embedding, ReadOptions, check_keys_writable, format_for, keys_path_for, keys_text, match_inputs,
+    require_finite, write_embedding,
 )
-from stabcli.errors import InputError, UsageError
-from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
-from stabcli.runset import KEYS, MANIFEST, RunSet, is_runset, write_json_atomic
+from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.fourier import (
+    check_output_dim, check_seed, check_sigma, choose_dimension, draw_directions, fourier_features, procrustes_rotation,
+    rahimi_recht_dimension,
+)
+from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms
+from stabcli.outputs import OutputPlan, runset_owned, with_companions
+from stabcli.resources import require_memory
+from stabcli.runset import KEY_COUNTS, KEYS, MANIFEST, RunSet, is_runset
+
+DEFAULT_DIM = 128
+SIDECAR_SUFFIX = ".featurize.json"
 
 
-def draw_directions(input_dim: int, n_components: int, sigma: float, seed: int | None) -> np.ndarray:
-    """U ∈ R^{d × M/2}, entries ~ N(0, σ²) from ``numpy.random.default_rng(seed)``."""
-    _check_output_dim(n_components)
-    _check_sigma(sigma)
-    return np.random.default_rng(seed).normal(0.0, sigma, size=(input_dim, n_components // 2))
+@dataclass(frozen=True)
+class FeaturizeOptions:
+    """Every option of ``featurize``, validated on construction (OptionError naming the parameter).
 
-
-def _check_output_dim(n_components: int) -> None:
-    if not isinstance(n_components, (int, np.integer)) or n_components < 2 or n_components % 2:
-        raise UsageError(f"output dimension {n_components!r} must be an even integer >= 2")
-
-
-def _check_sigma(sigma: float) -> None:
-    if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
-        raise UsageError(f"sigma {sigma!r} must be a positive number")
-
-
-def fourier_features(X: np.ndarray, directions: np.ndarray, normalize: bool, out: np.ndarray | None = None,
-                     inverse: np.ndarray | None = None, work: np.ndarray | None = None) -> np.ndarray:
-    """``sqrt(1/k) [cos(XU), sin(XU)]`` for one block of rows, written into ``out`` if given.
-
-    Computed in float32 when X is float32 (the streamed files: SIMD cos/sin, half the
-    memory traffic; within a few float32 ulps of the float64 result), else in float64.
-    Normalizing scales the projection, ``(x/‖x‖)U = (xU)/‖x‖``, one pass over k columns
-    instead of a normalized copy of X; ``inverse`` passes the 1/‖x‖ already computed and
-    ``work`` a reusable buffer (at least len(X) × k, X's dtype) for the projection.
+    Parameters
+    ----------
+    dim : int or None
+        Output dimension M (even, >= 2); 0 only aligns (needs ``align_to``). None: chosen
+        from ``epsilon`` when given, else 128.
+    epsilon : float or None
+        Choose the smallest M whose measured mean kernel error is <= epsilon (not with ``dim``).
+    sigma : float
+        Direction scale: kernel ``exp(−σ²‖h − h'‖²/2)``.
+    seed : int
+        Non-negative seed of the directions U.
+    normalize : bool
+        L2-normalize rows first.
+    align_to : path or None
+        Reference embedding file or run set to rotate onto (shared keys) first.
+    reference : int
+        With a run set as ``align_to``: the position of its run used as the reference.
+    fmt : str or None
+        Output format, one of ``embeddings.WRITE_FORMATS``; None: from the suffix.
+    chunk_rows : int or None
+        Rows per streamed chunk; None: about ``CHUNK_BYTES`` of output.
     """
-    dtype = np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
-    X = np.asarray(X, dtype=dtype)
-    weights = directions.astype(dtype, copy=False)
-    projected = X @ weights if work is None else np.matmul(X, weights, out=work[: X.shape[0]])
-    if normalize:
-        projected *= (inverse_norms(X) if inverse is None else inverse)[:, None]
-    k = directions.shape[1]
-    if out is None:
-        out = np.empty((X.shape[0], 2 * k), dtype=dtype)
-    np.cos(projected, out=out[:, :k])
-    np.sin(projected, out=out[:, k:])
-    out *= dtype(math.sqrt(1.0 / k))
-    return out
 
-
-def gaussian_kernel_error(X: np.ndarray, sigma: float, n_components: int, seed: int, normalize: bool,
-                          pairs: int = 2000) -> float:
-    """Mean absolute error of ``⟨phi(x), phi(y)⟩`` against ``exp(−σ²‖x − y‖²/2)`` on seeded row pairs."""
-    rng = np.random.default_rng([seed, 1])
-    n = X.shape[0]
-    first = rng.integers(0, n, size=pairs)
-    second = rng.integers(0, n, size=pairs)
-    a, b = np.asarray(X[np.sort(first)], dtype=np.float64), np.asarray(X[np.sort(second)], dtype=np.float64)
-    if normalize:
-        a, b = unit_rows(a), unit_rows(b)
-    exact = np.exp(-(sigma ** 2) * np.square(a - b).sum(axis=1) / 2)
-    directions = draw_directions(a.shape[1], n_components, sigma, seed)
-    approx = (fourier_features(a, directions, False) * fourier_features(b, directions, False)).sum(axis=1)
-    return float(np.abs(approx - exact).mean())
-
-
-def rahimi_recht_dimension(epsilon: float, sigma: float, dim: int, diameter: float, delta: float = 0.05) -> int:
-    """Output dimension M at which Rahimi & Recht (2007, Claim 1) guarantee a *uniform* error
-    ≤ ε with probability ≥ 1 − δ: D ≥ 4(d+2)/ε² · ln(2⁸ (σ_p·diam/ε)² / δ), σ_p = σ√d, M = 2D."""
-    sigma_p = sigma * math.sqrt(dim)
-    d_needed = 4 * (dim + 2) / epsilon ** 2 * math.log(2 ** 8 * (sigma_p * diameter / epsilon) ** 2 / delta)
-    return 2 * math.ceil(max(d_needed, 1))
-
-
-def choose_dimension(X: np.ndarray, sigma: float, epsilon: float, seed: int, normalize: bool,
-                     max_dim: int = 1 << 16) -> tuple[int, float]:
-    """Smallest even M (doubling, then bisection) whose measured mean kernel error is ≤ ε."""
-    if not (epsilon > 0):
-        raise UsageError(f"--epsilon {epsilon!r} must be positive")
-    high = 2
-    while (error := gaussian_kernel_error(X, sigma, high, seed, normalize)) > epsilon:
-        if high >= max_dim:
-            raise UsageError(f"--epsilon {epsilon:g}: not reached with M up to {max_dim} (error {error:.3g})")
-        high *= 2
-    best, best_error = high, error
-    low = high // 2  # known (or assumed, for M=2) to miss ε
-    while high - low > 2:
-        mid = (low + high) // 4 * 2
-        mid_error = gaussian_kernel_error(X, sigma, mid, seed, normalize)
-        if mid_error <= epsilon:
-            high, best, best_error = mid, mid, mid_error
-        else:
-            low = mid
-    return best, best_error
-
-
-@dataclass
-class FeaturizeSpec:
-    dim: int | None = 128         # 0 = align only; None = choose from epsilon
+    dim: int | None = None
+    epsilon: float | None = None
     sigma: float = 1.0
     seed: int = 0
     normalize: bool = True
-    epsilon: float | None = None
     align_to: Path | None = None
-    chunk_rows: int | None = None     # rows per chunk; None: about CHUNK_BYTES of output (stays in cache)
+    reference: int = 0
+    fmt: str | None = None
+    chunk_rows: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.dim is not None and self.epsilon is not None:
+            raise OptionError("epsilon", "give --dim or --epsilon, not both")
+        if self.dim is None and self.epsilon is None:
+            object.__setattr__(self, "dim", DEFAULT_DIM)
+        if self.align_to is not None:
+            object.__setattr__(self, "align_to", Path(self.align_to))
+        if self.dim is None:
+            if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, Real) or \
+                    not (math.isfinite(self.epsilon) and self.epsilon > 0):
+                raise OptionError("epsilon", f"{self.epsilon!r} must be a positive number")
+        elif self.dim == 0 and not isinstance(self.dim, bool):
+            if self.align_to is None:
+                raise OptionError("dim", "0 only aligns: it needs --align-to")
+        else:
+            check_output_dim(self.dim, "dim")
+        check_sigma(self.sigma)
+        if self.seed is None:
+            raise OptionError("seed", "None: give a non-negative integer")
+        check_seed(self.seed)
+        if not isinstance(self.normalize, bool):
+            raise OptionError("normalize", f"{self.normalize!r} must be True or False")
+        if isinstance(self.reference, bool) or not isinstance(self.reference, Integral) or self.reference < 0:
+            raise OptionError("reference", f"{self.reference!r} must be a non-negative integer")
+        if self.reference and self.align_to is None:
+            raise OptionError("reference", "only applies with --align-to RUN_SET")
+        if self.fmt is not None and self.fmt not in WRITE_FORMATS:
+            raise OptionError("fmt", f"{self.fmt!r}: choose one of {', '.join(WRITE_FORMATS)}")
+        if self.chunk_rows is not None and (isinstance(self.chunk_rows, bool) or not isinstance(self.chunk_rows, Integral)
+                                            or self.chunk_rows < 1):
+            raise OptionError("chunk_rows", f"{self.chunk_rows!r} must be at least 1")
 
 
 @dataclass
@@ -142,25 +123,40 @@ class FeaturizeResult:
     rahimi_recht_dim: int | None = None
     residual_before: float | None = None
     residual_after: float | None = None
+    notes: list[str] = field(default_factory=list)  # one line each, for the user (e.g. rows matched by position)
 
 
 def _sha256_array(a: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(a, dtype="<f8").tobytes()).hexdigest()
 
 
+def is_keyless(emb: Embedding) -> bool:
+    """Whether ``emb``'s keys are only row numbers (an ``.npy`` read without a keys file)."""
+    return emb.keyless
+
+
+
+
 def _alignment(emb: Embedding, reference: Embedding) -> tuple[np.ndarray, float, float]:
-    """Rotation of ``emb`` onto ``reference`` over shared keys, with relative residuals before/after."""
+    """Rotation of ``emb`` onto ``reference`` over shared keys (by position when both are
+    keyless), with relative residuals before/after."""
+    if reference.dim != emb.dim:
+        raise InputError(f"{reference.source}: dimension {reference.dim}, but {emb.source} has {emb.dim}")
+    if is_keyless(emb) != is_keyless(reference):
+        keyless, keyed = (emb, reference) if is_keyless(emb) else (reference, emb)
+        raise UsageError(f"{keyless.source} has no keys file ({keys_path_for(keyless.source).name}) but {keyed.source} "
+                         f"has keys: rows cannot be matched; give both keys or neither")
+    if is_keyless(emb):
+        if len(emb.keys) != len(reference.keys):
+            raise InputError(f"{reference.source}: {len(reference.keys)} rows, but {emb.source} has {len(emb.keys)}; "
+                             f"keyless arrays are aligned row by row and need the same number of rows")
+        return procrustes_rotation(emb.vectors, reference.vectors)
     position = {k: i for i, k in enumerate(reference.keys)}
     mine = [i for i, k in enumerate(emb.keys) if k in position]
     if not mine:
         raise InputError(f"{reference.source}: no keys in common with {emb.source}")
-    if reference.dim != emb.dim:
-        raise InputError(f"{reference.source}: dimension {reference.dim}, but {emb.source} has {emb.dim}")
-    x = np.asarray(emb.vectors[mine], dtype=np.float64)
-    r = np.asarray(reference.vectors[[position[emb.keys[i]] for i in mine]], dtype=np.float64)
-    rotation, _ = orthogonal_procrustes(x, r)
-    scale = np.linalg.norm(r) or 1.0
-    return rotation, float(np.linalg.norm(x - r) / scale), float(np.linalg.norm(x @ rotation - r) / scale)
+    theirs = [position[emb.keys[i]] for i in mine]
+    return procrustes_rotation(emb.vectors[mine], reference.vectors[theirs])
 
 
 # Output bytes per chunk by default: the chunk's buffers stay in a core's L2 cache. On the
@@ -182,192 +178,280 @@ def _float32_carries(block: np.ndarray, norms: np.ndarray) -> bool:
     return low >= SMALLEST_RELIABLE_NORM32 or not block[norms < SMALLEST_RELIABLE_NORM32].any()
 
 
-def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.ndarray | None, normalize: bool,
-                    chunk_rows: int | None, buffers: int = 1) -> Iterator[tuple[int, np.ndarray]]:
+def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.ndarray | None, options: FeaturizeOptions,
+                    buffers: int = 1) -> Iterator[tuple[int, np.ndarray]]:
     """The output, chunk by chunk: (first row, float32 rows) after alignment and features.
 
-    Computed in float32 (in float64 for a block float32 cannot normalize) into ``buffers``
-    reused arrays that stay in cache: a yielded block is overwritten ``buffers`` chunks later.
+    Computed in float32 (in float64 for a block float32 cannot normalize or hold) into
+    ``buffers`` reused arrays that stay in cache: a yielded block is overwritten ``buffers``
+    chunks later. A block that is not finite is refused, never yielded.
     """
     n = emb.vectors.shape[0]
-    chunk_rows = _chunk_rows(chunk_rows, _width(emb, directions))
+    chunk_rows = _chunk_rows(options.chunk_rows, _width(emb, directions))
     rotation32 = None if rotation is None else rotation.astype(np.float32)
     if directions is not None:
+        # |x·u| <= ‖x‖‖u‖ (Cauchy–Schwarz): below this bound a float32 projection cannot overflow
+        # and the features are finite without a pass over them
+        with np.errstate(over="ignore"):
+            longest_direction = float(np.linalg.norm(directions, axis=0).max())
         rows, k = min(chunk_rows, n), directions.shape[1]
         work = np.empty((rows, k), np.float32)
         outs = [np.empty((rows, 2 * k), np.float32) for _ in range(buffers)]
     for chunk, start in enumerate(range(0, n, chunk_rows)):
-        block = np.asarray(emb.vectors[start:start + chunk_rows], dtype=np.float32)
-        inverse = None
-        if directions is not None and normalize:
+        raw = emb.vectors[start:start + chunk_rows]
+        with np.errstate(over="ignore"):  # float64 beyond float32's range: redone in float64 below
+            block = np.asarray(raw, dtype=np.float32)
+        inverse, finite = None, False
+        if directions is not None and options.normalize:
             norms = row_norms(block)  # NaN/inf rows show up here: no separate pass over the block
-            if _float32_carries(block, norms):
+            carries = _float32_carries(block, norms)
+            if carries:
                 inverse = inverse_norms(block, norms)
-            else:
-                require_finite(emb.source, emb.keys, block, start)  # raises, unless float32 is the problem
-                block = block.astype(np.float64)
+                finite = rotation is None and max(float(norms.max()), 1.0) * longest_direction < _SAFE_FLOAT32
         else:
-            require_finite(emb.source, emb.keys, block, start)
-        if rotation32 is not None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                carries = bool(np.isfinite(block.sum()))  # a sum that overflows only costs the float64 path
+        if not carries:
+            require_finite(emb.source, emb.keys, raw, start)  # raises, unless float32 is the problem
+            block = np.asarray(raw, dtype=np.float64)
+        if rotation is not None and rotation32 is not None:
             block = block @ (rotation32 if block.dtype == np.float32 else rotation)
-        if directions is None:
-            yield start, block
-        else:
-            yield start, fourier_features(block, directions, normalize, out=outs[chunk % buffers][: block.shape[0]],
-                                          inverse=inverse, work=work if block.dtype == np.float32 else None)
+        if directions is not None:
+            block = fourier_features(block, directions, options.normalize, out=outs[chunk % buffers][: block.shape[0]],
+                                     inverse=inverse, work=work if block.dtype == np.float32 else None)
+        yield start, block if finite else _finite_float32(block, emb, start, options, directions is not None)
+
+
+_SAFE_FLOAT32 = 1e37  # an order of magnitude below float32's largest value
+
+
+def _finite_float32(block: np.ndarray, emb: Embedding, start: int, options: FeaturizeOptions,
+                    featurized: bool) -> np.ndarray:
+    """``block`` as float32, or an error naming the first key whose output is not finite."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        block = np.asarray(block, dtype=np.float32)
+        if np.isfinite(block.sum()):  # one fast pass; a sum that overflows only costs the row check
+            return block
+    finite = np.isfinite(block).all(axis=1)
+    if finite.all():
+        return block
+    key = emb.keys[start + int(np.argmin(finite))]
+    if featurized:
+        raise OptionError("sigma", f"{options.sigma:g} makes the features of key {key!r} in {emb.source} NaN "
+                                   f"(the projection h·U overflows); choose a smaller --sigma")
+    raise InputError(f"{emb.source}: key {key!r}: aligned values exceed the float32 range of the output")
 
 
 def _width(emb: Embedding, directions: np.ndarray | None) -> int:
     return emb.dim if directions is None else 2 * directions.shape[1]
 
 
-def _stream_to_npy(emb: Embedding, path: Path, rotation: np.ndarray | None, directions: np.ndarray | None,
-                   spec: FeaturizeSpec) -> None:
-    """Stream ``emb`` into a float32 ``.npy`` at ``path``, a chunk in memory at a time; a writer
-    thread saves one chunk while the next is computed."""
+def _write_npy(emb: Embedding, file: BinaryIO, rotation: np.ndarray | None, directions: np.ndarray | None,
+               options: FeaturizeOptions) -> None:
+    """Stream ``emb`` as a float32 ``.npy`` into ``file``, a chunk in memory at a time; a
+    writer thread saves one chunk while the next is computed."""
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
               "shape": (emb.vectors.shape[0], _width(emb, directions))}
-    with open(path, "wb") as file, ThreadPoolExecutor(1) as writer:
+    def save(data: Any) -> None:
+        file.write(data)
+
+    with ThreadPoolExecutor(1) as writer:
         np.lib.format.write_array_header_1_0(file, header)
         pending = None
-        for _, block in _feature_chunks(emb, rotation, directions, spec.normalize, spec.chunk_rows, buffers=2):
+        for _, block in _feature_chunks(emb, rotation, directions, options, buffers=2):
             if pending is not None:
                 pending.result()  # its buffer is the one the next chunk overwrites
-            pending = writer.submit(file.write, np.ascontiguousarray(block))
+            pending = writer.submit(save, np.ascontiguousarray(block))
         if pending is not None:
             pending.result()
 
 
-def _featurize_one(emb: Embedding, target: Path, fmt: str, rotation: np.ndarray | None, directions: np.ndarray | None,
-                   spec: FeaturizeSpec) -> None:
-    if fmt == "npy":
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        try:
-            _stream_to_npy(emb, tmp, rotation, directions, spec)
-            keys_path_for(tmp).write_text(keys_text(emb.keys), encoding="utf-8")
-            os.replace(keys_path_for(tmp), keys_path_for(target))
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-            keys_path_for(tmp).unlink(missing_ok=True)
-        return
+def _features_in_memory(emb: Embedding, rotation: np.ndarray | None, directions: np.ndarray | None,
+                        options: FeaturizeOptions) -> np.ndarray:
     out = np.empty((emb.vectors.shape[0], _width(emb, directions)), dtype=np.float32)
-    for start, block in _feature_chunks(emb, rotation, directions, spec.normalize, spec.chunk_rows):
+    for start, block in _feature_chunks(emb, rotation, directions, options):
         out[start:start + block.shape[0]] = block
-    write_embedding(target, emb.keys, out, fmt)
+    return out
 
 
-def featurize(input_path: str | Path, output: str | Path, spec: FeaturizeSpec, fmt: str | None = None,
-              save_transform: Path | None = None, on_run: Callable[[str], None] | None = None) -> FeaturizeResult:
+def memory_needed(rows: int, input_dim: int, dim: int, chunk_rows: int | None, fmt: str) -> int:
+    """Bytes featurize allocates: the directions (float64 and a float32 copy), one chunk's
+    buffers (input block, projection, two output buffers) and, for formats written from
+    memory (all but npy), the whole output."""
+    width = dim or input_dim
+    rows_per_chunk = min(_chunk_rows(chunk_rows, width), rows)
+    directions = input_dim * (dim // 2) * 12
+    chunk = rows_per_chunk * (input_dim * 8 + (dim // 2) * 4 + 2 * width * 4)
+    whole = 0 if fmt == "npy" else rows * width * 4
+    return directions + chunk + whole
+
+
+def _guard_memory(rows: int, input_dim: int, dim: int, options: FeaturizeOptions, fmt: str) -> None:
+    needed = memory_needed(rows, input_dim, dim, options.chunk_rows, fmt)
+    param = "chunk_rows" if options.chunk_rows and \
+        memory_needed(rows, input_dim, dim, None, fmt) < needed else ("dim" if options.dim is not None else "epsilon")
+    request = f"{options.chunk_rows:,} rows per chunk" if param == "chunk_rows" else f"M = {dim:,}"
+    require_memory(param, needed, f"{request} for {rows:,} rows of dimension {input_dim} ({fmt} output)")
+
+
+def _output_format(output: Path, fmt: str | None, runset: bool) -> str:
+    """The output format: ``fmt`` or the suffix's, which must agree; a run set is written as npy."""
+    suffix_format = format_for(output)
+    if runset:
+        if fmt not in (None, "npy"):
+            raise OptionError("fmt", f"{fmt}: a run set is featurized into a run set of .npy runs")
+        return "npy"
+    if fmt is None:
+        if suffix_format is None:
+            raise UsageError(f"--out {output}: cannot tell the format from the suffix {output.suffix or '(none)'!r}; "
+                             f"use .npy, .txt, .vec, .bin, .kv or .parquet, or pass --format")
+        return suffix_format
+    if suffix_format is not None and suffix_format != fmt:
+        raise OptionError("fmt", f"{fmt} contradicts the suffix of --out {output} ({suffix_format}); "
+                                 f"change one of them")
+    return fmt
+
+
+def _open_runset(path: Path) -> RunSet | None:
+    if not path.is_dir():
+        return None
+    if not is_runset(path):
+        raise InputError(f"{path}: a directory but not a run set (no {MANIFEST})")
+    runset = RunSet.open(path)
+    if not runset.runs:
+        raise InputError(f"{path}: run set has no complete runs")
+    return runset
+
+
+def _load_reference(options: FeaturizeOptions, read: ReadOptions) -> tuple[Embedding | None, Path | None]:
+    """The reference embedding of ``--align-to`` (a file, or run ``--reference`` of a run set)
+    and the file its checksum is taken of."""
+    if options.align_to is None:
+        return None, None
+    runset = _open_runset(options.align_to)
+    if runset is None:
+        return read.read(options.align_to), options.align_to
+    if options.reference >= len(runset.runs):
+        raise OptionError("reference", f"{options.reference}: {options.align_to} has {len(runset.runs)} complete runs "
+                                       f"(positions 0 to {len(runset.runs) - 1})")
+    index = runset.runs[options.reference]
+    return runset.load(index), runset.run_dir(index) / "vectors.npy"
+
+
+def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOptions | None = None, *,
+              save_transform: str | Path | None = None, force: bool = False,
+              on_run: Callable[[str], None] | None = None, read: ReadOptions | None = None) -> FeaturizeResult:
     """Featurize one embedding file, or every run of a run set with the same directions U.
 
-    A run set is written as a new run set (built under a temporary name, then renamed) that
-    ``stabcli audit`` reads. The sidecar ``OUTPUT.featurize.json`` records everything needed
-    to reproduce the output bit for bit.
+    A run set is written as a new run set that ``stabcli audit`` reads. The sidecar
+    ``OUTPUT.featurize.json`` records everything needed to reproduce the output bit for
+    bit. Every output is checked before any work (``stabcli.outputs``: never an input,
+    existing ones only with ``force``) and written all or nothing. ``read``: how input files
+    are read (``--input-format``, ``--trust-pickle``, ``--keys``; ``embeddings.match_inputs``).
     """
+    options = options or FeaturizeOptions()
+    read = read or ReadOptions()
     source, output = Path(input_path), Path(output)
-    runset = RunSet.open(source) if source.is_dir() and is_runset(source) else None
-    if source.is_dir() and runset is None:
-        raise InputError(f"{source}: a directory but not a run set (no {MANIFEST})")
-    if runset is not None and not runset.runs:
-        raise InputError(f"{source}: run set has no complete runs")
-    if spec.dim:
-        _check_output_dim(spec.dim)
-    _check_sigma(spec.sigma)
-    if spec.dim == 0 and spec.align_to is None:
-        raise UsageError("--dim 0 only aligns: it needs --align-to")
-    if spec.chunk_rows is not None and spec.chunk_rows < 1:
-        raise UsageError("--chunk-rows must be at least 1")
-    if not output.parent.is_dir():
-        raise UsageError(f"{output}: directory {output.parent} does not exist")
-    if runset is not None and output.exists():
-        raise UsageError(f"{output}: already exists; choose a new run-set directory")
-    if runset is None:
-        fmt = fmt or format_for(output)
-        if fmt is None:
-            raise UsageError(f"{output}: cannot tell the format from the suffix; pass --format")
+    runset = _open_runset(source)
+    plan = OutputPlan(with_companions(source) + (with_companions(options.align_to) if options.align_to else [])
+                      + ([read.keys_file] if read.keys_file is not None else []), force=force)
+    sidecar_path = output.with_name(output.name + SIDECAR_SUFFIX)
+    if runset is not None:
+        plan.add(output, "--out", kind="dir", owned=runset_owned)
     else:
-        fmt = "npy"
+        plan.add(output, "--out")
+        if (options.fmt or format_for(output)) == "npy":
+            plan.add(keys_path_for(output), "keys file")
+    plan.add(sidecar_path, "sidecar")
+    if save_transform is not None:
+        save_transform = plan.add(save_transform, "--save-transform")
+    plan.check()  # an output that is an input is named as such first, whatever else is wrong with it
+    fmt = _output_format(output, options.fmt, runset is not None)
 
-    embeddings = [runset.load(i) for i in runset.runs] if runset else [read_embedding(source)]
+    embeddings = [runset.load(i) for i in runset.runs] if runset else [read.read(source)]
     first = embeddings[0]
     for emb in embeddings[1:]:
         if emb.dim != first.dim:
             raise InputError(f"{emb.source}: dimension {emb.dim}, but {first.source} has {first.dim}")
-    reference = read_embedding(spec.align_to) if spec.align_to else None
+    reference, reference_file = _load_reference(options, read)
+    notes: list[str] = []
+    if reference is not None or read.keys_file is not None:  # keyless inputs: --keys, or all keyless, or refused
+        matched = match_inputs(embeddings + ([reference] if reference is not None else []), read.keys_file, notes.append)
+        embeddings, reference = matched[:len(embeddings)], (matched[-1] if reference is not None else None)
+        first = embeddings[0]
+    check_keys_writable(output, fmt, first.keys)  # what the output's reader would reject is never written
     alignments = [_alignment(e, reference) for e in embeddings] if reference else [(None, None, None)] * len(embeddings)
-    dim, measured, rr_dim = spec.dim, None, None
+    dim, measured, rr_dim = options.dim, None, None
     if dim is None:
-        if spec.epsilon is None:
-            raise UsageError("give --dim M or --epsilon E")
-        dim, measured = choose_dimension(first.vectors, spec.sigma, spec.epsilon, spec.seed, spec.normalize)
-        diameter = 2.0 if spec.normalize else 2.0 * float(np.linalg.norm(np.asarray(first.vectors[:10_000]), axis=1).max())
-        rr_dim = rahimi_recht_dimension(spec.epsilon, spec.sigma, first.dim, diameter)
-    directions = draw_directions(first.dim, dim, spec.sigma, spec.seed) if dim else None
+        assert options.epsilon is not None
+        dim, measured = choose_dimension(first.vectors, options.sigma, options.epsilon, options.seed, options.normalize)
+        diameter = 2.0 if options.normalize else 2.0 * float(np.linalg.norm(np.asarray(first.vectors[:10_000]), axis=1).max())
+        rr_dim = rahimi_recht_dimension(options.epsilon, options.sigma, first.dim, diameter)
+    _guard_memory(len(first.keys), first.dim, dim, options, fmt)
+    directions = draw_directions(first.dim, dim, options.sigma, options.seed) if dim else None
 
     sidecar = {
         "stabcli_version": __version__,
         "input": str(source.resolve()),
-        "seed": spec.seed,
-        "sigma": spec.sigma,
+        "seed": options.seed,
+        "sigma": options.sigma,
         "dim": dim,
         "input_dim": first.dim,
-        "normalize": spec.normalize,
-        "epsilon": spec.epsilon,
+        "normalize": options.normalize,
+        "epsilon": options.epsilon,
         "measured_kernel_error": measured,
-        "align_to": str(spec.align_to.resolve()) if spec.align_to else None,
-        "align_to_sha256": file_sha256(spec.align_to) if spec.align_to else None,
+        "align_to": str(options.align_to.resolve()) if options.align_to else None,
+        "align_to_run": reference_file.parent.name if reference_file and reference_file != options.align_to else None,
+        "align_to_sha256": file_sha256(reference_file) if reference_file else None,
         "directions_sha256": _sha256_array(directions) if directions is not None else None,
         "format": fmt,
     }
-    sidecar_path = output.with_name(output.name + ".featurize.json")
-    try:
-        if runset is None:
-            _featurize_one(first, output, fmt, alignments[0][0], directions, spec)
+    with plan:
+        if runset is not None:
+            _featurize_runset(runset, embeddings, plan.staging(output), alignments, directions, options, sidecar, on_run)
+        elif fmt == "npy":
+            with open(plan.staging(output), "wb") as file:
+                _write_npy(first, file, alignments[0][0], directions, options)
+            plan.write_text(keys_path_for(output), keys_text(first.keys))
         else:
-            _featurize_runset(runset, embeddings, output, alignments, directions, spec, sidecar, on_run)
-        write_json_atomic(sidecar_path, sidecar)
+            features = _features_in_memory(first, alignments[0][0], directions, options)
+            write_embedding(plan.staging(output, nested=True), first.keys, features, fmt)
+        plan.write_json(sidecar_path, sidecar)
         if save_transform is not None:
-            _save_transform(save_transform, directions, [a[0] for a in alignments], sidecar)
-    except OSError as exc:  # permission denied, disk full, ...: the temporary files are already gone
-        raise UsageError(f"{exc.filename or output}: cannot write ({exc.strerror})") from None
+            _save_transform(plan, save_transform, directions, [a[0] for a in alignments], sidecar)
     residuals = [a for a in alignments if a[1] is not None]
     return FeaturizeResult(
         output, sidecar_path, len(first.keys), first.dim, dim or first.dim, len(embeddings), measured, rr_dim,
         float(np.mean([a[1] for a in residuals])) if residuals else None,
         float(np.mean([a[2] for a in residuals])) if residuals else None,
+        notes,
     )
 
 
-def _featurize_runset(runset: RunSet, embeddings: list[Embedding], output: Path, alignments: list, directions: np.ndarray | None,
-                      spec: FeaturizeSpec, sidecar: dict, on_run: Callable[[str], None] | None) -> None:
-    building = output.with_name(f".{output.name}.partial-{os.getpid()}")
-    if building.exists():
-        shutil.rmtree(building)
-    building.mkdir()
-    try:
-        if (runset.root / KEYS).is_file():
-            shutil.copyfile(runset.root / KEYS, building / KEYS)
-        for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments):
-            src, dst = runset.run_dir(index), building / runset.run_dir(index).name
-            dst.mkdir()
-            for name in (KEYS, "losses.json", "log.txt"):
-                if (src / name).is_file():
-                    shutil.copyfile(src / name, dst / name)
-            _stream_to_npy(emb, dst / "vectors.npy", rotation, directions, spec)
-            if on_run:
-                on_run(dst.name)
-        manifest = dict(runset.manifest)
-        manifest["featurize"] = sidecar
-        manifest["source_run_set"] = str(runset.root.resolve())
-        write_json_atomic(building / MANIFEST, manifest)
-        os.replace(building, output)
-    finally:
-        if building.exists():
-            shutil.rmtree(building)
+def _featurize_runset(runset: RunSet, embeddings: list[Embedding], building: Path, alignments: list,
+                      directions: np.ndarray | None, options: FeaturizeOptions, sidecar: dict,
+                      on_run: Callable[[str], None] | None) -> None:
+    """Write the featurized run set into ``building`` (the output's temporary directory)."""
+    for name in (KEYS, KEY_COUNTS):
+        if (runset.root / name).is_file():
+            shutil.copyfile(runset.root / name, building / name)
+    for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments, strict=True):
+        src, dst = runset.run_dir(index), building / runset.run_dir(index).name
+        dst.mkdir()
+        for name in (KEYS, "losses.json", "log.txt"):
+            if (src / name).is_file():
+                shutil.copyfile(src / name, dst / name)
+        with open(dst / "vectors.npy", "wb") as file:
+            _write_npy(emb, file, rotation, directions, options)
+        if on_run:
+            on_run(dst.name)
+    manifest = dict(runset.manifest)
+    manifest["featurize"] = sidecar
+    manifest["source_run_set"] = str(runset.root.resolve())
+    (building / MANIFEST).write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
-def _save_transform(path: Path, directions: np.ndarray | None, rotations: list, sidecar: dict) -> None:
+def _save_transform(plan: OutputPlan, path: Path, directions: np.ndarray | None, rotations: list, sidecar: dict) -> None:
     recipe = ("serve: h -> (h @ rotation if aligned) -> h / ||h|| if normalize -> z = h @ directions "
               "(a dense layer without bias) -> sqrt(1/k) * concat(cos(z), sin(z)), k = directions.shape[1]")
     arrays: dict[str, Any] = {"recipe": np.array(recipe), "sidecar": np.array(json.dumps(sidecar))}
@@ -375,6 +459,6 @@ def _save_transform(path: Path, directions: np.ndarray | None, rotations: list, 
         arrays["directions"] = directions
     if rotations and rotations[0] is not None:
         arrays["rotation"] = np.stack(rotations) if len(rotations) > 1 else rotations[0]
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    plan.write_bytes(path, buffer.getvalue())

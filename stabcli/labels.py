@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Iterator
 
-from stabcli.corpus import text_lines
 from stabcli.errors import InputError
+from stabcli.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
 # u.genre of MovieLens 100K: the order of the flags in u.item
 ML100K_GENRES = ("unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary",
                  "Drama", "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller",
                  "War", "Western")
 NO_GENRE = {"unknown", "(no genres listed)"}
-MOVIELENS_ENCODING = "latin-1"  # what the GroupLens files are written in
+MOVIELENS_ENCODING = "latin-1"  # what the GroupLens u.item and movies.dat files are written in
 
 
 @dataclass
@@ -38,38 +38,56 @@ class Labels:
     by_key: dict[str, str]
 
 
-def read_labels(path: str | Path, known_keys: Collection[str], encoding: str = "utf-8") -> Labels:
-    """Read a label file; ``known_keys`` (the embedding keys) decides whether row 1 is a header."""
+def read_labels(path: str | Path, known_keys: Collection[str], encoding: str | None = None) -> Labels:
+    """Read a label file; ``known_keys`` (the embedding keys) decides whether row 1 is a header.
+
+    ``encoding`` None means UTF-8, except latin-1 for MovieLens ``u.item`` and ``movies.dat``
+    (how GroupLens writes them); a byte-order mark always decides. An unknown encoding is an
+    ``OptionError("encoding", ...)`` raised before the file is opened.
+    """
+    if encoding is not None:
+        check_encoding("encoding", encoding)
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: label file not found" if not path.exists() else f"{path}: not a file")
-    fmt = _detect(path)
-    if fmt == "delimited":
-        rows = _delimited(path, encoding, known_keys)
-    else:
-        rows = {"u.item": _u_item, "movies.dat": _movies_dat, "movies.csv": _movies_csv}[fmt](path)
+    if not path.exists():
+        raise InputError(f"{path}: label file not found")
+    sniff_encoding(path, encoding or "utf-8", "label file")  # refuses a directory, FIFO, device or archive
+    fmt = _detect(path, encoding or "utf-8")
+    if encoding is None:
+        encoding = MOVIELENS_ENCODING if fmt in ("u.item", "movies.dat") else "utf-8"
+    readers = {"delimited": lambda: _delimited(path, encoding, known_keys), "u.item": lambda: _u_item(path, encoding),
+               "movies.dat": lambda: _movies_dat(path, encoding), "movies.csv": lambda: _movies_csv(path, encoding)}
     by_key: dict[str, str] = {}
     first_line: dict[str, int] = {}
-    for lineno, key, label in rows:
-        if label is None:
-            continue
-        if key in by_key and by_key[key] != label:
-            raise InputError(f"{path}:{lineno}: key {key!r} has label {label!r} here but {by_key[key]!r} "
-                             f"on line {first_line[key]}")
-        by_key.setdefault(key, label)
-        first_line.setdefault(key, lineno)
+    with csv_field_limit_lifted():
+        for lineno, key, label in readers[fmt]():
+            if label is None:
+                continue
+            if key in by_key and by_key[key] != label:
+                raise InputError(f"{path}:{lineno}: key {key!r} has label {label!r} here but {by_key[key]!r} "
+                                 f"on line {first_line[key]}")
+            by_key.setdefault(key, label)
+            first_line.setdefault(key, lineno)
     if not by_key:
         raise InputError(f"{path}: no labels found (empty file?)")
     return Labels(path, fmt, by_key)
 
 
-def _detect(path: Path) -> str:
+def _first_line(path: Path, encoding: str) -> str:
+    for _, line in text_lines(path, encoding):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _detect(path: Path, encoding: str) -> str:
     if path.name == "u.item":
         return "u.item"
     if path.name == "movies.dat":
         return "movies.dat"
-    with open(path, "rb") as fh:
-        first = fh.readline().decode(MOVIELENS_ENCODING).strip()
+    try:
+        first = _first_line(path, encoding)
+    except InputError:  # not decodable as utf-8: maybe a latin-1 MovieLens file, else the reader says where
+        first = _first_line(path, MOVIELENS_ENCODING)
     if first.lower().replace(" ", "").startswith("movieid,title,genres"):
         return "movies.csv"
     if first.count("|") == len(ML100K_GENRES) + 4:
@@ -84,39 +102,62 @@ def _first_genre(genres: str) -> str | None:
     return None if not genre or genre in NO_GENRE else genre
 
 
-def _delimited(path: Path, encoding: str, known_keys: Collection[str]) -> Iterator[tuple[int, str, str | None]]:
-    delimiter = None
-    for lineno, line in text_lines(path, encoding):
-        if not line.strip():
+def _csv_records(path: Path, encoding: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+    """(first line, fields) of each CSV record; quoted fields may hold delimiters and newlines."""
+    where = {"line": 0}
+
+    def source() -> Iterator[str]:
+        for lineno, line in text_lines(path, encoding):
+            where["line"] = lineno
+            yield line + "\n"
+
+    reader = csv.reader(source(), delimiter=delimiter, strict=True)
+    while True:
+        start = where["line"] + 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise InputError(f"{path}:{start}: malformed {'CSV' if delimiter == ',' else 'delimited'} record ({exc})") from None
+        if not any(f.strip() for f in fields):
             continue
-        first_row = delimiter is None
-        if first_row:
-            delimiter = "\t" if "\t" in line else ","
-        fields = next(csv.reader([line], delimiter=delimiter))
+        if len(fields) > 2 and fields[-1] == "" and all(fields[:-1]):
+            fields = fields[:-1]  # a trailing delimiter
+        yield start, fields
+
+
+def _delimited(path: Path, encoding: str, known_keys: Collection[str]) -> Iterator[tuple[int, str, str | None]]:
+    first = _first_line(path, encoding)
+    delimiter = next((d for d in ("\t", ",", ";", "|") if d in first), ",")
+    first_row = True
+    for lineno, fields in _csv_records(path, encoding, delimiter):
         if len(fields) != 2:
             raise InputError(f"{path}:{lineno}: expected 2 columns (key{delimiter!r}label), found {len(fields)}")
         key, label = fields[0].strip(), fields[1].strip()
-        if first_row and key not in known_keys:
-            continue  # a header (or a key we have no vector for)
+        if first_row:
+            first_row = False
+            if key not in known_keys:
+                continue  # a header (or a key we have no vector for)
         if not key or not label:
             raise InputError(f"{path}:{lineno}: empty {'key' if not key else 'label'}")
         yield lineno, key, label
 
 
-def _u_item(path: Path) -> Iterator[tuple[int, str, str | None]]:
+def _u_item(path: Path, encoding: str) -> Iterator[tuple[int, str, str | None]]:
     width = len(ML100K_GENRES) + 5
-    for lineno, line in text_lines(path, MOVIELENS_ENCODING):
+    for lineno, line in text_lines(path, encoding):
         if not line.strip():
             continue
         fields = line.split("|")
-        if len(fields) != width or any(f not in ("0", "1") for f in fields[5:]):
+        if len(fields) != width or any(f.strip() not in ("0", "1") for f in fields[5:]):
             raise InputError(f"{path}:{lineno}: not a MovieLens u.item line (id|title|date|video date|url|19 genre flags)")
-        flags = [g for g, f in zip(ML100K_GENRES, fields[5:]) if f == "1"]
+        flags = [g for g, f in zip(ML100K_GENRES, fields[5:]) if f.strip() == "1"]
         yield lineno, fields[0].strip(), _first_genre(flags[0]) if flags else None
 
 
-def _movies_dat(path: Path) -> Iterator[tuple[int, str, str | None]]:
-    for lineno, line in text_lines(path, MOVIELENS_ENCODING):
+def _movies_dat(path: Path, encoding: str) -> Iterator[tuple[int, str, str | None]]:
+    for lineno, line in text_lines(path, encoding):
         if not line.strip():
             continue
         fields = line.split("::")
@@ -125,11 +166,10 @@ def _movies_dat(path: Path) -> Iterator[tuple[int, str, str | None]]:
         yield lineno, fields[0].strip(), _first_genre(fields[2])
 
 
-def _movies_csv(path: Path) -> Iterator[tuple[int, str, str | None]]:
-    lines = ((n, line) for n, line in text_lines(path, "utf-8") if line.strip())
-    next(lines)  # header
-    for lineno, line in lines:
-        fields = next(csv.reader([line]))
+def _movies_csv(path: Path, encoding: str) -> Iterator[tuple[int, str, str | None]]:
+    records = _csv_records(path, encoding, ",")
+    next(records)  # header
+    for lineno, fields in records:
         if len(fields) != 3:
             raise InputError(f"{path}:{lineno}: not a MovieLens movies.csv line (movieId,title,genres)")
         yield lineno, fields[0].strip(), _first_genre(fields[2])

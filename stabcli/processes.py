@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 PR_SET_PDEATHSIG = 1
@@ -41,10 +42,25 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
     return _PRCTL(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
 
 
+def watch_parent(interval: float = 1.0) -> None:
+    """Portable fallback of the parent-death signal: a daemon thread that ends this process
+    within ``interval`` seconds of its parent's death (the process is re-parented then)."""
+    parent = os.getppid()
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=loop, name="stabcli-watch-parent", daemon=True).start()
+
+
 def worker_init() -> None:
     """Initializer of stabcli's worker processes: die with the parent; leave Ctrl-C to it
     (a terminal sends SIGINT to the whole group; the parent stops the pool)."""
     set_parent_death_signal()
+    watch_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

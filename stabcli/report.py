@@ -1,12 +1,12 @@
-"""Renderers for the audit report dict: rich terminal view, Markdown, PNG plots.
-
-JSON is the dict itself (``json.dumps``); every renderer reads the same report.
+"""Renderers of the audit report (``stabcli.sections.AuditReport``): rich terminal view,
+Markdown, PNG plots. JSON is ``stabcli.schema.dumps``; every renderer reads the same report.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from rich import box
@@ -14,16 +14,33 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stabcli.errors import UsageError
+from stabcli.sections import AuditReport, DownstreamSection, EpochRow
+
 _BARS = " ▁▂▃▄▅▆▇█"
+PLOTS_INSTALL = "pip install 'stabcli[plots]'"
+NO_LOSS = "the model reports no training loss"
 
 
-def verdict(report: dict[str, Any]) -> str:
-    """One line: e.g. ``coordinates: 91% noise · inner products: 0.4% noise · neighbours: 62% stable``."""
-    rep = report["representation"]
-    return (f"coordinates: {_pct(rep['noise_share'])} noise · "
-            f"aligned: {_pct(rep['aligned_noise_share'])} noise · "
-            f"inner products: {_pct(rep['inner_product_noise_share'])} noise · "
-            f"neighbours: {_pct(rep['knn_overlap'])} stable")
+def verdict(report: AuditReport) -> str:
+    """One line: e.g. ``coordinates: 91% noise (pure noise: 90%) · … · neighbours: 62% stable``."""
+    rep = report.representation
+    line = (f"coordinates: {_pct(rep.noise_share)} noise (pure noise: {_pct(rep.noise_share_independent)}) · "
+            f"aligned: {_pct(rep.aligned_noise_share)} noise · "
+            f"inner products: {_pct(rep.inner_product_noise_share)} noise · "
+            f"neighbours: {_pct(rep.knn_overlap)} stable (chance: {_pct(rep.knn_chance)})")
+    transform = featurized_text(report)
+    return line + (f" · {transform}" if transform else "")
+
+
+def featurized_text(report: AuditReport) -> str | None:
+    """``featurized: phi M=64, σ=1`` for a run set written by ``stabcli featurize``."""
+    block = report.input.featurized
+    if not block:
+        return None
+    dim = block.get("dim")
+    what = "aligned only" if dim == 0 else f"phi M={dim}, σ={block.get('sigma')}"
+    return f"featurized run set ({what})"
 
 
 def _pct(value: float | None) -> str:
@@ -40,21 +57,23 @@ def _num(value: Any, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def metric_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+def metric_rows(report: AuditReport) -> list[tuple[str, str, str]]:
     """(metric, value, how to read it) rows shared by the terminal and Markdown views."""
-    rep = report["representation"]
-    ratio = rep["inner_to_coordinate_ratio"]
+    rep = report.representation
+    ratio = rep.inner_to_coordinate_ratio
     return [
-        ("noise share (coordinates)", _pct(rep["noise_share"]), "share of coordinate energy that is run-to-run variance; 0 = identical runs"),
-        ("aligned noise share", _pct(rep["aligned_noise_share"]), f"after Procrustes to the consensus ({rep['procrustes_iterations']} iterations): noise no rotation explains"),
-        ("inner-product noise share", _pct(rep["inner_product_noise_share"]),
-         f"same share on cosine similarities of {rep['inner_product_pairs']:,} key pairs"
+        ("noise share (coordinates)", _pct(rep.noise_share),
+         "share of coordinate energy that is run-to-run variance; 0 = identical runs, "
+         f"{_pct(rep.noise_share_independent)} = pure noise ((R−1)/R)"),
+        ("aligned noise share", _pct(rep.aligned_noise_share), f"after Procrustes to the consensus ({rep.procrustes_iterations} iterations): noise no rotation explains"),
+        ("inner-product noise share", _pct(rep.inner_product_noise_share),
+         f"same share on cosine similarities of {rep.inner_product_pairs:,} key pairs"
          + (f"; {ratio:.3g}× the coordinate share" if ratio is not None else "")),
-        (f"k-NN overlap@{rep['knn_k']}", _num(rep["knn_overlap"], 3), f"shared neighbours between runs, {rep['knn_queries']:,} queries (chance {rep['knn_chance']:.2g})"),
-        ("PIP loss", _num(rep["pip_loss"]), f"‖H_r H_rᵀ − H_s H_sᵀ‖_F; relative to ‖HHᵀ‖_F: {_num(rep['pip_loss_relative'], 3)}"),
-        ("linear CKA", _num(rep["cka"], 4), "1 = same representation up to rotation and scale"),
-        ("eigenspace overlap", _num(rep["eigenspace_overlap"], 4), "overlap of left singular spaces; 1 = same span"),
-        ("semantic displacement", _num(rep["semantic_displacement"], 3), "mean cosine distance after pairwise Procrustes"),
+        (f"k-NN overlap@{rep.knn_k}", _num(rep.knn_overlap, 3), f"shared neighbours between runs, {rep.knn_queries:,} queries (chance {rep.knn_chance:.2g})"),
+        ("PIP loss", _num(rep.pip_loss), f"‖H_r H_rᵀ − H_s H_sᵀ‖_F; relative to ‖HHᵀ‖_F: {_num(rep.pip_loss_relative, 3)}"),
+        ("linear CKA", _num(rep.cka, 4), "1 = same representation up to rotation and scale"),
+        ("eigenspace overlap", _num(rep.eigenspace_overlap, 4), "overlap of left singular spaces; 1 = same span"),
+        ("semantic displacement", _num(rep.semantic_displacement, 3), "mean cosine distance after pairwise Procrustes"),
     ]
 
 
@@ -63,65 +82,122 @@ def sparkline(counts: list[int]) -> str:
     return "".join(_BARS[round(c / top * (len(_BARS) - 1))] for c in counts)
 
 
-def render_terminal(report: dict[str, Any], console: Console) -> None:
-    inp, rep, tr = report["input"], report["representation"], report["training"]
-    console.print(Text(verdict(report), style="bold"), soft_wrap=True)
-    console.print(f"{inp['runs']} runs × {inp['keys']:,} keys × {inp['dim']} dims"
-                  + (f" ({inp['dropped_keys']:,} keys not in every run left out)" if inp["dropped_keys"] else "")
-                  + (" · rows L2-normalized" if inp["normalized"] else ""), highlight=False)
+def input_line(report: AuditReport, markdown: bool = False) -> str:
+    inp = report.input
+    if markdown:
+        return (f"{inp.runs} runs × {inp.keys:,} keys × {inp.dim} dims"
+                + (f"; {inp.dropped_keys:,} keys not in every run left out" if inp.dropped_keys else ""))
+    return (f"{inp.runs} runs × {inp.keys:,} keys × {inp.dim} dims"
+            + (f" ({inp.dropped_keys:,} keys not in every run left out)" if inp.dropped_keys else "")
+            + (" · rows L2-normalized" if inp.normalized else ""))
 
-    table = Table(title="Representation stability", title_justify="left")
+
+LEAST_STABLE_TITLE = "Least stable keys (top {n} by relative instability: the key's own aligned noise share)"
+
+
+def least_stable_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the least-stable-keys table; name and frequency columns only
+    when some key has them."""
+    rep = report.representation
+    items = rep.least_stable
+    named = any(i.name is not None for i in items)
+    counted = any(i.frequency is not None for i in items)
+    headers = ["key", *(["name"] if named else []), *(["frequency"] if counted else []),
+               "relative instability", "aligned variance", f"k-NN overlap@{rep.knn_k}"]
+    rows = [[i.key, *([i.name or ""] if named else []), *([_num(i.frequency)] if counted else []),
+             _pct(i.relative_instability), _num(i.aligned_variance), _num(i.knn_overlap, 3)] for i in items]
+    return headers, rows
+
+
+def convergence_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the per-epoch table; the loss column only when the model reports
+    a loss, the variance columns only with checkpoints."""
+    tr = report.training
+    with_loss = tr.reports_loss
+    with_variance = any(row.variance_mean is not None for row in tr.by_epoch)
+    headers = ["epoch", *(["mean loss"] if with_loss else []), "noise share",
+               *(["variance mean", "variance per dim (min · median · max)"] if with_variance else [])]
+    rows = []
+    for row in tr.by_epoch:
+        q = row.variance_quantiles
+        spread = "—" if q is None else f"{_num(q.min, 3)} · {_num(q.median, 3)} · {_num(q.max, 3)}"
+        rows.append([str(row.epoch), *([_num(row.loss_mean)] if with_loss else []), _pct(row.noise_share),
+                     *([_num(row.variance_mean), spread] if with_variance else [])])
+    return headers, rows
+
+
+def _print_titled(console: Console, title: str, table: Table) -> None:
+    """The title on its own line (whole, never wrapped to the table's width), then the table."""
+    console.print(Text(title, style="italic"), soft_wrap=True)
+    console.print(table)
+
+
+def _rich_table(headers: list[str], rows: list[list[str]], right_from: int = 1,
+                style: Callable[[list[str]], str | None] | None = None) -> Table:
+    table = Table()
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="right" if i >= right_from else "left")
+    for row in rows:
+        table.add_row(*_plain(row), style=style(row) if style else None)
+    return table
+
+
+def _plain(cells: list[str]) -> list[Text]:
+    """Cells as literal text: a key like ``[b]`` is not rich markup."""
+    return [Text(cell) for cell in cells]
+
+
+def render_terminal(report: AuditReport, console: Console) -> None:
+    rep, tr = report.representation, report.training
+    console.print(Text(verdict(report), style="bold"), soft_wrap=True)
+    console.print(input_line(report), highlight=False, soft_wrap=True)
+
+    table = Table()
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("reading", style="dim")
     for row in metric_rows(report):
-        table.add_row(*row)
-    console.print(table)
-    hist = rep["noise_share_histogram"]
-    console.print(f"per-dimension noise share, 0 → 1: [bold]{sparkline(hist['counts'])}[/]  counts {hist['counts']}", highlight=False)
+        table.add_row(*_plain(list(row)))
+    _print_titled(console, "Representation stability", table)
+    hist = rep.noise_share_histogram
+    console.print(f"per-dimension noise share, 0 → 1: [bold]{sparkline(hist.counts)}[/]  counts {hist.counts}",
+                  highlight=False, soft_wrap=True)
 
-    if rep["least_stable"]:
-        least = Table(title=f"Least stable keys (top {len(rep['least_stable'])} by aligned variance)", title_justify="left")
-        least.add_column("key")
-        least.add_column("aligned variance", justify="right")
-        least.add_column(f"k-NN overlap@{rep['knn_k']}", justify="right")
-        for item in rep["least_stable"]:
-            least.add_row(item["key"], _num(item["aligned_variance"]), _num(item["knn_overlap"], 3))
-        console.print(least)
+    if rep.least_stable:
+        headers, rows = least_stable_table(report)
+        _print_titled(console, LEAST_STABLE_TITLE.format(n=len(rows)),
+                      _rich_table(headers, rows, right_from=2 if "name" in headers else 1))
 
-    if tr["final_loss_mean"] is not None or tr["by_epoch"]:
-        training = Table(title="Training convergence", title_justify="left")
-        training.add_column("epoch", justify="right")
-        training.add_column("mean loss", justify="right")
-        training.add_column("noise share", justify="right")
-        for row in tr["by_epoch"]:
-            training.add_row(str(row["epoch"]), _num(row["loss_mean"]), _pct(row["noise_share"]))
-        console.print(training)
-        if tr["final_loss_mean"] is not None:
-            console.print(f"final loss: mean {_num(tr['final_loss_mean'])}, std {_num(tr['final_loss_std'])}, "
-                          f"CV {_num(tr['final_loss_cv'], 3)}", highlight=False)
-    if report["downstream"]:
-        render_downstream(report["downstream"], console)
+    if tr.by_epoch:
+        headers, rows = convergence_table(report)
+        _print_titled(console, "Training convergence", _rich_table(headers, rows, right_from=0))
+    if tr.final_loss_mean is not None:
+        console.print(f"final loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
+                      f"CV {_num(tr.final_loss_cv, 3)}", highlight=False, soft_wrap=True)
+    elif report.input.source is not None and not tr.reports_loss:
+        console.print(NO_LOSS, style="dim", highlight=False)
+    if report.downstream:
+        render_downstream(report.downstream, console)
     render_checks(report, console)
 
 
-def render_downstream(ds: dict[str, Any], console: Console) -> None:
+def render_downstream(ds: DownstreamSection, console: Console) -> None:
     headers, rows = downstream_table(ds)
     table = Table(title="Downstream fluctuation across runs", title_justify="left", box=box.SIMPLE_HEAD)
     for i, header in enumerate(headers):
         table.add_column(header, justify="left" if i == 0 else "right", no_wrap=i > 0,
                          overflow="fold" if i == 0 else "ellipsis")
-    chosen = ds["recommendation"]["variant"]
+    chosen = ds.recommendation.variant
     for row in rows:
-        table.add_row(*row, style="bold green" if row[0] == chosen else None)
+        table.add_row(*_plain(row), style="bold green" if row[0] == chosen else None)
     console.print(table)
     for note in downstream_notes(ds):
         console.print(note, style="yellow" if note.startswith("warning") else "dim", highlight=False, soft_wrap=True)
-    console.print(Text(f"recommendation: {ds['recommendation']['reason']}", style="bold"), soft_wrap=True)
+    console.print(Text(f"recommendation: {ds.recommendation.reason}", style="bold"), soft_wrap=True)
 
 
-def _mean_std(entry: dict[str, Any], metric: str) -> str:
-    mean, std = entry[f"{metric}_mean"], entry[f"{metric}_std"]
+def _mean_std(entry: Any, metric: str) -> str:
+    mean, std = entry.metric(f"{metric}_mean"), entry.metric(f"{metric}_std")
     return f"{mean:.3f}" + ("" if std is None else f" ({std:.3f})")
 
 
@@ -129,37 +205,37 @@ def _fixed(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
-def downstream_table(ds: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def downstream_table(ds: DownstreamSection) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the paper's Table 1 layout plus churn and stale columns."""
-    classification = ds["task"] == "classification"
+    classification = ds.task == "classification"
     metrics = ("accuracy", "f1_macro") if classification else ("r2", "rmse")
     primary = metrics[0]
     headers = ["variant", "dims", *(("accuracy", "macro-F1") if classification else ("R²", "RMSE")),
                "churn", "stale " + ("acc." if classification else "R²"), "drop"]
     rows = []
-    for name, entry in ds["variants"].items():
-        churn = entry["churn"]
+    for name, entry in ds.variants.items():
+        churn = entry.churn
         rows.append([
-            name, str(entry["dim"]), *(_mean_std(entry, metric) for metric in metrics),
+            name, str(entry.dim), *(_mean_std(entry, metric) for metric in metrics),
             "—" if churn is None else (f"{churn:.1%}" if classification else f"{churn:.3f}"),
-            _fixed(entry[f"stale_{primary}_mean"]), _fixed(entry["stale_drop"]),
+            _fixed(entry.metric(f"stale_{primary}_mean")), _fixed(entry.stale_drop),
         ])
     return headers, rows
 
 
-def downstream_notes(ds: dict[str, Any]) -> list[str]:
+def downstream_notes(ds: DownstreamSection) -> list[str]:
     """Lines under the table: the protocol in one line, baselines, warnings."""
-    notes = [f"{ds['model']} on {Path(ds['labels']).name} ({ds['task']}): {ds['train']:,} train / {ds['test']:,} test keys, "
-             f"one split (seed {ds['split_seed']}) for every run; mean (std over runs); stale = the model of "
-             f"{ds['reference']} applied unchanged to the other runs"]
-    if ds["task"] == "regression":
+    notes = [f"{ds.model} on {Path(ds.labels).name} ({ds.task}): {ds.train:,} train / {ds.test:,} test keys, "
+             f"one split (seed {ds.split_seed}) for every run; mean (std over runs); stale = the model of "
+             f"{ds.reference} applied unchanged to the other runs"]
+    if ds.task == "regression":
         notes.append("churn = root-mean-square difference between two runs' predictions, in label units")
-    if ds["majority_accuracy"] is not None:
-        notes.append(f"{ds['classes']} classes; always predicting the majority class scores accuracy {ds['majority_accuracy']:.3f}")
-    if ds["skipped_keys"]:
-        notes.append(f"{ds['skipped_keys']:,} keys have no label and were skipped")
-    if ds["not_converged"]:
-        notes.append(f"warning: {ds['not_converged']} fits stopped before the solver converged; their spread includes solver noise")
+    if ds.majority_accuracy is not None:
+        notes.append(f"{ds.classes} classes; always predicting the majority class scores accuracy {ds.majority_accuracy:.3f}")
+    if ds.skipped_keys:
+        notes.append(f"{ds.skipped_keys:,} keys have no label and were skipped")
+    if ds.not_converged:
+        notes.append(f"warning: {ds.not_converged} fits stopped before the solver converged; their spread includes solver noise")
     return notes
 
 
@@ -168,71 +244,85 @@ COMPARED = [("noise_share", "coordinate noise", _pct), ("aligned_noise_share", "
             ("cka", "linear CKA", lambda v: _num(v, 4)), ("semantic_displacement", "semantic displacement", lambda v: _num(v, 3))]
 
 
-def comparison_table(reports: dict[str, dict[str, Any]]) -> Table:
+def comparison_table(reports: dict[str, AuditReport]) -> Table:
     """Representation metrics of several variants side by side (e.g. raw h and phi(h))."""
     table = Table(title="Raw vs featurized, same runs", title_justify="left")
     table.add_column("metric")
     for name in reports:
         table.add_column(name, justify="right")
     for key, label, fmt in COMPARED:
-        table.add_row(label, *[fmt(r["representation"][key]) for r in reports.values()])
+        table.add_row(*_plain([label, *[fmt(getattr(r.representation, key)) for r in reports.values()]]))
     return table
 
 
-def render_checks(report: dict[str, Any], console: Console) -> None:
+def render_checks(report: AuditReport, console: Console) -> None:
     """Checks last, failed ones in red, so CI logs end with what failed."""
-    checks = report["checks"]
-    if not checks:
-        return
-    for check in sorted(checks, key=lambda c: c["passed"], reverse=True):
-        mark = "[green]PASS[/]" if check["passed"] else "[bold red]FAIL[/]"
-        console.print(f"{mark} {check['name']} (value {_num(check['value'])})", highlight=False)
+    for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
+        mark = Text("PASS", style="green") if check.passed else Text("FAIL", style="bold red")
+        console.print(Text.assemble(mark, f" {check.name} (value {_num(check.value)})"), highlight=False, soft_wrap=True)
 
 
-def render_markdown(report: dict[str, Any]) -> str:
-    inp, rep, tr = report["input"], report["representation"], report["training"]
+def _md_table(headers: list[str], rows: list[list[str]], code_first: bool = True) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "| --- " + "| ---: " * (len(headers) - 1) + "|"]
+    for row in rows:
+        cells = [cell.replace("|", "\\|") for cell in row]  # a title like "a|b" stays in its cell
+        lines.append("| " + " | ".join([f"`{cells[0]}`" if code_first else cells[0], *cells[1:]]) + " |")
+    return lines
+
+
+def render_markdown(report: AuditReport) -> str:
+    rep, tr = report.representation, report.training
     lines = [
         "## stabcli audit",
         "",
         f"**{verdict(report)}**",
         "",
-        f"{inp['runs']} runs × {inp['keys']:,} keys × {inp['dim']} dims"
-        + (f"; {inp['dropped_keys']:,} keys not in every run left out" if inp["dropped_keys"] else ""),
+        input_line(report, markdown=True),
         "",
         "| metric | value | reading |",
         "| --- | ---: | --- |",
     ]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in metric_rows(report)]
-    if rep["least_stable"]:
-        lines += ["", "Least stable keys (by aligned variance):", "",
-                  f"| key | aligned variance | k-NN overlap@{rep['knn_k']} |", "| --- | ---: | ---: |"]
-        lines += [f"| `{i['key']}` | {_num(i['aligned_variance'])} | {_num(i['knn_overlap'], 3)} |" for i in rep["least_stable"]]
-    if tr["final_loss_mean"] is not None:
-        lines += ["", f"Final training loss: mean {_num(tr['final_loss_mean'])}, std {_num(tr['final_loss_std'])}, "
-                      f"CV {_num(tr['final_loss_cv'], 3)}."]
-    if report["downstream"]:
-        ds = report["downstream"]
+    if rep.least_stable:
+        headers, rows = least_stable_table(report)
+        lines += ["", LEAST_STABLE_TITLE.format(n=len(rows)) + ":", ""] + _md_table(headers, rows)
+    if tr.by_epoch:
+        headers, rows = convergence_table(report)
+        lines += ["", "Training convergence:", ""] + _md_table(headers, rows, code_first=False)
+    if tr.final_loss_mean is not None:
+        lines += ["", f"Final training loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
+                      f"CV {_num(tr.final_loss_cv, 3)}."]
+    elif report.input.source is not None and not tr.reports_loss:
+        lines += ["", NO_LOSS.capitalize() + "."]
+    if report.downstream:
+        ds = report.downstream
         headers, rows = downstream_table(ds)
-        lines += ["", "### Downstream fluctuation across runs", "", "| " + " | ".join(headers) + " |",
-                  "| --- " + "| ---: " * (len(headers) - 1) + "|"]
-        lines += ["| " + " | ".join([f"`{row[0]}`", *row[1:]]) + " |" for row in rows]
+        lines += ["", "### Downstream fluctuation across runs", ""] + _md_table(headers, rows)
         lines += [""] + [f"- {note}" for note in downstream_notes(ds)]
-        lines += ["", f"**Recommendation:** {ds['recommendation']['reason']}"]
-    if report["checks"]:
+        lines += ["", f"**Recommendation:** {ds.recommendation.reason}"]
+    if report.checks:
         lines += ["", "| check | value | result |", "| --- | ---: | --- |"]
-        lines += [f"| `{c['name']}` | {_num(c['value'])} | {'pass' if c['passed'] else '**FAIL**'} |" for c in report["checks"]]
+        lines += [f"| `{c.name}` | {_num(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in report.checks]
     return "\n".join(lines) + "\n"
 
 
-def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
+def require_plots() -> None:
+    """UsageError naming the extra to install when matplotlib is missing."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(f"--plots needs matplotlib: {PLOTS_INSTALL}")
+
+
+def write_plots(report: AuditReport, directory: Path) -> list[Path]:
     """PNG figures in the paper's layout (Fig. 1a–1d); returns the files written."""
+    require_plots()
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     directory.mkdir(parents=True, exist_ok=True)
-    rep, tr = report["representation"], report["training"]
+    rep, tr = report.representation, report.training
     written = []
 
     def save(fig: Any, name: str) -> None:
@@ -243,48 +333,67 @@ def write_plots(report: dict[str, Any], directory: Path) -> list[Path]:
         written.append(path)
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.hist(rep["variance_per_dim"], bins=20, color="#4c72b0")
+    ax.hist([v for v in rep.variance_per_dim if v is not None], bins=20, color="#4c72b0")  # null: beyond float64
     ax.set(xlabel="mean empirical variance across runs", ylabel="dimensions", title="Per-dimension variance (Fig. 1a)")
     save(fig, "fig1a_variance_per_dim.png")
 
-    if tr["loss_by_run"]:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        for i, losses in enumerate(tr["loss_by_run"]):
+    if tr.loss_by_run and tr.reports_loss:
+        fig, ax = plt.subplots(figsize=(5.5, 3.5))
+        for i, losses in enumerate(tr.loss_by_run):
             points = [(e + 1, v) for e, v in enumerate(losses) if v is not None]
             if points:
-                ax.plot(*zip(*points), marker=".", alpha=0.7, label=report["input"]["run_names"][i])
+                ax.plot(*zip(*points), marker=".", alpha=0.7, label=report.input.run_names[i])
         ax.set(xlabel="epoch", ylabel="training loss", title="Loss per run (Fig. 1b)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize="small", ncol=2 if len(tr.loss_by_run) > 5 else 1)
         save(fig, "fig1b_loss_by_epoch.png")
 
-    epochs = [(row["epoch"], row["noise_share"]) for row in tr["by_epoch"] if row["noise_share"] is not None]
-    if epochs:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        ax.plot(*zip(*epochs), marker="o")
-        ax.set(xlabel="epoch", ylabel="coordinate noise share", ylim=(0, 1), title="Noise share by epoch (Fig. 1c)")
-        save(fig, "fig1c_noise_by_epoch.png")
+    rows = [row for row in tr.by_epoch if row.variance_quantiles is not None]
+    if rows:
+        save(_fig1c(plt, rows), "fig1c_noise_by_epoch.png")
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     names = ["coordinates", "aligned", "inner products"]
-    values = [rep["noise_share"], rep["aligned_noise_share"], rep["inner_product_noise_share"]]
+    values = [rep.noise_share, rep.aligned_noise_share, rep.inner_product_noise_share]
     ax.bar(names, values, color=["#c44e52", "#dd8452", "#55a868"])
-    ax.set(ylabel="noise share", ylim=(0, 1), title="Coordinate vs inner-product noise (Fig. 1d)")
+    ax.axhline(rep.noise_share_independent, color="grey", linestyle="--", linewidth=1)
+    ax.text(2.4, rep.noise_share_independent, "pure noise", ha="right", va="bottom", color="grey", fontsize="small")
+    ax.set(ylabel="noise share", ylim=(0, 1.05), title="Coordinate vs inner-product noise (Fig. 1d)")
     for x, v in enumerate(values):
         ax.text(x, v + 0.02, _pct(v), ha="center")
     save(fig, "fig1d_coordinate_vs_inner_product.png")
 
-    if report["downstream"]:
-        ds = report["downstream"]
-        primary, label = ("accuracy", "test accuracy") if ds["task"] == "classification" else ("r2", "test R²")
-        names = list(ds["variants"])
-        fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 3.8))
-        for x, name in enumerate(names):
-            values = ds["variants"][name][f"{primary}_by_run"]
-            offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [0.0]
-            ax.scatter(x + np.asarray(offsets), values, s=18, color="#4c72b0", alpha=0.8,
-                       marker="o" if len(values) > 1 else "D")
-            ax.hlines(np.mean(values), x - 0.3, x + 0.3, color="#c44e52")
-        ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
-        ax.set(ylabel=label, title="Downstream metric per run (one dot per run, line = mean)")
-        save(fig, "fig2_downstream_spread.png")
+    if report.downstream:
+        save(_fig2(plt, report.downstream), "fig2_downstream_spread.png")
     return written
 
+
+def _fig1c(plt: Any, rows: list[EpochRow]) -> Any:
+    """The paper's Fig. 1c: the distribution over dimensions of the across-run variance,
+    one box per epoch, with the noise share per epoch below."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(5, 0.45 * len(rows) + 2), 5.5), sharex=True,
+                                      gridspec_kw={"height_ratios": [2, 1]})
+    stats = [{"label": str(r.epoch), "whislo": r.variance_quantiles.min, "q1": r.variance_quantiles.q25,
+              "med": r.variance_quantiles.median, "q3": r.variance_quantiles.q75, "whishi": r.variance_quantiles.max,
+              "mean": r.variance_mean} for r in rows]
+    positions = [r.epoch for r in rows]
+    top.bxp(stats, positions=positions, showfliers=False, showmeans=True)
+    top.set(ylabel="variance per dimension", title="Across-run variance by epoch (Fig. 1c)")
+    bottom.plot(positions, [r.noise_share for r in rows], marker="o", color="#c44e52")
+    bottom.set(xlabel="epoch", ylabel="noise share", ylim=(0, 1))
+    return fig
+
+
+def _fig2(plt: Any, ds: DownstreamSection) -> Any:
+    primary, label = ("accuracy", "test accuracy") if ds.task == "classification" else ("r2", "test R²")
+    names = list(ds.variants)
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 3.8))
+    for x, name in enumerate(names):
+        values = ds.variants[name].metric(f"{primary}_by_run")
+        offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [0.0]
+        ax.scatter(x + np.asarray(offsets), values, s=18, color="#4c72b0", alpha=0.8,
+                   marker="o" if len(values) > 1 else "D")
+        ax.hlines(np.mean(values), x - 0.3, x + 0.3, color="#c44e52")
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    ax.set(ylabel=label, title="Downstream metric per run (one dot per run, line = mean)")
+    return fig

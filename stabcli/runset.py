@@ -41,7 +41,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from stabcli.atomic import atomic_path, is_temp_name, write_json_atomic, write_text_atomic
-from stabcli.embeddings import Embedding, keys_text, read_keys
+from stabcli.embeddings import Embedding, keys_text, load_npy, read_keys, require_real_dtype
 from stabcli.errors import InputError, RunSetError, UsageError
 
 SCHEMA_VERSION = 1
@@ -118,14 +118,15 @@ def foreign_entries(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if entry_kind(p.name) is None)
 
 
-def check_entries(root: Path) -> None:
+def check_entries(root: Path, *, writing: bool = True) -> None:
     """Refuse a run set whose stabcli names hold the wrong kind of entry (``run-002`` a file,
-    the lock a directory) or a symlink, which stabcli never writes."""
+    the lock a directory), or, when ``writing``, a symlink, which stabcli never writes (a
+    reader follows one to a run of the right kind)."""
     for path in sorted(root.iterdir()):
         kind = entry_kind(path.name)
         if kind is None:
             continue
-        if path.is_symlink():
+        if writing and path.is_symlink():
             raise RunSetError(f"{path}: a symbolic link where stabcli writes a {'directory' if kind == 'dir' else 'file'}; "
                               "move it away")
         if kind == "dir" and not path.is_dir():
@@ -145,9 +146,8 @@ def remove_stabcli_entries(root: Path, *, keep: Iterable[str] = ()) -> None:
         _remove(path)
 
 
-def remove_runset(root: Path) -> None:
-    """Delete a run set stabcli wrote, refusing (RunSetError naming one) when it holds any
-    file stabcli did not write. Used by ``demo`` to rebuild its own run sets."""
+def check_removable_runset(root: Path) -> None:
+    """RunSetError (naming one such file) unless ``root`` is absent or holds only what stabcli writes."""
     if not root.exists() and not root.is_symlink():
         return
     if root.is_symlink() or not root.is_dir():
@@ -156,8 +156,15 @@ def remove_runset(root: Path) -> None:
     if foreign:
         raise RunSetError(f"{root}: holds {foreign[0].name}, which stabcli did not write; move it away or choose another --out")
     check_entries(root)
-    remove_stabcli_entries(root)
-    root.rmdir()
+
+
+def remove_runset(root: Path) -> None:
+    """Delete a run set stabcli wrote, refusing (RunSetError naming one) when it holds any
+    file stabcli did not write. Used by ``demo`` to rebuild its own run sets."""
+    check_removable_runset(root)
+    if root.is_dir():
+        remove_stabcli_entries(root)
+        root.rmdir()
 
 
 def _remove(path: Path) -> None:
@@ -282,7 +289,7 @@ class RunSet:
     def open(cls, root: str | Path) -> "RunSet":
         root = Path(root)
         manifest = read_manifest(root)
-        check_entries(root)
+        check_entries(root, writing=False)
         return cls(root, manifest, complete_runs(root))
 
     def run_dir(self, index: int) -> Path:
@@ -292,10 +299,8 @@ class RunSet:
         """Keys and memory-mapped float32 vectors of run ``index``."""
         run = self.run_dir(index)
         vectors_path = run / VECTORS
-        try:
-            vectors = np.load(vectors_path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError, EOFError) as exc:
-            raise InputError(f"{vectors_path}: unreadable ({exc})") from None
+        vectors = load_npy(vectors_path)
+        require_real_dtype(vectors_path, vectors)
         own_keys = run / KEYS
         keys_file = own_keys if own_keys.is_file() else self.root / KEYS
         keys = read_keys(keys_file)
@@ -463,6 +468,11 @@ class RunSetWriter:
 
     def remove_corpus_copy(self) -> None:
         corpus_copy_path(self.root).unlink(missing_ok=True)
+
+    def discard_partials(self) -> None:
+        """Remove the partial directories of this attempt that were not published."""
+        for path in self.root.glob(f".run-*.partial-{self.attempt}"):
+            _remove(path)
 
     def new_partial(self, index: int) -> Path:
         """An empty partial directory for run ``index`` belonging to this attempt alone."""

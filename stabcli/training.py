@@ -11,7 +11,8 @@ cluster elsewhere) and records each result; the trainers themselves live in
 from __future__ import annotations
 
 import ast
-import inspect
+import math
+from collections import Counter
 import multiprocessing
 import threading
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
@@ -21,9 +22,10 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from stabcli import __version__
 from stabcli.corpus import Corpus, CorpusOptions, file_sha256, read_corpus
-from stabcli.errors import InputError, UsageError
+from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.processes import cpu_count, kill_pool_workers, live_groups, worker_init
-from stabcli.runset import KEYS, PROGRESS, RunSetWriter, complete_runs, read_losses, run_name
+from stabcli.resources import require_disk, require_memory
+from stabcli.runset import KEYS, PROGRESS, RunSetWriter, check_keys, complete_runs, read_losses, run_name
 from stabcli.trainers import PLACEHOLDERS, RunResult, RunTask, execute, script_argv
 
 __all__ = ["MODELS", "VARY", "PLACEHOLDERS", "TrainConfig", "RunResult", "RunTask", "Progress", "PretrainResult",
@@ -52,6 +54,26 @@ class TrainConfig:
     script: str | None = None
     checkpoints: bool = False
 
+    def __post_init__(self) -> None:
+        if self.script is not None:
+            if not isinstance(self.script, str) or "{out}" not in self.script:
+                raise OptionError("script", "must contain {out}: the directory the script writes its embedding into")
+            script_argv(self.script, seed=0, out=Path("out"), run=0, corpus=None)  # fails early on bad quoting
+            return
+        if self.model not in MODELS:
+            raise OptionError("model", f"{self.model!r}: choose one of {', '.join(MODELS)}")
+        if self.vary not in VARY:
+            raise OptionError("vary", f"{self.vary!r}: choose one of {', '.join(VARY)}")
+        for name, low in (("dim", 1), ("window", 1), ("epochs", 1), ("min_count", 1), ("negative", 0)):
+            value = getattr(self, name)
+            if type(value) is not int or value < low:
+                raise OptionError(name, "must be " + ("at least 1" if low else "0 or more"))
+            if value > 2**31 - 1:
+                raise OptionError(name, f"{value} is larger than gensim accepts (2**31 - 1)")
+        if not isinstance(self.params, dict):
+            raise OptionError("param", "expected a dict of gensim arguments")
+        check_params(self.model, self.params)
+
     def identity(self) -> dict[str, Any]:
         if self.script is not None:
             return {"model": "script", "script": self.script}
@@ -68,40 +90,108 @@ class Progress:
 
 @dataclass
 class PretrainResult:
+    """What a pretrain did: its runs, the number of shared keys (None when each script run
+    brings its own) and the corpus it read (``format``, ``sequences``, ``tokens``,
+    ``distinct_keys``; None without a corpus)."""
+
     root: Path
     runs: list[RunResult]
     keys: int | None
+    corpus: dict[str, Any] | None = None
 
     @property
     def failed(self) -> list[RunResult]:
         return [r for r in self.runs if r.status == "failed"]
 
 
+def _flag(value: Any) -> str | None:
+    return None if type(value) is bool or value in (0, 1) and type(value) is int else "0 or 1"
+
+
+def _number(low: float, high: float, *, low_open: bool = False) -> Callable[[Any], str | None]:
+    bracket = "(" if low_open else "["
+
+    def check(value: Any) -> str | None:
+        if type(value) not in (int, float) or not math.isfinite(value) or value > high or value < low or (
+                low_open and value == low):
+            return f"a finite number in {bracket}{low:g}, {high:g}]"
+        return None
+    return check
+
+
+def _count(low: int, high: int, *, optional: bool = False) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if optional and value is None:
+            return None
+        if type(value) is not int or not low <= value <= high:
+            return f"an integer from {low:,} to {high:,}" + (" or None" if optional else "")
+        return None
+    return check
+
+
+# The gensim arguments --param accepts: plain numeric and boolean hyperparameters, each with
+# its range. Anything that could run code or open files (callbacks, trim_rule, hashfxn,
+# corpus_file, dv_mapfile, ...) is not here, so it is refused.
+GENSIM_PARAMS: dict[str, Callable[[Any], str | None]] = {
+    "alpha": _number(0.0, 1.0, low_open=True),
+    "min_alpha": _number(0.0, 1.0),
+    "sample": _number(0.0, 1.0),
+    "ns_exponent": _number(-10.0, 10.0),
+    "hs": _flag,
+    "cbow_mean": _flag,
+    "null_word": _flag,
+    "sorted_vocab": _flag,
+    "shrink_windows": _flag,
+    "max_vocab_size": _count(1, 2**40, optional=True),
+    "max_final_vocab": _count(1, 2**40, optional=True),
+    "batch_words": _count(1, 10**7),
+}
+DOC2VEC_PARAMS: dict[str, Callable[[Any], str | None]] = {
+    "dm_mean": lambda v: None if v is None else _flag(v),
+    "dm_concat": _flag,
+    "dm_tag_count": _count(1, 1000),
+    "dbow_words": _flag,
+}
+
+
+def check_params(model: str, params: dict[str, Any]) -> None:
+    """Refuse a gensim argument stabcli does not pass through, or a value out of its range
+    (non-finite, negative, not 0/1, not a number), before gensim sees it."""
+    accepted = {**GENSIM_PARAMS, **(DOC2VEC_PARAMS if model == "doc2vec" else {})}
+    for name, value in params.items():
+        if name in _RESERVED:
+            raise UsageError(f"--param {name}: set by stabcli itself; use its own option instead")
+        if name not in accepted:
+            hint = " (a doc2vec argument; add --model doc2vec)" if name in DOC2VEC_PARAMS else ""
+            raise UsageError(f"--param {name}: not an argument of gensim {'Doc2Vec' if model == 'doc2vec' else 'Word2Vec'} "
+                             f"that stabcli passes on{hint}; accepted: {', '.join(sorted(accepted))}")
+        expected = accepted[name](value)
+        if expected is not None:
+            raise UsageError(f"--param {name}={_short_repr(value)}: expected {expected}")
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def parse_params(model: str, pairs: Iterable[str]) -> dict[str, Any]:
-    """``key=value`` strings → gensim keyword arguments, validated against the model's signature.
+    """``key=value`` strings → gensim keyword arguments from an allow-list of numeric and
+    boolean hyperparameters, each checked against its range.
 
-    Values are Python literals where they parse (``1e-3``, ``True``, ``[1, 2]``), else strings.
+    Values are Python literals (``1e-3``, ``True``, ``None``; never evaluated as code).
     """
-    from gensim.models import Doc2Vec, Word2Vec
-
-    cls = Doc2Vec if model == "doc2vec" else Word2Vec
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs", "dm_mean", "dm_concat"}
-    if cls is Doc2Vec:  # Doc2Vec forwards **kwargs to Word2Vec
-        accepted |= set(inspect.signature(Word2Vec.__init__).parameters) | {"dm_mean", "dm_concat"}
     params: dict[str, Any] = {}
     for pair in pairs:
         name, sep, raw = pair.partition("=")
         name = name.strip()
         if not sep or not name:
             raise UsageError(f"--param {pair!r}: expected key=value")
-        if name in _RESERVED:
-            raise UsageError(f"--param {name}: set by stabcli itself; use its own option instead")
-        if name not in accepted or name in {"self", "kwargs"}:
-            raise UsageError(f"--param {name}: not an argument of gensim {cls.__name__}")
         try:
             params[name] = ast.literal_eval(raw.strip())
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
             params[name] = raw.strip()
+        check_params(model, {name: params[name]})
     return params
 
 
@@ -188,13 +278,20 @@ def pretrain(
     corpus: Corpus | None = None
     vocabulary: list[str] = []
     corpus_info = None
+    counts: list[int] | None = None
+    summary = None
     if corpus_path is not None:
         corpus = read_corpus(corpus_path, config.model, corpus_options)
+        key_counts = _key_counts(corpus)
+        summary = {"format": corpus.format, "sequences": len(corpus.sequences), "tokens": corpus.n_tokens,
+                   "distinct_keys": len(key_counts)}
         if config.script is None:
             vocabulary = corpus.vocabulary(config.min_count)
             if len(vocabulary) < 2:
                 raise InputError(f"{corpus_path}: only {len(vocabulary)} distinct token(s) occur at least --min-count "
                                  f"{config.min_count} time(s); an embedding needs at least 2")
+            check_keys(vocabulary, f"{corpus_path}: {'tag' if corpus.tags is not None else 'token'}")
+            counts = [key_counts[k] for k in vocabulary]
         corpus_info = {
             "path": str(Path(corpus_path).resolve()),
             "sha256": file_sha256(Path(corpus_path)),
@@ -203,14 +300,15 @@ def pretrain(
             "sequences": len(corpus.sequences),
             "tokens": corpus.n_tokens,
         }
+    _check_resources(root, config, runs, min(jobs, runs), len(vocabulary), corpus.n_tokens if corpus else 0)
     identity = {"config": config.identity(), "corpus_sha256": corpus_info["sha256"] if corpus_info else None, "seed": seed}
     info = {"stabcli_version": __version__, "gensim_version": _gensim_version(), "corpus": corpus_info}
 
     with RunSetWriter(root) as writer:
         manifest = writer.open(identity, info, force=force)
         corpus_copy = None
-        if vocabulary:  # empty when a script trains: each run brings its own keys
-            writer.write_keys(vocabulary)
+        if vocabulary and corpus is not None:  # no vocabulary when a script trains: each run brings its own keys
+            writer.write_keys(vocabulary, counts)
             corpus_copy = writer.write_corpus_copy(_prepared_corpus(corpus))
         done = set(complete_runs(root))
         results: dict[int, RunResult] = {}
@@ -238,8 +336,9 @@ def pretrain(
         poller = _ProgressPoller([t.work for t in tasks], config.epochs if config.script is None else 0, len(done),
                                  runs, on_progress)
         poller.start()
+        outcomes = backend(tasks, jobs)
         try:
-            for result in backend(tasks, jobs):
+            for result in outcomes:
                 work = next(t.work for t in tasks if t.index == result.index)
                 if result.status == "complete":
                     writer.publish(result.index, work)
@@ -253,36 +352,61 @@ def pretrain(
                 if on_run:
                     on_run(result)
         finally:
+            getattr(outcomes, "close", lambda: None)()  # stops every worker and script it started
             poller.stop()
+            writer.discard_partials()  # this attempt's unfinished runs (interrupted or crashed)
             writer.remove_corpus_copy()
-    return PretrainResult(root, [results[i] for i in sorted(results)], len(vocabulary) if vocabulary else None)
+    return PretrainResult(root, [results[i] for i in sorted(results)], len(vocabulary) if vocabulary else None, summary)
+
+
+MAX_RUNS = 100_000  # the manifest records every run and is rewritten after each one
+_BYTES_PER_RUN = 4096  # bookkeeping in this process per run: task, result, manifest entry, future (measured ~2 KB + margin)
+
+
+def _check_resources(root: Path, config: TrainConfig, runs: int, concurrent: int, keys: int, tokens: int) -> None:
+    """Refuse (naming the option) a request whose memory or disk cannot fit, before any work."""
+    if runs > MAX_RUNS:
+        raise OptionError("runs", f"{runs:,} runs: at most {MAX_RUNS:,} (each run is recorded in the manifest)")
+    bookkeeping = runs * _BYTES_PER_RUN
+    per_run = 0
+    snapshots = 1
+    if config.script is None:
+        # gensim holds the input vectors and output weights (float32 keys × dim each), the run
+        # copies the vectors out in key order and saves them (two more), plus margin; and the
+        # corpus lines a run reads into memory
+        per_run = keys * config.dim * 4 * 5 + tokens * 16
+        snapshots += config.epochs if config.checkpoints else 0
+    biggest = "runs" if bookkeeping >= per_run * concurrent else "dim"
+    require_memory(biggest, bookkeeping + per_run * concurrent,
+                   f"{runs:,} run(s), {concurrent} at a time" + (f", {keys:,} keys × {config.dim:,} dims" if keys else ""))
+    on_disk = runs * (keys * config.dim * 4 * snapshots + _BYTES_PER_RUN)
+    require_disk("runs" if runs * _BYTES_PER_RUN >= keys * config.dim * 4 * snapshots else "dim", on_disk, root,
+                 f"{runs:,} run(s)" + (f" of {keys:,} keys × {config.dim:,} dims" if keys else ""))
+
+
+def _key_counts(corpus: Corpus) -> Counter[str]:
+    """Training frequency of every key: occurrences of a token, or the tokens of a tag's documents."""
+    if corpus.tags is not None:
+        counts: Counter[str] = Counter()
+        for tag, seq in zip(corpus.tags, corpus.sequences):
+            counts[tag] += len(seq)
+        return counts
+    return Counter(tok for seq in corpus.sequences for tok in seq)
 
 
 def _validate(config: TrainConfig, runs: int, seed: int, timeout: float | None, corpus_path: str | Path | None) -> None:
-    if runs < 1:
-        raise UsageError("--runs must be at least 1")
-    if seed < 0 or seed + runs >= 2**32:
-        raise UsageError("--seed must be between 0 and 2**32 - runs")
-    if timeout is not None and timeout <= 0:
-        raise UsageError("--timeout must be positive")
+    """Checks of pretrain's options outside the configuration (which checks itself)."""
+    if type(runs) is not int or runs < 1:
+        raise OptionError("runs", "must be at least 1")
+    if type(seed) is not int or seed < 0 or seed + runs >= 2**32:
+        raise OptionError("seed", "must be between 0 and 2**32 - runs")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise OptionError("timeout", "must be a positive number of seconds")
     if config.script is not None:
-        if "{out}" not in config.script:
-            raise UsageError("--script must contain {out}: the directory the script writes its embedding into")
         if "{corpus}" in config.script and corpus_path is None:
             raise UsageError("--script uses {corpus} but no CORPUS was given")
-        script_argv(config.script, seed=0, out=Path("out"), run=0, corpus=None)  # fails early on bad quoting
-        return
-    if corpus_path is None:
+    elif corpus_path is None:
         raise UsageError("CORPUS is required unless --script is given")
-    if config.model not in MODELS:
-        raise UsageError(f"--model {config.model!r}: choose one of {', '.join(MODELS)}")
-    if config.vary not in VARY:
-        raise UsageError(f"--vary {config.vary!r}: choose one of {', '.join(VARY)}")
-    for name in ("dim", "window", "epochs", "min_count"):
-        if getattr(config, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    if config.negative < 0:
-        raise UsageError("--negative must be 0 or more")
 
 
 def _gensim_version() -> str:
@@ -303,7 +427,8 @@ def _prepared_corpus(corpus: Corpus) -> bytes:
 class _ProgressPoller:
     """Reports progress by reading the epoch counters runs write into their partial directories."""
 
-    def __init__(self, works: list[Path], epochs: int, done: int, total: int, callback: Callable | None):
+    def __init__(self, works: list[Path], epochs: int, done: int, total: int,
+                 callback: Callable[[Progress], None] | None):
         self.works, self.epochs, self.callback = works, epochs, callback
         self.done, self.total = done, total
         self.finished: int = 0
@@ -337,4 +462,5 @@ class _ProgressPoller:
             except (OSError, ValueError):
                 pass
         epochs_done = min(self.finished * self.epochs + in_flight, len(self.works) * self.epochs)
+        assert self.callback is not None
         self.callback(Progress(self.total, self.done + self.finished, len(self.works) * self.epochs, epochs_done))

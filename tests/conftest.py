@@ -76,3 +76,24 @@ def assert_bad_input(result, fragment: str, root: Path | None = None, before: di
     assert "Traceback" not in result.output and "Warning" not in result.output, result.output
     if root is not None:
         assert files_state(root) == before, "the failed command changed files"
+
+
+def make_runset(root: Path, runs: int = 2, epochs: int = 2, n: int = 30, dim: int = 4, seed: int = 0,
+                losses: bool = True, manifest: dict | None = None) -> Path:
+    """A run set written by hand (no training, milliseconds): keys ``k0…``, vectors, losses
+    and per-epoch checkpoints; epoch e holds the final vectors scaled by e/epochs."""
+    import json
+
+    root.mkdir(parents=True)
+    (root / "keys.txt").write_text("".join(f"k{i}\n" for i in range(n)))
+    for r in range(runs):
+        run = root / f"run-{r:03d}"
+        (run / "epochs").mkdir(parents=True)
+        final = np.random.default_rng(seed + r).standard_normal((n, dim)).astype(np.float32)
+        for e in range(1, epochs + 1):
+            np.save(run / "epochs" / f"{e:03d}.npy", final * np.float32(e / epochs))
+        np.save(run / "vectors.npy", final)
+        values = [2.0 - 0.5 * e + 0.01 * r for e in range(epochs)] if losses else [None] * epochs
+        (run / "losses.json").write_text(json.dumps(values))
+    (root / "stabcli.json").write_text(json.dumps(manifest or {"schema_version": 1, "runs": {}}))
+    return root

@@ -1,12 +1,14 @@
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy.stats import ortho_group
 
 from stabcli.audit import AuditOptions, build_report, evaluate_checks, load_runs, parse_check, resolve
-from stabcli.embeddings import write_embedding
-from stabcli.errors import InputError, UsageError
+from stabcli.embeddings import keys_path_for, keys_text, write_embedding
+from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.schema import to_json
 from stabcli.training import TrainConfig, pretrain
 
 SMALL = AuditOptions(pairs=500, knn_k=3, knn_queries=20, top=4)
@@ -16,7 +18,12 @@ def files(tmp_path, matrices, keys=None, suffix=".npy"):
     paths = []
     for i, mat in enumerate(matrices):
         path = tmp_path / f"e{i}{suffix}"
-        write_embedding(path, keys[i] if keys else [f"k{j}" for j in range(len(mat))], mat)
+        names = keys[i] if keys else [f"k{j}" for j in range(len(mat))]
+        if suffix == ".npy":  # np.save, not write_embedding: it refuses the bad inputs these tests need
+            np.save(path, np.asarray(mat, dtype=np.float32))
+            keys_path_for(path).write_text(keys_text(names), encoding="utf-8")
+        else:
+            write_embedding(path, names, mat)
         paths.append(path)
     return paths
 
@@ -25,10 +32,10 @@ def test_rotated_files_known_answers(tmp_path):
     rng = np.random.default_rng(0)
     base = rng.standard_normal((50, 6))
     paths = files(tmp_path, [base @ ortho_group.rvs(6, random_state=s) for s in range(3)], suffix=".txt")
-    report = build_report(load_runs(paths), SMALL)
+    report = to_json(build_report(load_runs(paths), SMALL))
     rep = report["representation"]
     assert report["input"] == {"source": None, "run_names": [str(p) for p in paths], "runs": 3, "keys": 50, "dim": 6,
-                               "dropped_keys": 0, "normalized": False, "seed": 0}
+                               "dropped_keys": 0, "normalized": False, "seed": 0, "featurized": None}
     assert rep["noise_share"] > 0.5 and rep["aligned_noise_share"] < 1e-9 and rep["inner_product_noise_share"] < 1e-9
     assert rep["knn_overlap"] == 1 and rep["cka"] == pytest.approx(1)
     assert len(rep["noise_share_per_dim"]) == 6 and sum(rep["noise_share_histogram"]["counts"]) == 6
@@ -70,7 +77,7 @@ def test_bad_inputs_name_the_file(tmp_path):
 def test_run_set_with_checkpoints_reports_training(tmp_path, sessions_file):
     root = tmp_path / "runs"
     pretrain(root, sessions_file, TrainConfig(dim=6, epochs=3, checkpoints=True), runs=3, jobs=1)
-    report = build_report(load_runs([root]), SMALL)
+    report = to_json(build_report(load_runs([root]), SMALL))
     training = report["training"]
     assert report["input"]["run_names"] == ["run-000", "run-001", "run-002"]
     losses = [json.loads((root / f"run-00{i}" / "losses.json").read_text()) for i in range(3)]
@@ -87,16 +94,17 @@ def test_normalize_option_changes_inputs_to_unit_rows(tmp_path):
     rng = np.random.default_rng(0)
     base = rng.standard_normal((30, 4))
     paths = files(tmp_path, [base, base * 3.0])  # same directions, other lengths
-    raw = build_report(load_runs(paths), SMALL)["representation"]["noise_share"]
-    unit = build_report(load_runs(paths), AuditOptions(**{**SMALL.__dict__, "normalize": True}))["representation"]["noise_share"]
+    raw = build_report(load_runs(paths), SMALL).representation.noise_share
+    unit = build_report(load_runs(paths), replace(SMALL, normalize=True)).representation.noise_share
     assert raw == pytest.approx(0.2, abs=1e-6)  # Var = x², E[H²] = (1 + 9)/2 x²
     assert unit < 1e-12
 
 
 def test_knn_k_must_fit_the_keys(tmp_path):
     paths = files(tmp_path, [np.eye(3), np.eye(3)])
-    with pytest.raises(UsageError, match=r"--knn-k 3: needs 1 <= k < number of common keys \(3\)"):
+    with pytest.raises(OptionError, match=r"knn_k: 3 must be below the number of common keys \(3\)") as caught:
         build_report(load_runs(paths), AuditOptions(knn_k=3))
+    assert caught.value.param == "knn_k"
 
 
 def test_checks():
@@ -104,10 +112,9 @@ def test_checks():
               "downstream": None, "checks": [], "passed": True}
     checks = evaluate_checks(report, ["representation.knn_overlap>=0.6", "representation.cka > 0.9",
                                       "representation.least_stable.0.aligned_variance<=0.1"])
-    assert [c["passed"] for c in checks] == [False, True, True]
-    assert checks[0] == {"name": "representation.knn_overlap>=0.6", "path": "representation.knn_overlap", "op": ">=",
-                         "value": 0.55, "threshold": 0.6, "passed": False}
-    assert report["passed"] is False
+    assert [c.passed for c in checks] == [False, True, True]
+    assert to_json(checks[0]) == {"name": "representation.knn_overlap>=0.6", "path": "representation.knn_overlap",
+                                  "op": ">=", "value": 0.55, "threshold": 0.6, "passed": False}
     assert parse_check(" a.b == 1e-3 ") == ("a.b", "==", 0.001)
     for bad in ["knn_overlap", "a.b >= x", "a.b => 3", ""]:
         with pytest.raises(UsageError, match="--check"):
@@ -116,3 +123,150 @@ def test_checks():
         resolve(report, "representation.knn")
     with pytest.raises(UsageError, match="downstream is not a number"):
         resolve(report, "downstream")
+
+
+# ------------------------------------------------------------ typed report, new content
+
+from conftest import make_runset  # noqa: E402
+
+from stabcli import metrics  # noqa: E402
+from stabcli.schema import dumps  # noqa: E402
+
+
+def _strict(text):
+    def refuse(constant):
+        raise AssertionError(f"{constant} in JSON output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_run_set_epochs_report_the_variance_and_the_pure_noise_level(tmp_path, sessions_file):
+    root = tmp_path / "runs"
+    pretrain(root, sessions_file, TrainConfig(dim=6, epochs=3, checkpoints=True), runs=3, jobs=1)
+    report = build_report(load_runs([root]), SMALL)
+    rep, last = report.representation, report.training.by_epoch[-1]
+    # the last checkpoint is the final vectors: its variance is the report's Fig. 1a variance
+    assert last.variance_mean == pytest.approx(np.mean(rep.variance_per_dim), rel=1e-12)
+    q = last.variance_quantiles
+    assert (q.min, q.median, q.max) == pytest.approx((min(rep.variance_per_dim), np.median(rep.variance_per_dim),
+                                                      max(rep.variance_per_dim)), rel=1e-12)
+    assert rep.noise_share_independent == pytest.approx(2 / 3)
+    assert report.training.reports_loss is True
+
+
+def test_epoch_variance_is_the_direct_across_run_variance(tmp_path):
+    root = make_runset(tmp_path / "runs", runs=3, epochs=4, n=25, dim=5)
+    report = build_report(load_runs([root]), SMALL)
+    for row in report.training.by_epoch:
+        snaps = np.stack([np.load(root / f"run-{r:03d}" / "epochs" / f"{row.epoch:03d}.npy") for r in range(3)])
+        per_dim = snaps.astype(np.float64).var(axis=0, ddof=1).mean(axis=0)
+        assert row.variance_mean == pytest.approx(per_dim.mean(), rel=1e-9)
+        assert row.variance_quantiles.q25 == pytest.approx(np.quantile(per_dim, 0.25), rel=1e-9)
+    # epoch e holds the final vectors × e/4: the variance grows as e² (the paper's Fig. 1c shape)
+    means = [row.variance_mean for row in report.training.by_epoch]
+    assert means == pytest.approx([means[-1] * (e / 4) ** 2 for e in range(1, 5)], rel=1e-6)
+
+
+def test_least_stable_ranks_by_relative_instability_not_by_norm(tmp_path):
+    """A popular key with a large norm and a large absolute variance is stable relative to
+    its size; a small key whose direction flips between runs is not."""
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((40, 4))
+    base[0] *= 100.0  # big and stable: absolute variance large, relative small
+    runs = []
+    for r in range(3):
+        h = base + 0.05 * rng.standard_normal(base.shape) * np.linalg.norm(base, axis=1, keepdims=True)
+        h[1] = rng.standard_normal(4) * 0.1  # small and pure noise
+        runs.append(h)
+    report = build_report(load_runs(files(tmp_path, runs)), replace(SMALL, top=40))
+    least = report.representation.least_stable
+    assert least[0].key == "k1"
+    assert max(least, key=lambda i: i.aligned_variance).key == "k0"
+    assert [i.key for i in least].index("k0") > 20
+    relative = [i.relative_instability for i in least]
+    assert relative == sorted(relative, reverse=True)
+    for item in least[:3]:
+        assert item.relative_instability == pytest.approx(item.aligned_variance * 4 / item.mean_squared_norm)
+        row = int(item.key[1:])
+        assert item.mean_squared_norm == pytest.approx(np.mean([np.sum(np.square(h[row].astype(np.float32),
+                                                                                 dtype=np.float64)) for h in runs]))
+
+
+def test_least_stable_names_and_frequencies(tmp_path):
+    root = make_runset(tmp_path / "runs", n=12)
+    (root / "key_counts.txt").write_text("".join(f"{100 + i}\n" for i in range(12)))
+    report = build_report(load_runs([root]), replace(SMALL, top=12), key_names={"k3": "Three"})
+    by_key = {i.key: i for i in report.representation.least_stable}
+    assert by_key["k3"].name == "Three" and by_key["k4"].name is None
+    assert by_key["k5"].frequency == 105
+    stats = report.key_stats
+    assert list(stats.frequency) == [100 + i for i in range(12)]
+    assert stats.displacement is None  # only computed for --per-key
+
+
+def test_non_finite_values_are_null_in_json_and_fail_their_checks(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    paths = files(tmp_path, [rng.standard_normal((20, 3)) for _ in range(2)])
+    monkeypatch.setattr(metrics, "linear_cka", lambda grams, r, s: float("nan"))
+    monkeypatch.setattr(metrics, "pip_loss", lambda grams, r, s: float("inf"))
+    report = build_report(load_runs(paths), SMALL, checks=["representation.cka>0", "representation.pip_loss>=0",
+                                                           "input.runs==2"])
+    data = _strict(dumps(report))
+    assert data["representation"]["cka"] is None and data["representation"]["pip_loss"] is None
+    assert [c["passed"] for c in data["checks"]] == [False, False, True]
+    assert data["checks"][0]["value"] is None and data["passed"] is False
+
+
+def test_featurized_run_set_says_so(tmp_path):
+    block = {"dim": 8, "sigma": 1.0, "seed": 0, "normalize": True, "input": "/x/runs"}
+    root = make_runset(tmp_path / "phi", manifest={"schema_version": 1, "runs": {}, "featurize": block})
+    report = build_report(load_runs([root]), SMALL)
+    assert report.input.featurized == block
+    from stabcli.report import verdict
+
+    assert verdict(report).endswith("featurized run set (phi M=8, σ=1.0)")
+    plain = build_report(load_runs([make_runset(tmp_path / "raw")]), SMALL)
+    assert plain.input.featurized is None and "featurized" not in verdict(plain)
+
+
+def test_options_validate_themselves():
+    for name, value in [("pairs", 0), ("knn_k", 0), ("knn_queries", -1), ("top", -1), ("seed", -1),
+                        ("pairs", 1.5), ("seed", True), ("top", "3")]:
+        with pytest.raises(OptionError) as caught:
+            AuditOptions(**{name: value})
+        assert caught.value.param == name
+    with pytest.raises(Exception, match="cannot assign"):
+        SMALL.pairs = 3  # frozen
+
+
+def test_pairs_refused_by_a_memory_estimate(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    paths = files(tmp_path, [rng.standard_normal((20, 3)) for _ in range(2)])
+    monkeypatch.setattr("stabcli.audit.available_memory", lambda: 1_000_000)
+    from stabcli.audit import pairs_memory
+
+    fits = 1_000_000 // pairs_memory(1, 2, 3)
+    build_report(load_runs(paths), replace(SMALL, pairs=fits))
+    with pytest.raises(OptionError, match=r"pairs: .* pairs need about .* of memory, 976.6 KB is available") as caught:
+        build_report(load_runs(paths), replace(SMALL, pairs=fits + 1))
+    assert caught.value.param == "pairs"
+
+
+def test_report_without_losses_has_no_loss_column(tmp_path):
+    from stabcli.report import NO_LOSS, convergence_table, render_markdown
+
+    report = build_report(load_runs([make_runset(tmp_path / "runs", losses=False)]), SMALL)
+    assert report.training.reports_loss is False
+    headers, rows = convergence_table(report)
+    assert "mean loss" not in headers and all("n/a" not in cell for row in rows for cell in row)
+    assert render_markdown(report).count("reports no training loss") == 1
+    assert NO_LOSS in render_markdown(report).lower()
+
+
+def test_markdown_keeps_names_with_pipes_in_their_cell(tmp_path):
+    from stabcli.report import render_markdown
+
+    root = make_runset(tmp_path / "runs", n=6)
+    report = build_report(load_runs([root]), replace(SMALL, top=6), key_names={f"k{i}": f"A|B {i}" for i in range(6)})
+    rows = [line for line in render_markdown(report).splitlines() if line.startswith("| `k")]
+    assert len(rows) == 6 and all(r"A\|B" in row and row.count(" | ") == 4 for row in rows)

@@ -110,7 +110,7 @@ CASES = [
      "l.csv:1: contains NUL bytes"),
     # ---- featurize
     ("odd M", lambda t: ["featurize", good(t), "--out", t / "o.npy", "--dim", "7"], "must be an even integer"),
-    ("negative sigma", lambda t: ["featurize", good(t), "--out", t / "o.npy", "--sigma", "-1"], "sigma -1.0 must be a positive"),
+    ("negative sigma", lambda t: ["featurize", good(t), "--out", t / "o.npy", "--sigma", "-1"], "--sigma: -1.0 must be a positive"),
     ("output in a missing directory", lambda t: ["featurize", good(t), "--out", t / "missing" / "o.npy"], "o.npy"),
     ("output under a file", lambda t: ["featurize", good(t), "--out", text(t, "f", "x") / "o.npy"], "o.npy"),
     ("featurize NaN input", lambda t: ["featurize", text(t, "b.txt", "2 2\nk0 nan 2\nk1 3 4\n"), "--out", t / "o.npy"],

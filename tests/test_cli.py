@@ -59,8 +59,8 @@ def test_pretrain_params_reach_gensim(tmp_path, sessions_file):
 
 @pytest.mark.parametrize("args, message", [
     (["--param", "bogus=1"], "error: --param bogus: not an argument of gensim Word2Vec"),
-    (["--model", "glove"], "error: --model 'glove': choose one of word2vec, doc2vec"),
-    (["--corpus-format", "xml"], "error: unknown corpus format 'xml'"),
+    (["--model", "glove"], "error: --model: 'glove': choose one of word2vec, doc2vec"),
+    (["--corpus-format", "xml"], "error: --corpus-format: unknown corpus format 'xml'"),
 ])
 def test_pretrain_bad_options_exit_2_with_one_line(tmp_path, sessions_file, args, message):
     result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, *args)
@@ -121,6 +121,9 @@ def test_demo_trains_the_sample(tmp_path):
     assert (tmp_path / "demo" / "runs-phi64" / "run-004" / "vectors.npy").is_file()
     keys = (tmp_path / "demo" / "runs" / "keys.txt").read_text().splitlines()
     assert len(keys) > 1000 and np.load(tmp_path / "demo" / "runs" / "run-004" / "vectors.npy").shape == (len(keys), 32)
+    drift = json.loads((tmp_path / "demo" / "drift.json").read_text())  # the drift step: 12 items moved
+    assert drift["input"]["before_in_noise"] and 10 <= drift["drift"]["discoveries"] <= 14
+    assert "listed keys are the 12 moved Horror items" in result.output
 
 
 @pytest.fixture
@@ -141,6 +144,8 @@ def test_audit_terminal_report(runset):
     assert first.startswith("coordinates: ") and "inner products: " in first and "% stable" in first
     for text in ("Representation stability", "k-NN overlap@3", "PIP loss", "Least stable keys", "Training convergence"):
         assert text in result.output
+    assert first == result.stdout.splitlines()[0] and "(pure noise: 67%)" in first
+    assert "variance mean" in result.stdout and result.stderr == ""
 
 
 def test_audit_json_markdown_plots_and_step_summary(runset, tmp_path, monkeypatch):
@@ -167,6 +172,9 @@ def test_audit_json_markdown_plots_and_step_summary(runset, tmp_path, monkeypatc
         "fig1a_variance_per_dim.png", "fig1b_loss_by_epoch.png", "fig1c_noise_by_epoch.png",
         "fig1d_coordinate_vs_inner_product.png"]
     assert (tmp_path / "plots" / "fig1a_variance_per_dim.png").read_bytes()[:4] == b"\x89PNG"
+    assert result.stderr.splitlines() == [f"wrote {tmp_path / 'plots' / name}" for name in (
+        "fig1a_variance_per_dim.png", "fig1b_loss_by_epoch.png", "fig1c_noise_by_epoch.png",
+        "fig1d_coordinate_vs_inner_product.png")]
 
 
 def test_audit_checks_pass_fail_and_bad_paths(runset):
@@ -176,8 +184,10 @@ def test_audit_checks_pass_fail_and_bad_paths(runset):
                     "--check", "representation.knn_overlap>1.5")
     assert failed.exit_code == 1
     assert failed.output.strip().splitlines()[-1].startswith("FAIL representation.knn_overlap>1.5")
+    assert failed.stdout.strip().splitlines()[-1].startswith("FAIL") and failed.stderr == ""
     unknown = invoke("audit", runset, *AUDIT_SMALL, "--check", "representation.knn>0.5")
     assert unknown.exit_code == 2 and "error: --check: no 'knn' in representation" in unknown.output
+    assert unknown.stdout == "" and unknown.stderr.startswith("error: --check: no 'knn' in representation")
     malformed = invoke("audit", runset, "--check", "knn_overlap")
     assert malformed.exit_code == 2 and "expected PATH OP VALUE" in malformed.output
 
@@ -196,9 +206,10 @@ def test_audit_unwritable_outputs_exit_2(runset, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     result = invoke("audit", runset, *AUDIT_SMALL, "--plots", blocker / "plots")
-    assert result.exit_code == 2 and "cannot write" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and f"--plots {blocker / 'plots'}: {blocker} is not a directory" in result.output
+    assert "Traceback" not in result.output
     result = invoke("audit", runset, *AUDIT_SMALL, "--json", tmp_path / "missing-dir" / "r.json")
-    assert result.exit_code == 2 and "r.json: cannot write" in result.output
+    assert result.exit_code == 2 and f"r.json: directory {tmp_path / 'missing-dir'} does not exist" in result.output
 
 
 @pytest.fixture
@@ -239,9 +250,9 @@ def test_audit_checks_reach_downstream_variants(runset, genre_labels):
     (["--labels", "MISSING"], "missing.csv: label file not found"),
     (["--labels", "GENRES", "--variants", "h,rff:8"], "unknown variant 'rff:8'"),
     (["--labels", "GENRES", "--featurize-dims", "8,x"], "--featurize-dims '8,x': expected a comma-separated list of int"),
-    (["--labels", "GENRES", "--model", "svm"], "--model 'svm': choose one of logreg, knn, ridge"),
-    (["--labels", "GENRES", "--test-size", "1.5"], "--test-size 1.5: must be between 0 and 1"),
-    (["--labels", "GENRES", "--task", "regression"], "--task regression needs numeric labels, found 'g"),
+    (["--labels", "GENRES", "--model", "svm"], "--model: 'svm' is not one of logreg, knn, ridge"),
+    (["--labels", "GENRES", "--test-size", "1.5"], "--test-size: 1.5 must be a share strictly between 0 and 1"),
+    (["--labels", "GENRES", "--task", "regression"], "--task regression needs finite numeric labels, found 'g"),
     (["--labels", "ONECLASS"], "only one class ('g') among the 40 labeled keys"),
 ])
 def test_audit_bad_label_options_exit_2(runset, genre_labels, tmp_path, args, message):
@@ -251,3 +262,4 @@ def test_audit_bad_label_options_exit_2(runset, genre_labels, tmp_path, args, me
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+    assert result.stdout == "" and result.stderr.startswith("error: ") and message in result.stderr

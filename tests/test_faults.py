@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import REPO
-from stabcli import trainers, training
+from stabcli import trainers
 from stabcli.cli import app
 from stabcli.runset import RunSet
 from stabcli.training import TrainConfig, pretrain

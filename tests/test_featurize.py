@@ -13,7 +13,8 @@ from stabcli import FourierFeaturizer, ProcrustesAligner
 from stabcli.audit import load_runs
 from stabcli.cli import app
 from stabcli.embeddings import read_embedding, write_embedding
-from stabcli.featurize import FeaturizeSpec, choose_dimension, featurize, gaussian_kernel_error
+from stabcli.featurize import FeaturizeOptions, featurize
+from stabcli.fourier import choose_dimension, gaussian_kernel_error
 
 runner = CliRunner()
 
@@ -113,8 +114,8 @@ def emb(tmp_path):
 
 def test_streaming_equals_unchunked_and_is_bitwise_reproducible(tmp_path, emb):
     path, keys, vectors = emb
-    featurize(path, tmp_path / "a.npy", FeaturizeSpec(dim=16, chunk_rows=7))
-    featurize(path, tmp_path / "b.npy", FeaturizeSpec(dim=16, chunk_rows=100_000))
+    featurize(path, tmp_path / "a.npy", FeaturizeOptions(dim=16, chunk_rows=7))
+    featurize(path, tmp_path / "b.npy", FeaturizeOptions(dim=16, chunk_rows=100_000))
     a = np.load(tmp_path / "a.npy")
     assert a.dtype == np.float32 and a.shape == (100, 16)
     assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
@@ -140,7 +141,7 @@ def test_rows_float32_cannot_normalize_are_still_exact(tmp_path):
     vectors[7] *= np.float32(1e-25)
     vectors[11] *= np.float32(1e25)
     write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(12)], vectors)
-    featurize(tmp_path / "in.npy", tmp_path / "out.npy", FeaturizeSpec(dim=8, chunk_rows=4))  # one odd row per chunk
+    featurize(tmp_path / "in.npy", tmp_path / "out.npy", FeaturizeOptions(dim=8, chunk_rows=4))  # one odd row per chunk
     x = vectors.astype(np.float64)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     z = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0) @ np.random.default_rng(0).normal(0.0, 1.0, (6, 4))
@@ -153,17 +154,17 @@ def test_word2vec_outputs_load_in_gensim(tmp_path, emb, name, binary):
     from gensim.models import KeyedVectors
 
     path, keys, _ = emb
-    featurize(path, tmp_path / name, FeaturizeSpec(dim=6))
+    featurize(path, tmp_path / name, FeaturizeOptions(dim=6))
     kv = KeyedVectors.load_word2vec_format(str(tmp_path / name), binary=binary)
     assert kv.index_to_key == keys
-    np.testing.assert_allclose(kv.vectors, np.load(featurize(path, tmp_path / "x.npy", FeaturizeSpec(dim=6)).output), atol=1e-6)
+    np.testing.assert_allclose(kv.vectors, np.load(featurize(path, tmp_path / "x.npy", FeaturizeOptions(dim=6)).output), atol=1e-6)
 
 
 @pytest.mark.parametrize("fmt, name", [("kv", "o.kv"), ("parquet", "o.parquet"), ("npy", "o.vectors")])
 def test_other_output_formats_round_trip(tmp_path, emb, fmt, name):
     path, keys, _ = emb
-    direct = np.load(featurize(path, tmp_path / "d.npy", FeaturizeSpec(dim=6)).output)
-    featurize(path, tmp_path / name, FeaturizeSpec(dim=6), fmt=fmt)
+    direct = np.load(featurize(path, tmp_path / "d.npy", FeaturizeOptions(dim=6)).output)
+    featurize(path, tmp_path / name, FeaturizeOptions(dim=6, fmt=fmt))
     if fmt == "npy":
         np.testing.assert_array_equal(np.load(tmp_path / name, allow_pickle=False), direct)
         assert (tmp_path / "o.keys.txt").read_text().splitlines() == keys
@@ -177,7 +178,7 @@ def test_align_to_recovers_the_reference(tmp_path, emb):
     path, keys, vectors = emb
     rotated = vectors @ ortho_group.rvs(8, random_state=3).astype(np.float32)
     write_embedding(tmp_path / "rot.npy", keys[::-1], rotated[::-1])  # other key order
-    result = featurize(tmp_path / "rot.npy", tmp_path / "back.npy", FeaturizeSpec(dim=0, align_to=path))
+    result = featurize(tmp_path / "rot.npy", tmp_path / "back.npy", FeaturizeOptions(dim=0, align_to=path))
     back = read_embedding(tmp_path / "back.npy")
     order = [back.keys.index(k) for k in keys]
     np.testing.assert_allclose(np.asarray(back.vectors)[order], vectors, atol=1e-5)
@@ -196,7 +197,7 @@ def test_run_set_becomes_a_run_set_audit_reads(tmp_path, sessions_file):
     from stabcli.training import TrainConfig, pretrain
 
     pretrain(tmp_path / "runs", sessions_file, TrainConfig(dim=6, epochs=2), runs=3, jobs=1)
-    result = featurize(tmp_path / "runs", tmp_path / "phi", FeaturizeSpec(dim=10))
+    result = featurize(tmp_path / "runs", tmp_path / "phi", FeaturizeOptions(dim=10))
     assert result.runs == 3
     runs = load_runs([tmp_path / "phi"])
     assert runs.dim == 10 and len(runs.arrays) == 3 and runs.keys == load_runs([tmp_path / "runs"]).keys
@@ -211,17 +212,17 @@ def test_run_set_becomes_a_run_set_audit_reads(tmp_path, sessions_file):
 
 def test_save_transform_holds_u_and_recipe(tmp_path, emb):
     path, _, _ = emb
-    featurize(path, tmp_path / "o.npy", FeaturizeSpec(dim=8, align_to=path), save_transform=tmp_path / "t.npz")
+    featurize(path, tmp_path / "o.npy", FeaturizeOptions(dim=8, align_to=path), save_transform=tmp_path / "t.npz")
     saved = np.load(tmp_path / "t.npz")
     assert saved["directions"].shape == (8, 4) and saved["rotation"].shape == (8, 8)
     assert "cos" in str(saved["recipe"])
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--dim", "7"], "output dimension 7 must be an even integer >= 2"),
-    (["--dim", "0"], "--dim 0 only aligns: it needs --align-to"),
-    (["--sigma", "-1"], "sigma -1.0 must be a positive number"),
-    (["--chunk-rows", "0"], "--chunk-rows must be at least 1"),
+    (["--dim", "7"], "--dim: 7 must be an even integer >= 2"),
+    (["--dim", "0"], "--dim: 0 only aligns: it needs --align-to"),
+    (["--sigma", "-1"], "--sigma: -1.0 must be a positive number"),
+    (["--chunk-rows", "0"], "--chunk-rows: 0 must be at least 1"),
 ])
 def test_cli_bad_options(tmp_path, emb, args, message):
     path, _, _ = emb
@@ -234,7 +235,8 @@ def test_cli_bad_inputs_leave_no_output(tmp_path, emb):
     path, keys, vectors = emb
     bad = vectors.copy()
     bad[50, 3] = np.nan
-    write_embedding(tmp_path / "nan.npy", keys, bad)
+    np.save(tmp_path / "nan.npy", bad)  # write_embedding refuses NaN
+    (tmp_path / "nan.keys.txt").write_text("\n".join(keys) + "\n", encoding="utf-8")
     result = runner.invoke(app, ["featurize", str(tmp_path / "nan.npy"), "--out", str(tmp_path / "o.npy"), "--chunk-rows", "10"])
     assert result.exit_code == 2 and "nan.npy: key 'k50' has NaN or infinite values" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.keys.txt", "in.npy", "nan.keys.txt", "nan.npy"]
@@ -250,3 +252,173 @@ def test_cli_featurize_reports(tmp_path, emb):
     result = runner.invoke(app, ["featurize", str(path), "--out", str(tmp_path / "o.npy"), "--epsilon", "0.05"])
     assert result.exit_code == 0, result.output
     assert "measured mean kernel error" in result.output and "Rahimi–Recht" in result.output
+
+
+# ---- options, outputs and faults (issues 12, 13, 14)
+
+def test_featurize_options_validate_themselves_once():
+    import dataclasses
+
+    from stabcli.errors import OptionError
+
+    assert FeaturizeOptions().dim == 128 and FeaturizeOptions(epsilon=0.1).dim is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        FeaturizeOptions().dim = 4
+    for kwargs, param in [({"dim": 7}, "dim"), ({"dim": 8, "epsilon": 0.1}, "epsilon"), ({"epsilon": float("inf")}, "epsilon"),
+                          ({"seed": -1}, "seed"), ({"seed": 1.5}, "seed"), ({"sigma": float("nan")}, "sigma"),
+                          ({"dim": True}, "dim"), ({"chunk_rows": 0}, "chunk_rows"), ({"fmt": "csv"}, "fmt"),
+                          ({"reference": 2}, "reference"), ({"normalize": "yes"}, "normalize")]:
+        with pytest.raises(OptionError) as info:
+            FeaturizeOptions(**kwargs)
+        assert info.value.param == param and isinstance(info.value, ValueError)
+
+
+def test_estimators_validate_parameters_the_sklearn_way():
+    from stabcli.errors import OptionError
+
+    X = np.random.default_rng(0).standard_normal((6, 3))
+    for kwargs in ({"sigma": -1.0}, {"sigma": 0}, {"random_state": -1}, {"normalize": "yes"}, {"n_components": 0},
+                   {"n_components": 2.5}):
+        with pytest.raises(ValueError, match="parameter of FourierFeaturizer must be"):
+            FourierFeaturizer(**kwargs).fit(X)
+    with pytest.raises(OptionError, match="n_components: 3 must be an even integer"):
+        FourierFeaturizer(n_components=3).fit(X)
+    with pytest.raises(ValueError, match="reference: must have the shape of X"):
+        ProcrustesAligner(reference=np.zeros((2, 3))).fit(X)
+    assert set(FourierFeaturizer._parameter_constraints) == set(FourierFeaturizer().get_params())
+    assert set(ProcrustesAligner._parameter_constraints) == set(ProcrustesAligner().get_params())
+
+
+def test_existing_outputs_need_force_which_replaces_them(tmp_path, emb):
+    path, keys, _ = emb
+    out = tmp_path / "o.npy"
+    assert runner.invoke(app, ["featurize", str(path), "--out", str(out), "--dim", "8"]).exit_code == 0
+    result = runner.invoke(app, ["featurize", str(path), "--out", str(out), "--dim", "4"])
+    assert result.exit_code == 2 and f"--out {out}: already exists; pass --force" in result.stderr
+    assert np.load(out).shape == (100, 8)
+    result = runner.invoke(app, ["featurize", str(path), "--out", str(out), "--dim", "4", "--force"])
+    assert result.exit_code == 0, result.output
+    assert np.load(out).shape == (100, 4) and json.loads((tmp_path / "o.npy.featurize.json").read_text())["dim"] == 4
+    assert f"(sidecar {tmp_path / 'o.npy.featurize.json'})" in result.stdout  # as given, with its directory
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.keys.txt", "in.npy", "o.keys.txt", "o.npy",
+                                                         "o.npy.featurize.json"]
+
+
+def test_force_replaces_a_featurized_run_set(tmp_path, sessions_file):
+    from stabcli.training import TrainConfig, pretrain
+
+    pretrain(tmp_path / "runs", sessions_file, TrainConfig(dim=6, epochs=1), runs=2, jobs=1)
+    featurize(tmp_path / "runs", tmp_path / "phi", FeaturizeOptions(dim=10))
+    result = featurize(tmp_path / "runs", tmp_path / "phi", FeaturizeOptions(dim=4), force=True)
+    assert result.output_dim == 4 and load_runs([tmp_path / "phi"]).dim == 4
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_align_to_a_run_set_uses_its_reference_run(tmp_path, sessions_file):
+    from stabcli.training import TrainConfig, pretrain
+
+    pretrain(tmp_path / "runs", sessions_file, TrainConfig(dim=6, epochs=1), runs=3, jobs=1)
+    run1 = read_embedding(tmp_path / "runs" / "run-001" / "vectors.npy")
+    write_embedding(tmp_path / "run1.npy", load_runs([tmp_path / "runs"]).keys, np.asarray(run1.vectors))
+    rotated = np.asarray(run1.vectors) @ ortho_group.rvs(6, random_state=2).astype(np.float32)
+    write_embedding(tmp_path / "rot.npy", load_runs([tmp_path / "runs"]).keys, rotated)
+    result = featurize(tmp_path / "rot.npy", tmp_path / "back.npy",
+                       FeaturizeOptions(dim=0, align_to=tmp_path / "runs", reference=1))
+    assert result.residual_after < 1e-4 < result.residual_before
+    np.testing.assert_allclose(np.load(tmp_path / "back.npy"), run1.vectors, atol=1e-4)
+    side = json.loads((tmp_path / "back.npy.featurize.json").read_text())
+    assert side["align_to_run"] == "run-001"
+    from stabcli.corpus import file_sha256
+    assert side["align_to_sha256"] == file_sha256(tmp_path / "runs" / "run-001" / "vectors.npy")
+
+
+def test_keyless_arrays_align_by_position_with_a_note(tmp_path):
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((40, 5)).astype(np.float32)
+    np.save(tmp_path / "ref.npy", ref)
+    np.save(tmp_path / "x.npy", ref @ ortho_group.rvs(5, random_state=1).astype(np.float32))
+    result = runner.invoke(app, ["featurize", str(tmp_path / "x.npy"), "--out", str(tmp_path / "o.npy"), "--dim", "0",
+                                 "--align-to", str(tmp_path / "ref.npy")])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip() == "note: no input has a keys file: rows are matched by position"
+    np.testing.assert_allclose(np.load(tmp_path / "o.npy"), ref, atol=1e-5)
+
+
+def test_a_late_failure_removes_every_output_and_names_the_real_file(tmp_path, emb, monkeypatch):
+    """All or nothing: --save-transform fails after the features, keys and sidecar were staged."""
+    import errno
+
+    from stabcli import featurize as featurize_module
+
+    path, _, _ = emb
+
+    def disk_full(plan, target, *args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(plan.staging(target)))
+
+    monkeypatch.setattr(featurize_module, "_save_transform", disk_full)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = runner.invoke(app, ["featurize", str(path), "--out", str(tmp_path / "o.npy"), "--save-transform",
+                                 str(tmp_path / "t.npz")])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {tmp_path / 't.npz'}: cannot write (No space left on device)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_chunk_rows_that_cannot_fit_are_refused_naming_the_option(tmp_path, monkeypatch):
+    from stabcli import resources
+
+    write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(5000)], np.ones((5000, 4), np.float32))
+    monkeypatch.setattr(resources, "available_memory", lambda: 4 << 20)
+    args = ["featurize", str(tmp_path / "in.npy"), "--out", str(tmp_path / "o.npy"), "--dim", "128"]
+    assert runner.invoke(app, args).exit_code == 0  # the default chunk (~1 MB of output) fits
+    result = runner.invoke(app, args + ["--chunk-rows", "5000", "--force"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --chunk-rows: 5,000 rows per chunk for 5,000 rows of dimension 4 (npy output) needs about "), \
+        result.stderr
+    assert result.stderr.strip().endswith("but only 4.0 MB of memory is available")
+
+
+def _limited(args, limit):
+    """Run the stabcli CLI in a child whose files may not exceed ``limit`` bytes (SIGXFSZ ignored)."""
+    import subprocess
+    import sys
+
+    code = ("import resource, signal, sys\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+            "from stabcli.cli import main\n"
+            "sys.argv = ['stabcli'] + sys.argv[1:]\n"
+            "main()\n")
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("name", ["o.npy", "o.vec", "o.kv"])
+def test_a_file_size_limit_names_the_real_file_and_leaves_nothing(tmp_path, name):
+    write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(2000)],
+                    np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    done = _limited(["featurize", tmp_path / "in.npy", "--out", tmp_path / name, "--dim", "64"], 100_000)
+    assert done.returncode == 2, done
+    assert done.stderr.strip() == f"error: {tmp_path / name}: cannot write (File too large)", done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_rahimi_recht_dimension_in_logarithms():
+    import math
+
+    from stabcli.fourier import rahimi_recht_dimension
+
+    for epsilon, sigma, dim, diameter in [(0.05, 1.0, 4, 2.0), (0.01, 0.5, 64, 2.0), (0.1, 3.0, 16, 7.5)]:
+        direct = 4 * (dim + 2) / epsilon ** 2 * math.log(2 ** 8 * (sigma * math.sqrt(dim) * diameter / epsilon) ** 2 / 0.05)
+        assert rahimi_recht_dimension(epsilon, sigma, dim, diameter) == 2 * math.ceil(direct)
+    assert rahimi_recht_dimension(0.1, 1e200, 4, 2.0) > 0  # (σ·diam/ε)² overflows a float; its logarithm does not
+    assert rahimi_recht_dimension(0.1, 1.0, 4, 0.0) > 0  # all-zero rows
+
+
+def test_a_keyless_file_named_like_a_run_is_still_keyless(tmp_path, emb):
+    """Keylessness is what was read (no keys file beside an .npy), not a file name."""
+    path, _, vectors = emb
+    np.save(tmp_path / "vectors.npy", vectors)
+    result = runner.invoke(app, ["featurize", str(tmp_path / "vectors.npy"), "--out", str(tmp_path / "o.npy"),
+                                 "--align-to", str(path)])
+    assert result.exit_code == 2 and "vectors.npy: has no keys file (vectors.keys.txt)" in result.stderr

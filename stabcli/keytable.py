@@ -1,0 +1,99 @@
+"""Per-key tables: display names read in (``--key-names``), every key's numbers written out
+(``--per-key``, CSV or parquet). Both go through pandas."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from stabcli.errors import InputError, UsageError
+
+PER_KEY_COLUMNS = ["key", "name", "frequency", "norm", "aligned_variance", "relative_instability",
+                   "displacement", "knn_overlap"]
+
+
+def read_key_names(path: Path, encoding: str = "utf-8") -> dict[str, str]:
+    """Key → display name from a MovieLens item file (``id|title|…``, as ``u.item``) or a
+    table whose first two columns are key and name (CSV, TSV; a header row is harmless).
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "u.item"
+    >>> _ = p.write_text("1|Toy Story (1995)|01-Jan-1995\\n2|GoldenEye (1995)|01-Jan-1995\\n")
+    >>> read_key_names(p)
+    {'1': 'Toy Story (1995)', '2': 'GoldenEye (1995)'}
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        text = raw.decode(encoding)
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not valid {encoding} text (MovieLens item files need --encoding latin-1)") from None
+    except LookupError:
+        raise UsageError(f"--encoding {encoding}: unknown text encoding") from None
+    text = text.lstrip("\ufeff")
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    if not first:
+        raise InputError(f"{path}: empty; expected key and name columns")
+    separator = "|" if "|" in first else "\t" if "\t" in first else "::" if "::" in first else ","
+    try:
+        table = pd.read_csv(io.StringIO(text), sep=separator, header=None, dtype=str, keep_default_na=False,
+                            usecols=[0, 1], engine="python")
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise InputError(f"{path}: expected at least two {_name(separator)}-separated columns, key and name "
+                         f"({str(exc).splitlines()[0]})") from None
+    return dict(zip(table[0].str.strip(), table[1].str.strip()))
+
+
+def _name(separator: str) -> str:
+    return {"|": "'|'", "\t": "tab", "::": "'::'", ",": "comma"}[separator]
+
+
+def per_key_frame(keys: list[str], names: dict[str, str] | None, frequency: np.ndarray | None, norm: np.ndarray,
+                  aligned_variance: np.ndarray, relative_instability: np.ndarray, displacement: np.ndarray | None,
+                  knn_overlap: np.ndarray) -> pd.DataFrame:
+    """One row per key with the ``PER_KEY_COLUMNS``; missing values are empty (NA)."""
+    n = len(keys)
+    counts = [None] * n if frequency is None else [int(c) if c >= 0 else None for c in frequency]
+    return pd.DataFrame({
+        "key": keys,
+        "name": [names.get(k) for k in keys] if names else [None] * n,
+        "frequency": pd.array(counts, dtype="Int64"),
+        "norm": norm,
+        "aligned_variance": aligned_variance,
+        "relative_instability": relative_instability,
+        "displacement": displacement if displacement is not None else np.full(n, np.nan),
+        "knn_overlap": knn_overlap,
+    }, columns=PER_KEY_COLUMNS)
+
+
+def per_key_format(path: Path) -> str:
+    """``parquet`` for ``.parquet``/``.pq``, ``csv`` for ``.csv``/``.tsv``/``.txt`` or no suffix;
+    any other suffix is a UsageError (a file no reader would open)."""
+    suffix = path.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    if suffix in (".csv", ".tsv", ".txt", ""):
+        return "csv"
+    raise UsageError(f"--per-key {path}: unknown suffix {suffix!r}; use .csv, .tsv or .parquet")
+
+
+def write_per_key(frame: pd.DataFrame, path: Path, staged: Path) -> None:
+    """Write the per-key table for output ``path`` (its suffix decides the format) into the
+    temporary file ``staged`` that the command's output plan renames into place."""
+    fmt = per_key_format(path)
+    try:
+        if fmt == "parquet":
+            try:
+                frame.to_parquet(staged, index=False)
+            except ImportError:
+                raise UsageError(f"--per-key {path}: parquet needs pyarrow: pip install 'stabcli[parquet]'") from None
+        else:
+            frame.to_csv(staged, index=False, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None

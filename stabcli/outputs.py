@@ -1,0 +1,346 @@
+"""Every output of a command, decided in one place before the first byte is written.
+
+The rule, the same for every command and every kind of output:
+
+* An output (after resolving symlinks) that is an input, lies inside an input directory (a
+  run set and everything in it), or is a directory holding an input, is refused, naming
+  both paths. So are two outputs that are the same file.
+* An output that exists is refused unless ``force``. With ``force`` a file is replaced
+  atomically, and a directory only if it holds nothing but what stabcli writes there
+  (``owned``); a symlink inside it, or any other file, is refused by name.
+* ``kind="append"`` (``GITHUB_STEP_SUMMARY``) is appended to, as its protocol says, but
+  is still checked against the inputs. ``exists_ok=True`` leaves existence to the caller
+  (``pretrain --out`` resumes a run set); the input checks still apply.
+* Writes go to temporary names beside their target (``.NAME.tmp-PID`` for files,
+  ``.NAME.partial-PID`` for directories) and are renamed into place together by
+  ``commit``; any failure before that removes every temporary, so a command leaves all its
+  outputs or none. Errors name the real output, never a temporary name.
+
+Example
+-------
+>>> plan = OutputPlan(inputs=["a.npy"], force=False)          # doctest: +SKIP
+>>> plan.add("o.npy", "--out"); plan.add("o.npy.featurize.json", "--out")
+>>> plan.check()                                               # before any work
+>>> with plan:                                                 # rollback on any exception
+...     with open(plan.staging("o.npy"), "wb") as fh:          # write to the temporary name
+...         np.save(fh, array)
+...     plan.write_json("o.npy.featurize.json", sidecar)
+... # leaving the block without an exception commits: every output appears at once
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Iterable
+
+from stabcli.errors import UsageError
+
+Owned = Callable[[PurePosixPath, bool], bool]
+"""``owned(relative_path, is_dir)``: whether stabcli writes this entry of a directory output."""
+
+_RUN = r"run-\d{3,}"
+_TMP = re.compile(r"^\..+\.(tmp|partial|old)-\d+(\..*)?$")
+
+
+def runset_owned(rel: PurePosixPath, is_dir: bool) -> bool:
+    """The entries of a run set that stabcli writes (``runset.py``'s layout)."""
+    parts = rel.parts
+    if _TMP.match(parts[-1]):
+        return True
+    top = parts[0]
+    if len(parts) == 1:
+        if is_dir:
+            return bool(re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", top))
+        return top in ("stabcli.json", "keys.txt", "key_counts.txt", "stabcli.lock", ".corpus.txt")
+    if not re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", top):
+        return False
+    if len(parts) == 2:
+        return (parts[1] == "epochs") if is_dir else parts[1] in ("vectors.npy", "keys.txt", "losses.json", "log.txt")
+    return len(parts) == 3 and parts[1] == "epochs" and not is_dir and bool(re.fullmatch(r"\d+\.npy", parts[2]))
+
+
+def plots_owned(rel: PurePosixPath, is_dir: bool) -> bool:
+    """The PNG figures ``audit --plots`` writes."""
+    return len(rel.parts) == 1 and not is_dir and (rel.name.endswith(".png") or bool(_TMP.match(rel.name)))
+
+
+def foreign_entry(root: Path, owned: Owned) -> Path | None:
+    """The first entry under ``root`` that stabcli did not write (a symlink never counts as
+    written by stabcli), or None. Symlinks are never followed."""
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        for name in sorted(dirnames) + sorted(filenames):
+            path = here / name
+            rel = PurePosixPath(path.relative_to(root).as_posix())
+            if path.is_symlink() or not owned(rel, path.is_dir()):
+                return path
+    return None
+
+
+def with_companions(path: str | Path) -> list[Path]:
+    """An input path and the files reading it also reads (an ``.npy``'s ``NAME.keys.txt``);
+    declare them all as inputs. A directory input covers everything inside it already."""
+    path = Path(path)
+    if path.suffix.lower() == ".npy":
+        return [path, path.with_name(path.stem + ".keys.txt")]
+    return [path]
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    return path != directory and path.is_relative_to(directory)
+
+
+@dataclass
+class _Output:
+    path: Path                      # as given: shown in every message
+    label: str                      # "--out", "--json", "GITHUB_STEP_SUMMARY", "sidecar of --out" ...
+    kind: str                       # "file", "dir" or "append"
+    owned: Owned | None = None
+    exists_ok: bool = False
+    staged: Path | None = None      # the temporary name once something was written
+    nested: bool = False            # staged inside a private temporary directory (``staging(nested=True)``)
+    text: list[str] = field(default_factory=list)  # what an "append" output receives on commit
+
+    @property
+    def name(self) -> str:
+        return f"{self.label} {self.path}" if self.label else str(self.path)
+
+    def temporary(self) -> Path:
+        suffix = "partial" if self.kind == "dir" else "tmp"
+        return self.path.with_name(f".{self.path.name}.{suffix}-{os.getpid()}")
+
+
+class OutputPlan:
+    """The outputs of one command: checked together, written atomically, all or nothing.
+
+    Parameters
+    ----------
+    inputs : iterable of path
+        Every input: files, run-set directories (everything inside them counts), corpora,
+        label files, references, keys files. More with :meth:`add_input`.
+    force : bool
+        Replace existing outputs (files atomically; directories only when they hold nothing
+        but what stabcli writes there).
+    """
+
+    def __init__(self, inputs: Iterable[str | Path] = (), *, force: bool = False):
+        self.force = force
+        self._inputs: list[Path] = []
+        self._outputs: list[_Output] = []
+        self._committed: list[tuple[_Output, bool]] = []  # (output, existed before)
+        self._current: _Output | None = None
+        for path in inputs:
+            self.add_input(path)
+
+    # -- declaring -----------------------------------------------------------------------
+    def add_input(self, path: str | Path) -> None:
+        """Declare an input; a directory makes everything inside it an input too."""
+        self._inputs.append(Path(path))
+
+    def add(self, path: str | Path, label: str = "", *, kind: str = "file", owned: Owned | None = None,
+            exists_ok: bool = False) -> Path:
+        """Declare an output; returns it as a Path. ``label`` names it in messages (the
+        option, e.g. ``--json``). ``kind`` is ``file``, ``dir`` (built whole, then renamed;
+        ``owned`` says which entries ``force`` may replace) or ``append``. ``exists_ok``:
+        only the input and collision checks apply; the caller writes the output itself
+        (``pretrain --out`` resuming a run set)."""
+        if kind not in ("file", "dir", "append"):
+            raise ValueError(f"kind {kind!r}: expected file, dir or append")
+        output = _Output(Path(path), label, kind, owned, exists_ok)
+        self._outputs.append(output)
+        return output.path
+
+    @property
+    def outputs(self) -> list[Path]:
+        return [o.path for o in self._outputs]
+
+    # -- checking ------------------------------------------------------------------------
+    def check(self) -> None:
+        """Refuse (UsageError naming the paths) any output that collides with an input or
+        another output, exists without ``force``, or cannot be created. Writes nothing."""
+        inputs = [(given, _real(given)) for given in self._inputs]
+        seen: list[tuple[_Output, Path]] = []
+        for output in self._outputs:
+            real = _real(output.path)
+            for candidate in (real, _real(output.path.parent) / output.temporary().name):
+                for given, source in inputs:
+                    if candidate == source:
+                        raise UsageError(f"{output.name}: is the input {given}; write the output elsewhere")
+                    if source.is_dir() and _inside(candidate, source):
+                        raise UsageError(f"{output.name}: lies inside the input {given}; write the output elsewhere")
+                    if output.kind == "dir" and _inside(source, candidate):
+                        raise UsageError(f"{output.name}: contains the input {given}; write the output elsewhere")
+            for other, other_real in seen:
+                if real == other_real:
+                    raise UsageError(f"{output.name}: is also {other.name}; give them different paths")
+                if (other.kind == "dir" and _inside(real, other_real)) or (output.kind == "dir" and _inside(other_real, real)):
+                    raise UsageError(f"{output.name}: overlaps {other.name}; give them separate paths")
+            seen.append((output, real))
+        for output in self._outputs:  # collisions first: they are named whatever else is wrong
+            self._check_location(output)
+
+    def _check_location(self, output: _Output) -> None:
+        path, parent = output.path, output.path.parent
+        if not parent.exists():
+            raise UsageError(f"{output.name}: directory {parent} does not exist")
+        if not parent.is_dir():
+            raise UsageError(f"{output.name}: {parent} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"{output.name}: cannot write in {parent} (permission denied)")
+        if not os.path.lexists(path):
+            return
+        if output.kind == "append":
+            if path.is_dir():
+                raise UsageError(f"{output.name}: is a directory")
+            return
+        if output.exists_ok:
+            return
+        if output.kind == "file" and path.is_dir() and not path.is_symlink():
+            raise UsageError(f"{output.name}: is a directory; give a file name")
+        if output.kind == "dir" and not path.is_dir():
+            raise UsageError(f"{output.name}: exists and is not a directory")
+        if not self.force:
+            raise UsageError(f"{output.name}: already exists; pass --force to replace it")
+        if output.kind == "dir":
+            if path.is_symlink():
+                raise UsageError(f"{output.name}: is a symlink; stabcli replaces only directories it wrote")
+            foreign = foreign_entry(path, output.owned or (lambda rel, is_dir: False))
+            if foreign is not None:
+                raise UsageError(f"{output.name}: holds {foreign}, which stabcli did not write; "
+                                 f"refusing to replace it even with --force")
+
+    # -- writing -------------------------------------------------------------------------
+    def _find(self, path: str | Path) -> _Output:
+        path = Path(path)
+        for output in self._outputs:
+            if output.path == path:
+                return output
+        raise ValueError(f"{path} was not declared with OutputPlan.add")
+
+    def staging(self, path: str | Path, *, nested: bool = False) -> Path:
+        """The temporary name to write output ``path`` under (a fresh directory for a ``dir``
+        output); ``commit`` renames it into place. ``nested=True`` gives a file of the same
+        name inside a private temporary directory, for writers that make temporary files
+        of their own beside their target (gensim, pandas, matplotlib): rollback removes
+        them with the directory."""
+        output = self._find(path)
+        if output.kind == "append":
+            raise ValueError(f"{path}: an append output is written with write_text")
+        if output.exists_ok and output.kind == "dir":
+            raise ValueError(f"{path}: an exists_ok directory is written by its caller (committing would replace it)")
+        self._current = output
+        if output.staged is None:
+            tmp = output.temporary()
+            if os.path.lexists(tmp):  # left by an earlier attempt of this very pid
+                shutil.rmtree(tmp) if tmp.is_dir() and not tmp.is_symlink() else tmp.unlink()
+            output.nested = nested and output.kind == "file"
+            if output.kind == "dir" or output.nested:
+                tmp.mkdir()
+            output.staged = tmp / output.path.name if output.nested else tmp
+        return output.staged
+
+    def write_bytes(self, path: str | Path, data: bytes) -> None:
+        with open(self.staging(path), "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def write_text(self, path: str | Path, text: str) -> None:
+        output = self._find(path)
+        if output.kind == "append":
+            self._current = output
+            output.text.append(text)
+        else:
+            self.write_bytes(path, text.encode("utf-8"))
+
+    def write_json(self, path: str | Path, data: Any) -> None:
+        self.write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+    def commit(self) -> None:
+        """Rename every staged output into place (replacing what ``force`` allows), then
+        append to the ``append`` outputs. On failure, roll back and raise UsageError."""
+        try:
+            for output in self._outputs:
+                if output.staged is not None:
+                    self._current = output
+                    self._publish(output)
+            for output in self._outputs:
+                if output.kind == "append" and output.text:
+                    self._current = output
+                    with open(output.path, "a", encoding="utf-8") as fh:
+                        fh.write("".join(output.text))
+        except OSError as exc:
+            error = self.write_error(exc)
+            self.rollback()
+            raise error from None
+
+    def _publish(self, output: _Output) -> None:
+        assert output.staged is not None
+        existed = os.path.lexists(output.path)
+        if output.kind == "dir" and existed:
+            aside = output.path.with_name(f".{output.path.name}.old-{os.getpid()}")
+            os.rename(output.path, aside)
+            os.rename(output.staged, output.path)
+            shutil.rmtree(aside)
+        else:
+            os.replace(output.staged, output.path)
+            if output.nested:
+                shutil.rmtree(output.staged.parent)
+        output.staged = None
+        self._committed.append((output, existed))
+
+    def rollback(self) -> None:
+        """Remove every temporary name and every output this plan already created."""
+        for output in self._outputs:
+            staged = output.staged.parent if output.staged is not None and output.nested else output.staged
+            if staged is not None and os.path.lexists(staged):
+                if staged.is_dir() and not staged.is_symlink():
+                    shutil.rmtree(staged, ignore_errors=True)
+                else:
+                    staged.unlink(missing_ok=True)
+            output.staged = None
+            output.text.clear()
+        for output, existed in self._committed:
+            if not existed:
+                if output.kind == "dir":
+                    shutil.rmtree(output.path, ignore_errors=True)
+                else:
+                    output.path.unlink(missing_ok=True)
+        self._committed.clear()
+
+    def write_error(self, exc: OSError) -> UsageError:
+        """One line naming the real output (never a temporary name) for a failed write."""
+        output, name = self._current, None
+        filename = Path(exc.filename) if exc.filename else None
+        for candidate in self._outputs:
+            tmp = candidate.temporary()
+            if filename is not None and (filename == tmp or _inside(filename, tmp)):
+                output = candidate
+                if candidate.kind == "dir" and filename != tmp:  # a file inside a directory output
+                    name = candidate.path / filename.relative_to(tmp)
+        name = name or (output.path if output is not None else filename)
+        reason = exc.strerror or os.strerror(exc.errno or errno.EIO)
+        return UsageError(f"{name}: cannot write ({reason})")
+
+    def __enter__(self) -> OutputPlan:
+        self.check()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.commit()
+            return
+        error = self.write_error(exc) if isinstance(exc, OSError) else None
+        self.rollback()
+        if error is not None:
+            raise error from None

@@ -1,0 +1,215 @@
+"""The audit report, typed: one frozen dataclass per section, documented field by field.
+
+``stabcli.schema`` turns these into JSON (``to_json``), resolves ``--check`` paths against
+them before any computation (``check_path``) and generates the JSON reference in
+``docs/json.md`` (``markdown_table(AuditReport)``). A key added here is a key added to the
+JSON, the docs table and the checkable paths at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from stabcli.schema import doc
+
+
+@dataclass(frozen=True)
+class InputSection:
+    source: str | None = doc("run-set directory (null for a list of files)")
+    run_names: list[str] = doc("`run-NNN` names or file paths, in order")
+    runs: int = doc("R, the number of runs compared")
+    keys: int = doc("n, the keys common to every run")
+    dim: int = doc("d, the embedding dimension")
+    dropped_keys: int = doc("keys not present in every run, left out")
+    normalized: bool = doc("`--normalize`: rows were L2-normalized first")
+    seed: int = doc("`--seed` of the sampled pairs and queries")
+    featurized: dict[str, Any] | None = doc(
+        "for a run set written by `stabcli featurize`: its transform (the sidecar: `dim`, `sigma`, `seed`, "
+        "`normalize`, `align_to`, `input`, …); null otherwise", default=None)
+
+
+@dataclass(frozen=True)
+class Histogram:
+    edges: list[float] = doc("11 bin edges over [0, 1]")
+    counts: list[int] = doc("10 counts, dimensions per bin")
+
+
+@dataclass(frozen=True)
+class UnstableKey:
+    key: str = doc("the key")
+    name: str | None = doc("its display name from `--key-names` (null without)")
+    frequency: int | None = doc("its training frequency (token count) from the run set, null where not recorded")
+    aligned_variance: float = doc("mean over dimensions of its across-run variance after Procrustes (ddof=0)")
+    mean_squared_norm: float = doc("mean over runs of its squared L2 norm")
+    relative_instability: float = doc(
+        "aligned_variance × d / mean_squared_norm: the key's own aligned noise share (0 = identical in every run, "
+        "(R−1)/R = pure noise); the list is sorted by it, largest first")
+    knn_overlap: float = doc("its k-NN overlap@k between runs")
+
+
+@dataclass(frozen=True)
+class RepresentationSection:
+    noise_share: float = doc("overall coordinate noise share: Σ Var_r / Σ E_r[H²]")
+    noise_share_independent: float = doc(
+        "(R−1)/R, the noise share of runs that share nothing (pure noise), to read noise_share against")
+    noise_share_per_dim: list[float] = doc("one share per dimension")
+    noise_share_histogram: Histogram = doc("histogram of the per-dimension shares over [0, 1]")
+    variance_per_dim: list[float] = doc("per dimension, mean over keys of Var_r (ddof=1) (paper Fig. 1a)")
+    aligned_noise_share: float = doc("noise share after generalized Procrustes to the consensus")
+    aligned_noise_share_per_dim: list[float] = doc("aligned share per dimension")
+    procrustes_iterations: int = doc("generalized Procrustes iterations used")
+    inner_product_noise_share: float = doc("noise share of the cosine similarities of sampled key pairs (Fig. 1d)")
+    inner_product_pairs: int = doc("number of key pairs sampled (`--pairs`)")
+    inner_to_coordinate_ratio: float | None = doc("inner-product share / coordinate share (null if the latter is 0)")
+    knn_overlap: float = doc("mean k-NN overlap@k over the sampled queries and run pairs")
+    knn_k: int = doc("k (`--knn-k`)")
+    knn_queries: int = doc("number of query keys sampled")
+    knn_chance: float = doc("k/(n−1), the overlap of random neighbour lists")
+    pip_loss: float = doc("mean PIP loss ‖H_r H_rᵀ − H_s H_sᵀ‖_F over run pairs")
+    pip_loss_relative: float | None = doc("pip_loss divided by the mean ‖HHᵀ‖_F")
+    cka: float = doc("mean linear CKA over run pairs")
+    eigenspace_overlap: float = doc("mean eigenspace overlap over run pairs")
+    semantic_displacement: float = doc("mean cosine distance after pairwise Procrustes")
+    least_stable: list[UnstableKey] = doc("the `--top` keys of highest relative instability, least stable first")
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    min: float = doc("smallest")
+    q25: float = doc("25th percentile")
+    median: float = doc("median")
+    q75: float = doc("75th percentile")
+    max: float = doc("largest")
+
+
+@dataclass(frozen=True)
+class EpochRow:
+    epoch: int = doc("epoch number, from 1")
+    noise_share: float | None = doc("coordinate noise share of the epoch's `--checkpoints` snapshots (null without)")
+    variance_mean: float | None = doc(
+        "mean over keys and dimensions of the across-run variance (ddof=1) of the snapshots: the paper's Fig. 1c "
+        "quantity, equal to the mean of representation.variance_per_dim for the final vectors (null without)")
+    variance_quantiles: Quantiles | None = doc("quantiles over dimensions of the per-dimension variance (null without)")
+    loss_mean: float | None = doc("mean training loss over runs (null where no run reports one)")
+
+
+@dataclass(frozen=True)
+class TrainingSection:
+    final_loss: list[float] | None = doc("last non-null loss per run (null if any run has none)")
+    final_loss_mean: float | None = doc("mean of final_loss")
+    final_loss_std: float | None = doc("std of final_loss (ddof=1)")
+    final_loss_cv: float | None = doc("final_loss_std / |final_loss_mean|")
+    loss_by_run: list[list[float | None]] | None = doc("per-run lists of per-epoch losses (null without losses)")
+    reports_loss: bool = doc("whether the model reported any training loss (doc2vec does not)")
+    by_epoch: list[EpochRow] = doc("one row per epoch with losses or checkpoints")
+
+
+def _classification(v: VariantResult) -> bool:
+    return v.task == "classification"
+
+
+def _regression(v: VariantResult) -> bool:
+    return v.task == "regression"
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    task: str = doc("", json=False)
+    dim: int = doc("feature dimension of the variant")
+    source: str = doc("`h`, `avg` or `aligned`")
+    sigma: float | None = doc("σ for phi variants (else null)")
+    accuracy_mean: float | None = doc("classification: mean test accuracy over runs", default=None, when=_classification)
+    accuracy_std: float | None = doc("classification: its std (ddof=1; null for `avg`)", default=None, when=_classification)
+    accuracy_by_run: list[float] | None = doc("classification: one value per run", default=None, when=_classification)
+    f1_macro_mean: float | None = doc("classification: mean macro-F1", default=None, when=_classification)
+    f1_macro_std: float | None = doc("classification: its std", default=None, when=_classification)
+    f1_macro_by_run: list[float] | None = doc("classification: per run", default=None, when=_classification)
+    r2_mean: float | None = doc("regression: mean test R²", default=None, when=_regression)
+    r2_std: float | None = doc("regression: its std (ddof=1; null for `avg`)", default=None, when=_regression)
+    r2_by_run: list[float] | None = doc("regression: per run", default=None, when=_regression)
+    rmse_mean: float | None = doc("regression: mean test RMSE", default=None, when=_regression)
+    rmse_std: float | None = doc("regression: its std", default=None, when=_regression)
+    rmse_by_run: list[float] | None = doc("regression: per run", default=None, when=_regression)
+    churn: float | None = doc("mean over run pairs of the share of differing test predictions (regression: RMS "
+                              "difference); null for `avg`", default=None)
+    stale_accuracy_mean: float | None = doc("classification: the reference run's model applied to the other runs, "
+                                            "mean accuracy", default=None, when=_classification)
+    stale_r2_mean: float | None = doc("regression: the same in R²", default=None, when=_regression)
+    stale_drop: float | None = doc("mean refit − stale metric", default=None)
+
+    def metric(self, name: str) -> Any:
+        """A metric by its JSON name (``accuracy_mean``, ``stale_r2_mean``, …)."""
+        return getattr(self, name)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    variant: str | None = doc("the recommended variant (null when nothing can be compared)")
+    reason: str = doc("the sentence explaining it")
+
+
+@dataclass(frozen=True)
+class DownstreamSection:
+    labels: str = doc("label file")
+    task: str = doc("`classification` or `regression`")
+    model: str = doc("`logreg`, `knn` or `ridge`")
+    classes: int | None = doc("number of classes (null for regression)")
+    train: int = doc("keys in the training split")
+    test: int = doc("keys in the test split")
+    skipped_keys: int = doc("common keys without a label")
+    min_class_size: int = doc("`--min-class-size`: smaller classes are dropped")
+    feature_scale: float = doc("power of two the features were divided by before fitting (1.0 normally)")
+    label_scale: float = doc("power of two regression labels were divided by (1.0 normally; RMSE and churn "
+                             "are in label units)")
+    test_size: float = doc("`--test-size`")
+    split_seed: int = doc("`--split-seed`")
+    reference: str = doc("name of the `--reference` run")
+    phi_seed: int = doc("seed of the random Fourier directions")
+    majority_accuracy: float | None = doc("accuracy of always predicting the most frequent training class (null for regression)")
+    not_converged: int = doc("fits whose solver stopped before converging (0 normally)")
+    variants: dict[str, VariantResult] = doc("one entry per variant, by name (`h`, `avg`, `aligned`, `phi:64`, `phi:64@0.5`, …)")
+    recommendation: Recommendation = doc("the most stable variant whose metric is within one std of the best")
+    dropped_classes: dict[str, int] = doc("classes with fewer labeled keys than `--min-class-size`, left out: class → "
+                                          "labeled keys (empty for regression)", default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DownstreamSection:
+        """The section from ``downstream.downstream_report``'s dict; a key this type does not
+        declare is a programming error (add it here, with its meaning)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise AssertionError(f"downstream keys {unknown} are not declared in DownstreamSection")
+        task = data["task"]
+        variant_keys = {f.name for f in fields(VariantResult)}
+        variants = {}
+        for name, entry in data["variants"].items():
+            extra = sorted(set(entry) - variant_keys)
+            if extra:
+                raise AssertionError(f"variant keys {extra} are not declared in VariantResult")
+            variants[name] = VariantResult(task=task, **entry)
+        return cls(**{**data, "variants": variants, "recommendation": Recommendation(**data["recommendation"])})
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str = doc("the expression as given")
+    path: str = doc("the dotted path it reads")
+    op: str = doc("`<`, `<=`, `>`, `>=` or `==`")
+    value: float | None = doc("the value found (null if not finite; such a check fails)")
+    threshold: float = doc("the number compared with")
+    passed: bool = doc("whether the comparison holds")
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    stabcli_version: str = doc("version that wrote the report")
+    input: InputSection = doc("what was compared")
+    representation: RepresentationSection = doc("stability of the vectors themselves")
+    training: TrainingSection = doc("training losses and per-epoch stability (run sets only)")
+    downstream: DownstreamSection | None = doc("downstream fluctuation across runs; null without `--labels`")
+    checks: list[Check] = doc("the `--check` results, in the order given", default_factory=list)
+    passed: bool = doc("true when every check passed (true without checks)", default=True)
+    key_stats: Any = doc("every key's numbers for --per-key (stabcli.audit.KeyStats); not in the JSON",
+                         default=None, json=False)

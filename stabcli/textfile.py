@@ -1,0 +1,157 @@
+"""Reading text files as users have them: byte-order marks, UTF-16, CRLF, and refusing what is
+not a regular text file (directories, FIFOs, devices, compressed or binary files).
+
+Shared by the corpus and the label readers. Decoding is strict: an undecodable byte is an
+error naming the file, the line and the column, never silently replaced.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import os
+import stat
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from stabcli.errors import InputError, OptionError
+
+BLOCK = 1 << 20
+
+# longest first: the UTF-32 LE mark starts with the UTF-16 LE one
+BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+COMPRESSED = (
+    (b"\x1f\x8b", "gzip-compressed", "gunzip -k"),
+    (b"BZh", "bzip2-compressed", "bunzip2 -k"),
+    (b"\xfd7zXZ\x00", "xz-compressed", "unxz -k"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd"),
+    (b"PK\x03\x04", "a zip archive", "unzip"),
+)
+
+
+def check_encoding(param: str, encoding: object) -> str:
+    """The canonical codec name of ``encoding``; an unknown or non-text codec is an
+    ``OptionError`` naming ``param`` (checked before any file is opened)."""
+    if not isinstance(encoding, str) or not encoding.strip():
+        raise OptionError(param, f"expected an encoding name such as utf-8, latin-1 or utf-16, got {encoding!r}")
+    try:
+        info = codecs.lookup(encoding)
+    except (LookupError, ValueError):  # ValueError: a name with a NUL character
+        raise OptionError(param, f"unknown encoding {encoding!r}; use a name such as utf-8, latin-1, cp1252 or utf-16") from None
+    if not getattr(info, "_is_text_encoding", True):
+        raise OptionError(param, f"{encoding!r} is not a text encoding; use a name such as utf-8, latin-1 or utf-16")
+    return info.name
+
+
+def check_regular_file(path: Path, what: str = "file") -> None:
+    """Refuse a missing path, a directory, and anything that is not a regular file (a FIFO
+    or a device such as /dev/zero would hang or never end) before opening it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a directory, not a {what}")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+        raise InputError(f"{path}: is {kind}, not a regular file; write it to a regular file first")
+
+
+def sniff_encoding(path: Path, encoding: str, what: str = "file") -> tuple[str, int]:
+    """(codec, bytes to skip): a byte-order mark decides the encoding and is skipped;
+    compressed files are refused naming the tool that unpacks them."""
+    check_regular_file(path, what)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    for magic, kind, tool in COMPRESSED:
+        if head.startswith(magic):
+            raise InputError(f"{path}: is {kind}; decompress it first ({tool} {path.name})")
+    for bom, codec in BOMS:
+        if head.startswith(bom):
+            return codec, len(bom)
+    codec = codecs.lookup(encoding).name
+    return (codec + "-le" if codec in ("utf-16", "utf-32") else codec), 0  # no mark: little-endian, as Windows writes
+
+
+def _ascii_compatible(codec: str) -> bool:
+    return not codec.startswith(("utf-16", "utf-32"))
+
+
+def text_lines(path: str | Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+    """Yield (line number, decoded line without its ``\\n`` or ``\\r\\n``), every line
+    including empty ones. A byte-order mark is skipped (and selects UTF-8/16/32); NUL
+    bytes, compressed files and undecodable bytes are errors naming the line."""
+    path = Path(path)
+    codec, skip = sniff_encoding(path, encoding)
+    decoder = codecs.getincrementaldecoder(codec)(errors="strict")
+    lineno = 1
+    pending: list[str] = []  # the current line's text so far (no newline in it)
+    with open(path, "rb") as fh:
+        fh.seek(skip)
+        while True:
+            block = fh.read(BLOCK)
+            final = not block
+            if _ascii_compatible(codec) and b"\x00" in block:
+                nul_line = lineno + block[: block.index(b"\x00")].count(b"\n")
+                raise InputError(f"{path}:{nul_line}: contains NUL bytes; this looks like a binary file, not text "
+                                 f"(a UTF-16 file without a byte-order mark needs --encoding utf-16)")
+            try:
+                text = decoder.decode(block, final)
+            except UnicodeDecodeError as exc:
+                raise _decode_error(path, codec, "".join(pending), lineno, exc) from None
+            if "\n" not in text:
+                if text:
+                    pending.append(text)
+            else:
+                parts = text.split("\n")
+                parts[0] = "".join(pending) + parts[0]
+                pending = [parts.pop()] if parts[-1] else []
+                for line in parts:
+                    if "\x00" in line:
+                        raise InputError(f"{path}:{lineno}: contains NUL characters; this looks like a binary file, not text")
+                    yield lineno, line[:-1] if line.endswith("\r") else line
+                    lineno += 1
+            if final:
+                break
+    if pending:
+        line = "".join(pending)
+        if "\x00" in line:
+            raise InputError(f"{path}:{lineno}: contains NUL characters; this looks like a binary file, not text")
+        yield lineno, line[:-1] if line.endswith("\r") else line
+
+
+def _decode_error(path: Path, codec: str, pending: str, lineno: int, exc: UnicodeDecodeError) -> InputError:
+    data = exc.object
+    try:
+        before = pending + data[: exc.start].decode(codec)
+    except UnicodeDecodeError:
+        before = pending
+    line = lineno + before.count("\n")
+    column = len(before) - (before.rfind("\n") + 1) + 1
+    return InputError(f"{path}:{line}: not valid {codec} (byte 0x{data[exc.start]:02x} at column {column}); "
+                      f"re-encode the file or pass --encoding")
+
+
+@contextmanager
+def csv_field_limit_lifted() -> Iterator[None]:
+    """The csv module refuses fields over 131,072 characters; our files may hold longer ones.
+    Lifts the process-wide limit for the duration and restores it."""
+    old = csv.field_size_limit()
+    csv.field_size_limit(sys.maxsize)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(old)

@@ -1,0 +1,261 @@
+"""Bad inputs to ``stabcli audit`` (options, --check paths, key-name files, checkpoints,
+outputs): exit 2, one line naming the option or file, nothing written, inputs unchanged."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import assert_bad_input, files_state, make_runset
+from stabcli import metrics
+from stabcli.cli import app
+
+runner = CliRunner()
+N_KEYS, DIM = 30, 4
+KEYS = [f"k{i}" for i in range(N_KEYS)]
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def vectors(seed: int, n: int = N_KEYS, d: int = DIM) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+
+
+@pytest.fixture
+def work(tmp_path):
+    """(tmp_path, run set); the whole tmp_path is compared before and after."""
+    return tmp_path, make_runset(tmp_path / "runs")
+
+
+def bad(work, fragment, *args):
+    root, runs = work
+    before = files_state(root)
+    result = invoke("audit", runs, "--knn-queries", "5", "--pairs", "50", "--knn-k", "3", *args)
+    assert_bad_input(result, fragment, root, before)
+    return result
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--seed", "-1"], "--seed: -1 must be at least 0"),
+    (["--seed", "-100000000000000000000000000000"], "--seed: -100000000000000000000000000000 must be at least 0"),
+    (["--pairs", "0"], "--pairs: 0 must be at least 1"),
+    (["--pairs", "-5"], "--pairs: -5 must be at least 1"),
+    (["--knn-queries", "0"], "--knn-queries: 0 must be at least 1"),
+    (["--knn-queries", "-1"], "--knn-queries: -1 must be at least 1"),
+    (["--top", "-1"], "--top: -1 must be at least 0"),
+    (["--knn-k", "0"], "--knn-k: 0 must be at least 1"),
+    (["--knn-k", "-3"], "--knn-k: -3 must be at least 1"),
+    (["--knn-k", str(N_KEYS)], f"--knn-k: {N_KEYS} must be below the number of common keys ({N_KEYS})"),
+    (["--knn-k", "1000000"], "--knn-k: 1000000 must be below the number of common keys"),
+    (["--pairs", "100000000000"], "--pairs: 100,000,000,000 pairs need about"),
+    (["--pairs", "1000000000000000000000"], "is available"),
+    (["--format", "yaml"], "--format: choose table or json"),
+    (["--variants", "h"], "--variants only apply with --labels FILE"),
+    (["--sigmas", "1"], "--sigmas only apply with --labels FILE"),
+    (["--pairs", "x"], "Invalid value for '--pairs'"),
+    (["--top", "1.5"], "Invalid value for '--top'"),
+    (["--seed", ""], "Invalid value for '--seed'"),
+    (["--knn-k", "١٢x"], "Invalid value for '--knn-k'"),
+    (["--no-such-option"], "No such option: --no-such-option"),
+    (["--normalize=3"], "--normalize"),
+    (["--json"], "Option '--json' requires an argument"),
+])
+def test_bad_option_values(work, args, fragment):
+    bad(work, fragment, *args)
+
+
+@pytest.mark.parametrize("check, fragment", [
+    ("representation.knn>0.5", "--check: no 'knn' in representation (has: "),
+    ("nothing>1", "--check: no 'nothing' in the report"),
+    ("representation>1", "representation is not a number (it is object)"),
+    ("representation.least_stable.x.knn_overlap<1", "representation.least_stable is a list: expected an index"),
+    ("representation.least_stable<1", "representation.least_stable is not a number (it is list of object)"),
+    ("representation.noise_share_per_dim<1", "is not a number (it is list of number)"),
+    ("input.source==1", "input.source is not a number (it is string)"),
+    ("input.run_names.0==1", "input.run_names.0 is not a number (it is string)"),
+    ("passed==1", "passed is not a number (it is boolean)"),
+    ("stabcli_version>0", "stabcli_version is not a number (it is string)"),
+    ("representation.cka.value>0", "representation.cka is number, it has no 'value'"),
+    ("training.by_epoch.0.variance_quantiles.p99>1", "no 'p99' in training.by_epoch.0.variance_quantiles"),
+    ("checks.0.name>1", "checks.0.name is not a number"),
+    (".cka>1", "no '' in the report"),
+    ("downstream.variants.h.churn<0.1", "the downstream section needs --labels FILE"),
+    ("downstream.task>1", "the downstream section needs --labels FILE"),
+    ("downstream>1", "the downstream section needs --labels FILE"),
+    ("representation.cka>nan", "the threshold must be a finite number"),
+    ("representation.cka<inf", "the threshold must be a finite number"),
+    ("representation.cka<-infinity", "the threshold must be a finite number"),
+    ("representation.cka", "expected PATH OP VALUE"),
+    ("representation.cka => 1", "expected PATH OP VALUE"),
+    ("representation.cka >= one", "'one' is not a number"),
+    ("", "expected PATH OP VALUE"),
+])
+def test_bad_check_paths(work, check, fragment):
+    bad(work, fragment, "--check", check)
+
+
+@pytest.mark.parametrize("check, fragment", [
+    ("representation.least_stable.999.knn_overlap<1", "representation.least_stable has 20 entries, no '999'"),
+    ("representation.noise_share_per_dim.99<1", f"representation.noise_share_per_dim has {DIM} entries, no '99'"),
+    ("training.by_epoch.7.noise_share<1", "training.by_epoch has 2 entries, no '7'"),
+])
+def test_check_index_past_the_end(work, check, fragment):
+    bad(work, fragment, "--check", check)
+
+
+def test_missing_inputs_and_unknown_commands_are_one_line(tmp_path):
+    before = files_state(tmp_path)
+    assert_bad_input(invoke("audit"), "Missing argument", tmp_path, before)
+    assert_bad_input(invoke("audti", tmp_path), "No such command 'audti'", tmp_path, before)
+
+
+def test_unknown_check_path_fails_before_any_work(tmp_path, monkeypatch):
+    """A typo in --check is exit 2 in well under a second whatever the input size: no
+    metric runs, no input is read."""
+    root = tmp_path / "big"
+    make_runset(root, runs=3, epochs=1, n=200_000, dim=16)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a metric ran before the --check paths were validated")
+
+    for name in ("gram_blocks", "noise_share", "knn_overlap", "inner_product_noise_share"):
+        monkeypatch.setattr(metrics, name, forbidden)
+    monkeypatch.setattr("stabcli.audit.load_runs", forbidden)
+    before = files_state(tmp_path)
+    start = time.perf_counter()
+    result = invoke("audit", root, "--check", "representation.knn_overlapp>=0.5")
+    elapsed = time.perf_counter() - start
+    assert_bad_input(result, "no 'knn_overlapp' in representation", tmp_path, before)
+    assert elapsed < 1.0
+    result = invoke("audit", root, "--check", "downstream.variants.h.churn<0.1")
+    assert_bad_input(result, "--check downstream.variants.h.churn: the downstream section needs --labels FILE",
+                     tmp_path, before)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_checkpoint_names_the_file(work, value):
+    _, runs = work
+    snapshot = np.load(runs / "run-001" / "epochs" / "002.npy")
+    snapshot[3, 1] = float(value)
+    np.save(runs / "run-001" / "epochs" / "002.npy", snapshot)
+    bad(work, "run-001/epochs/002.npy: key 'k3' has NaN or infinite values")
+
+
+@pytest.mark.parametrize("array, fragment", [
+    (np.zeros((N_KEYS, DIM + 1), dtype=np.float32), "does not match the run's float vectors of dimension 4"),
+    (np.zeros(N_KEYS, dtype=np.float32), "does not match the run's float vectors"),
+    (np.zeros((N_KEYS, DIM), dtype=np.int64), "type int64 does not match"),
+    (np.zeros((N_KEYS, DIM), dtype=np.complex64), "type complex64 does not match"),
+    (np.zeros((N_KEYS - 1, DIM), dtype=np.float32), f"{N_KEYS - 1} rows, but the run has {N_KEYS} keys"),
+])
+def test_mismatched_checkpoint_names_the_file(work, array, fragment):
+    _, runs = work
+    np.save(runs / "run-000" / "epochs" / "001.npy", array)
+    result = bad(work, fragment)
+    assert "run-000/epochs/001.npy" in result.stderr
+
+
+def test_unreadable_checkpoint_names_the_file(work):
+    _, runs = work
+    (runs / "run-000" / "epochs" / "002.npy").write_bytes(b"not an npy file at all")
+    bad(work, "run-000/epochs/002.npy: unreadable checkpoint")
+
+
+def test_plots_without_matplotlib_names_the_extra(work, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    root, _ = work
+    result = bad(work, "--plots needs matplotlib: pip install 'stabcli[plots]'", "--plots", root / "plots")
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("", "empty; expected key and name columns"),
+    ("\n\n", "empty; expected key and name columns"),
+    ("k1\nk2\n", "expected at least two comma-separated columns"),
+    ("k1|\n", None),  # two columns, one empty: fine (not a bad input)
+])
+def test_bad_key_names_file(work, content, fragment):
+    root, _ = work
+    names = root / "names.csv"
+    names.write_text(content)
+    if fragment is None:
+        assert invoke("audit", work[1], "--knn-k", "3", "--key-names", names).exit_code == 0
+        return
+    bad(work, f"names.csv: {fragment}", "--key-names", names)
+
+
+def test_key_names_in_latin1_need_the_encoding(work):
+    root, _ = work
+    names = root / "u.item"
+    names.write_bytes("1|Café (1995)|01-Jan-1995\n".encode("latin-1"))
+    bad(work, "u.item: not valid utf-8 text (MovieLens item files need --encoding latin-1)", "--key-names", names)
+    bad(work, "--encoding: unknown encoding 'no-such-codec'", "--key-names", names, "--encoding", "no-such-codec")
+
+
+def test_key_names_missing_or_a_directory(work):
+    root, _ = work
+    bad(work, "missing.tsv: cannot read", "--key-names", root / "missing.tsv")
+    bad(work, "cannot read", "--key-names", root)
+
+
+@pytest.mark.parametrize("name", ["keys.xlsx", "keys.json", "keys.npy"])
+def test_per_key_unknown_suffix(work, name):
+    root, _ = work
+    bad(work, f"--per-key {root / name}: unknown suffix", "--per-key", root / name)
+
+
+def test_per_key_into_a_missing_directory(work):
+    root, _ = work
+    bad(work, "nodir/keys.csv: directory", "--per-key", root / "nodir" / "keys.csv")
+
+
+# ---------------------------------------------------------------- generated option values
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from stabcli.schema import check_path  # noqa: E402
+from stabcli.sections import AuditReport  # noqa: E402
+
+NUMBERS = st.one_of(st.integers(-10**30, 10**30), st.integers(-3, 40), st.sampled_from(["1e3", "x", "", "٣", "0x10"]))
+PATH_PARTS = ["representation", "downstream", "variants", "phi:64@0", "5", "churn", "knn_overlap", "least_stable", "0",
+              "training", "by_epoch", "variance_quantiles", "median", "input", "featurized", "checks", "passed", "x", "."]
+
+
+@pytest.fixture(scope="module")
+def fuzz_runs(tmp_path_factory):
+    return make_runset(tmp_path_factory.mktemp("fuzz") / "runs", runs=2, epochs=1, n=12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(option=st.sampled_from(["--pairs", "--knn-k", "--knn-queries", "--seed", "--top"]), value=NUMBERS,
+       check=st.lists(st.sampled_from(PATH_PARTS), max_size=6).map("".join).map(lambda p: p + ">=0"))
+def test_generated_audit_options_exit_0_1_or_2_without_traceback(fuzz_runs, option, value, check):
+    result = invoke("audit", fuzz_runs, "--pairs", "20", "--knn-queries", "4", "--knn-k", "2", option, value,
+                    "--check", check, "--format", "json")
+    assert result.exit_code in (0, 1, 2), (result.exit_code, result.output)
+    assert "Traceback" not in result.output and "Warning" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    if result.exit_code == 2:
+        assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    else:
+        assert lines == [] and json.loads(result.stdout)["passed"] is (result.exit_code == 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(path=st.lists(st.sampled_from(PATH_PARTS + ["NAME", "N", "q25", "cka", "noise_share_per_dim", "12"]),
+                     max_size=8).map(".".join))
+def test_check_path_accepts_or_raises_usage_error(path):
+    from stabcli.errors import UsageError
+
+    try:
+        check_path(AuditReport, path)
+    except UsageError as exc:
+        assert str(exc).startswith("--check: ") and "\n" not in str(exc)

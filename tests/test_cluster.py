@@ -234,3 +234,25 @@ def test_scheduler_without_labels_is_refused_in_audit(tmp_path):
     before = files_state(tmp_path)
     result = runner.invoke(app, ["audit", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"), "--scheduler", "local:1"])
     assert_bad_input(result, "--scheduler only apply with --labels", tmp_path, before)
+
+
+def test_sigterm_to_the_client_cancels_the_tasks_and_the_same_command_resumes(tmp_path):
+    import subprocess
+
+    corpus = tmp_path / "big.txt"
+    corpus.write_text(make_sessions(n_sequences=3000, n_items=200), encoding="utf-8")
+    args = [sys.executable, "-m", "stabcli", "pretrain", str(corpus), "--out", str(tmp_path / "dask"), "--runs", "4",
+            "--dim", "16", "--epochs", "10", "--scheduler", "local:2", "--format", "json"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((tmp_path / "dask").glob(".run-*/progress")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    assert stderr.strip().splitlines()[-1] == "interrupted; finished runs are kept"
+    assert not (tmp_path / "dask" / "stabcli.lock").exists()
+    rerun = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    pretrain(tmp_path / "local", corpus, TrainConfig(dim=16, window=3, negative=3, epochs=10), runs=4, jobs=2)
+    assert run_bytes(tmp_path / "dask") == run_bytes(tmp_path / "local") and len(run_bytes(tmp_path / "local")) == 4

@@ -179,8 +179,25 @@ def _progress() -> Progress:
     )
 
 
-def _run_pretrain(out_dir: Path, corpus: Optional[Path], config: TrainConfig, **kwargs: Any) -> PretrainResult:
-    """Call the library with a progress bar over runs (and epochs for gensim models)."""
+def _run_pretrain(out_dir: Path, corpus: Optional[Path], config: TrainConfig, scheduler: Optional[str] = None,
+                  **kwargs: Any) -> PretrainResult:
+    """Call the library with a progress bar over runs (and epochs for gensim models); with a
+    Dask scheduler every run is a task on the cluster."""
+    from stabcli.cluster import scheduler_address
+
+    address = scheduler_address(scheduler)
+    if address is None:
+        return _pretrain_with_progress(out_dir, corpus, config, **kwargs)
+    from stabcli.cluster import Cluster, pretrain_backend
+
+    with Cluster(address) as cluster:
+        dashboard = cluster.dashboard_link
+        err.print(f"Dask scheduler {address}: {len(cluster.workers())} worker(s)"
+                  + (f"; dashboard {dashboard}" if dashboard else ""), highlight=False, soft_wrap=True)
+        return _pretrain_with_progress(out_dir, corpus, config, backend=pretrain_backend(cluster), **kwargs)
+
+
+def _pretrain_with_progress(out_dir: Path, corpus: Optional[Path], config: TrainConfig, **kwargs: Any) -> PretrainResult:
     with _progress() as bar:
         runs_task = bar.add_task("runs", total=kwargs["runs"])
         epochs_task = bar.add_task("epochs", total=None, visible=config.script is None)
@@ -242,6 +259,9 @@ def pretrain_cmd(
     min_count: int = typer.Option(1, "--min-count", help="Ignore tokens seen fewer times."),
     seed: int = typer.Option(0, "--seed", help="Run i uses seed SEED + i."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: available cores)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Run every run as a task on this Dask scheduler "
+                                            "(tcp://host:8786), or local:N for N local worker processes; default "
+                                            "$STABCLI_SCHEDULER. Needs stabcli[dask] and a filesystem every worker sees."),
     checkpoints: bool = typer.Option(False, "--checkpoints", help="Save vectors after every epoch (epochs/NNN.npy)."),
     vary: str = typer.Option("seed", "--vary", help="seed: only the seed changes; shuffle: also the sequence order; "
                              "bootstrap: sequences resampled with replacement."),
@@ -287,7 +307,7 @@ def pretrain_cmd(
         vary=vary, params=parse_params(model, param), script=script, checkpoints=checkpoints,
     )
     options = CorpusOptions(corpus_format, encoding, user_col, item_col, time_col, rating_col, min_rating)
-    result = _run_pretrain(out_dir, corpus, config, runs=runs, seed=seed, jobs=jobs, force=force,
+    result = _run_pretrain(out_dir, corpus, config, scheduler, runs=runs, seed=seed, jobs=jobs, force=force,
                            corpus_options=options, timeout=timeout)
     _report_pretrain(result, fmt)
 
@@ -433,6 +453,8 @@ def audit(
                                          "(paper Fig. A.4)."),
     reference: int = typer.Option(0, "--reference", help="Position of the run whose model is reused stale on the others."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Send the downstream fits to this Dask scheduler "
+                                            "(tcp://host:8786), or local:N; default $STABCLI_SCHEDULER. Needs stabcli[dask]."),
     encoding: Optional[str] = typer.Option(None, "--encoding", metavar="ENCODING", help="Text encoding of the label and "
                                            "--key-names files [default: utf-8; MovieLens u.item and movies.dat: latin-1; "
                                            "a byte-order mark decides]."),
@@ -477,7 +499,7 @@ def audit(
     downstream = None
     if labels is None:
         given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model,
-                 "--min-class-size": None if min_class_size == 5 else min_class_size}
+                 "--min-class-size": None if min_class_size == 5 else min_class_size, "--scheduler": scheduler}
         extra = [name for name, value in given.items() if value is not None]
         if extra:
             raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
@@ -490,8 +512,15 @@ def audit(
             featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
             sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
             encoding=encoding, min_class_size=min_class_size)
-    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream,
-                               key_names, per_key, encoding, force, read)
+    from stabcli.cluster import joblib_on, scheduler_address
+
+    with joblib_on(scheduler_address(scheduler) if labels is not None else None) as cluster:
+        if cluster is not None and downstream is not None and downstream.jobs is None:
+            from dataclasses import replace
+
+            downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs
+        report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream,
+                                   key_names, per_key, encoding, force, read)
     if not report.passed:
         raise typer.Exit(EXIT_FAILED_CHECK)
 

@@ -15,6 +15,7 @@ import math
 import os
 import re
 import signal
+import threading
 import warnings
 from dataclasses import dataclass
 from itertools import combinations
@@ -307,8 +308,10 @@ class _Fit:
 def _fit_predict(model_name: str, task: str, x: np.ndarray, transform: _Transform, train: np.ndarray,
                  test: np.ndarray, y: np.ndarray, keep_model: bool, parent_pid: int) -> tuple[np.ndarray, Any, bool]:
     """Fit on the training rows of one run; (test predictions, the model if kept, converged)."""
-    if os.getpid() != parent_pid:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a worker: Ctrl-C is the parent's to handle (exit 130)
+    if os.getpid() != parent_pid and threading.current_thread() is threading.main_thread():
+        # a worker process (loky): Ctrl-C is the parent's to handle (exit 130); a Dask worker runs
+        # tasks in threads, where signals cannot be set (and its nanny handles them)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     model = make_model(model_name, task)
     with warnings.catch_warnings(record=True) as caught:  # recorded, never printed (workers share stderr)
         warnings.simplefilter("always")

@@ -291,11 +291,15 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
     plan = _audit_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
     names = read_key_names(key_names, encoding or "utf-8") if key_names else None
-    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False,
-                                                              soft_wrap=True))
+
+    def warn(msg: str) -> None:
+        err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+    runs = load_runs(inputs, on_warning=warn)
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
-                              downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None)
+                              downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None,
+                              on_warning=warn)
     text = dumps(report)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     written: list[Path] = []
@@ -383,6 +387,8 @@ def audit(
     encoding: Optional[str] = typer.Option(None, "--encoding", metavar="ENCODING", help="Text encoding of the label and "
                                            "--key-names files [default: utf-8; MovieLens u.item and movies.dat: latin-1; "
                                            "a byte-order mark decides]."),
+    min_class_size: int = typer.Option(5, "--min-class-size", help="Drop label classes with fewer labeled keys, with "
+                                       "a warning (5 = one expected test key at the default --test-size 0.2)."),
     key_names: Optional[Path] = typer.Option(None, "--key-names", help="Key→display name file for the tables: MovieLens "
                                              "u.item (id|title|…) or a 2-column CSV/TSV."),
     per_key: Optional[Path] = typer.Option(None, "--per-key", help="Write every key's frequency, norm, aligned variance, "
@@ -417,7 +423,8 @@ def audit(
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
     downstream = None
     if labels is None:
-        given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model}
+        given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model,
+                 "--min-class-size": None if min_class_size == 5 else min_class_size}
         extra = [name for name, value in given.items() if value is not None]
         if extra:
             raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
@@ -429,7 +436,7 @@ def audit(
             variants=_comma_list(variants, str, "--variants"),
             featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
             sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
-            encoding=encoding)
+            encoding=encoding, min_class_size=min_class_size)
     report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream,
                                key_names, per_key, encoding, force)
     if not report.passed:
@@ -502,7 +509,10 @@ def demo(
     sample's item genres as downstream labels (report also in OUT/audit.json, OUT/audit.md
     and OUT/plots), featurizes every run with the same
     random Fourier directions (M = 64) into OUT/runs-phi64, audits that too and shows both
-    side by side. Rerunning reuses the trained runs.
+    side by side. Then a drift step: one run on a refreshed copy of the sessions in which 12
+    Horror items appear in Comedy sessions instead (OUT/runs-refreshed), compared with run 0 against
+    the noise band of the 5 runs (OUT/drift.json, OUT/drift.md). Rerunning reuses the
+    trained runs.
 
     Example:
 
@@ -531,6 +541,135 @@ def demo(
     out.print(comparison_table({"raw h (32 dims)": raw, "phi(h) (64 dims)": phi}))
     out.print("Measured, not assumed: featurization helps where its column is more stable; see README "
               "'When featurization helps'.", highlight=False)
+    out.print()
+    _demo_drift(out_dir, config, jobs)
+
+
+DEMO_MOVED_GENRE, DEMO_INTO_GENRE, DEMO_MOVED_RANKS = "Horror", "Comedy", range(10, 22)
+
+
+def _demo_drift(out_dir: Path, config: TrainConfig, jobs: Optional[int]) -> None:
+    """The demo's drift step: a refresh in which 12 Horror items of middling popularity (ranks
+    11-22 by frequency in their genre) appear in Comedy sessions instead of their own; one run
+    trained on it, compared with run 0 against the noise band of the demo's 5 runs."""
+    from collections import Counter
+
+    from stabcli.drift import DriftOptions, compute_drift, load_inputs, move_items
+    from stabcli.drift_report import Outputs, render_terminal, write_outputs
+
+    sessions = [line.split() for line in sample_path("sessions.txt").read_text(encoding="utf-8").splitlines() if line]
+    rows = [line.split("\t") for line in sample_path("item_genres.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    genre = {item: g for item, g in rows}
+    counts = Counter(t for session in sessions for t in session if genre.get(t) == DEMO_MOVED_GENRE)
+    ranked = [item for item, _ in counts.most_common()]
+    moved = {ranked[i] for i in DEMO_MOVED_RANKS}
+    refreshed = out_dir / "sessions-refreshed.txt"
+    write_text_atomic(refreshed, "".join(" ".join(s) + "\n" for s in move_items(sessions, genre, moved, DEMO_INTO_GENRE, 0)))
+    err.print(f"stabcli drift: a refresh where {len(moved)} {DEMO_MOVED_GENRE} items (frequency ranks "
+              f"{DEMO_MOVED_RANKS[0] + 1}-{DEMO_MOVED_RANKS[-1] + 1}) appear in {DEMO_INTO_GENRE} sessions; one run on "
+              f"it → {out_dir / 'runs-refreshed'}", highlight=False)
+    _run_pretrain(out_dir / "runs-refreshed", refreshed, config, runs=1, seed=100, jobs=jobs, force=False,
+                  corpus_options=CorpusOptions(format="lines"), timeout=None)
+    inputs = load_inputs(out_dir / "runs", out_dir / "runs-refreshed", out_dir / "runs")
+    report, table = compute_drift(inputs, DriftOptions(top=15))
+    write_outputs(Outputs(json=out_dir / "drift.json", markdown=out_dir / "drift.md", force=True), report, table)
+    render_terminal(report, out)
+    found = sum(t.key in moved for t in report.drift.top)
+    out.print(f"{found} of the {len(report.drift.top)} listed keys are the {len(moved)} moved {DEMO_MOVED_GENRE} items "
+              f"({', '.join(sorted(moved))}); see docs/drift.md for how to read this.", highlight=False,
+              soft_wrap=True)
+
+
+@app.command("drift")
+def drift_cmd(
+    before: Path = typer.Argument(..., help="BEFORE: an embedding file, or a run set (its --reference run)."),
+    after: Path = typer.Argument(..., help="AFTER: an embedding file, or a run set (its --reference run)."),
+    noise: Optional[Path] = typer.Option(None, "--noise", help="Run set of seeded runs on BEFORE's data and "
+                                         "configuration (stabcli pretrain): each key's noise band."),
+    reference: int = typer.Option(0, "--reference", help="Run position used when BEFORE or AFTER is a run set."),
+    align: bool = typer.Option(True, "--align/--no-align", help="Rotate AFTER onto BEFORE (orthogonal Procrustes on "
+                               "the common keys); --no-align compares raw coordinates."),
+    knn_k: int = typer.Option(10, "--knn-k", help="Neighbours per key for the k-NN overlap."),
+    knn_queries: int = typer.Option(1_000, "--knn-queries", help="Sampled keys for the k-NN overlap above "
+                                    "10,000 keys (below: every key)."),
+    alpha: float = typer.Option(0.01, "--alpha", help="Level of the per-key test and of the FDR of the listed keys."),
+    top: int = typer.Option(20, "--top", help="Moved keys to list (largest changes without --noise)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the k-NN sample."),
+    key_names: Optional[Path] = typer.Option(None, "--key-names", help="Key→display name file (key,name CSV/TSV; "
+                                             "MovieLens u.item, movies.dat, movies.csv: the title)."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="Key→label file: BEFORE's model applied to AFTER "
+                                          "(raw and aligned) against a model refit on AFTER."),
+    task: str = typer.Option("auto", "--task", help="auto, classification or regression (with --labels)."),
+    model: Optional[str] = typer.Option(None, "--model", help="logreg, knn or ridge (with --labels)."),
+    test_size: float = typer.Option(0.2, "--test-size", help="Share of labeled keys in the test split."),
+    split_seed: int = typer.Option(0, "--split-seed", help="Seed of the train/test split."),
+    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of --labels and --key-names."),
+    per_key: Optional[Path] = typer.Option(None, "--per-key", help="Every key's measures, noise band and verdict "
+                                           "(.csv or .parquet)."),
+    check: list[str] = typer.Option([], "--check", help="CI gate 'PATH OP VALUE' (repeatable), e.g. "
+                                    "'drift.moved_share<0.05'. A failure exits 1."),
+    fmt: str = typer.Option("table", "--format", help="table (terminal) or json (stdout)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the JSON report here."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report here."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures into this new directory."),
+    force: bool = typer.Option(False, "--force", help="Replace existing output files (and a plots directory "
+                               "holding only drift's figures)."),
+) -> None:
+    """Which keys did a refresh really move, and which only changed by training noise?
+
+    Compares BEFORE and AFTER on their common keys (AFTER rotated onto BEFORE). With --noise,
+    every key has its own noise band from the run pairs of the noise run set, and a key has
+    moved when its change exceeds that band at level --alpha; moved keys are listed with
+    false discovery rate control.
+
+    Examples:
+
+        stabcli drift runs/yesterday today.npy --noise runs/yesterday
+
+        stabcli drift before.vec after.vec --noise runs/before --check 'drift.moved_share<0.05' --json drift.json
+
+        stabcli drift runs/ml ml-new.npy --noise runs/ml --key-names ml-100k/u.item --per-key drift.csv --plots figs
+    """
+    from stabcli.drift import DriftOptions, compute_drift, evaluate_checks, input_paths, load_inputs, \
+        read_key_names, report_json, validate_checks
+    from stabcli.drift_report import Outputs, check_outputs, render_terminal, write_outputs
+
+    if fmt not in ("table", "json"):
+        raise OptionError("fmt", f"{fmt!r}: choose table or json")
+    options = DriftOptions(alpha=alpha, align=align, knn_k=knn_k, knn_queries=knn_queries, top=top, seed=seed,
+                           reference=reference)
+    downstream = None
+    if labels is None:
+        given = {"--task": task if task != "auto" else None, "--model": model}
+        extra = [name for name, value in given.items() if value is not None]
+        if extra:
+            raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
+    else:
+        from stabcli.downstream import DownstreamOptions
+
+        downstream = DownstreamOptions(labels, task=task, model=model, test_size=test_size, split_seed=split_seed,
+                                       encoding=encoding)
+        if not 0 < test_size < 1:
+            raise OptionError("test_size", f"{test_size:g} must be between 0 and 1")
+    parsed = validate_checks(check, has_noise=noise is not None, has_labels=labels is not None)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    outputs = Outputs(json_path, markdown_path, per_key, plots, Path(summary) if summary else None, force)
+    check_outputs(outputs, input_paths(before, after, noise, [labels, key_names]))
+    inputs = load_inputs(before, after, noise, reference)
+    names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
+    with err.status("drift", spinner="dots") if err.is_terminal else nullcontext() as status:
+        report, table = compute_drift(inputs, options, downstream, names, str(key_names) if key_names else None,
+                                      on_step=(lambda s: status.update(f"drift: {s}")) if status else None)
+    report = evaluate_checks(report, parsed)
+    for path in write_outputs(outputs, report, table):
+        if path.suffix == ".png":
+            err.print(f"wrote {path}", highlight=False)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report_json(report), indent=2, allow_nan=False) + "\n")
+    else:
+        render_terminal(report, out)
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILED_CHECK)
 
 
 def main() -> None:

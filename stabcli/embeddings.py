@@ -52,6 +52,22 @@ def require_finite(source: Path, keys: list[str], block: np.ndarray, start: int 
         raise InputError(f"{source}: key {keys[start + int(np.argmin(ok))]!r} has NaN or infinite values")
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def fits_float32(values: np.ndarray) -> bool:
+    """True when casting ``values`` to float32 turns no finite value into inf and no non-zero
+    value into 0 or a subnormal (NaN and inf stay what they are: ``require_finite`` names them)."""
+    magnitude = np.abs(values)
+    finite = np.isfinite(magnitude)
+    if not finite.all():
+        magnitude = magnitude[finite]
+    if magnitude.max(initial=0.0) > FLOAT32_MAX:
+        return False
+    return not (magnitude.min(initial=np.inf) < FLOAT32_TINY and np.any((magnitude > 0) & (magnitude < FLOAT32_TINY)))
+
+
 def keys_text(keys: Sequence[str]) -> str:
     """The contents of a keys file: one key per line, each ending in a newline."""
     return "\n".join(keys) + "\n" if keys else ""
@@ -120,6 +136,8 @@ def _read_npy(path: Path) -> Embedding:
         raise InputError(f"{path}: expected a 2-d matrix [keys, dims], found shape {vectors.shape}")
     if vectors.dtype.kind not in "fiu":
         raise InputError(f"{path}: expected a numeric matrix, found dtype {vectors.dtype}")
+    if vectors.dtype.kind == "f" and vectors.dtype.itemsize > 8:  # long double: stabcli computes in float64
+        vectors = _as_float64(path, vectors)
     keys_file = keys_path_for(path)
     if keys_file.is_file():
         keys = read_keys(keys_file)
@@ -128,6 +146,17 @@ def _read_npy(path: Path) -> Embedding:
     else:
         keys = [str(i) for i in range(vectors.shape[0])]
     return Embedding(keys, vectors, path)
+
+
+def _as_float64(path: Path, vectors: np.ndarray) -> np.ndarray:
+    """A long-double matrix as float64, or InputError when a finite value is beyond float64."""
+    magnitude = np.abs(vectors)
+    finite = magnitude[np.isfinite(magnitude)]
+    if finite.size and finite.max() > np.finfo(np.float64).max:
+        raise InputError(f"{path}: {vectors.dtype} values up to 1e{float(np.log10(finite.max())):.0f} "
+                         f"exceed float64's range (1.8e308), which stabcli computes in")
+    with np.errstate(under="ignore"):
+        return np.asarray(vectors, dtype=np.float64)
 
 
 def _parse_header(path: Path, line: bytes) -> tuple[int, int]:
@@ -158,9 +187,12 @@ def _read_word2vec_text(path: Path) -> Embedding:
             if len(fields) != dim + 1:
                 raise InputError(f"{path}:{lineno}: expected {dim + 1} fields (key + {dim} values), found {len(fields)}")
             try:
-                vectors[len(keys)] = np.asarray(fields[1:], dtype=np.float32)
+                row = np.asarray(fields[1:], dtype=np.float64)
             except ValueError:
                 raise InputError(f"{path}:{lineno}: vector values are not all numbers") from None
+            if vectors.dtype == np.float32 and not fits_float32(row):
+                vectors = vectors.astype(np.float64)  # finite values float32 would turn into inf or 0
+            vectors[len(keys)] = row
             keys.append(fields[0])
     if len(keys) != count:
         raise InputError(f"{path}: header says {count} vectors, found {len(keys)}")
@@ -225,9 +257,11 @@ def _read_parquet(path: Path) -> Embedding:
     keys = table["key"].astype(str).tolist()
     values = table.drop(columns="key")
     try:
-        vectors = values.to_numpy(dtype=np.float32)
+        vectors = values.to_numpy(dtype=np.float64)
     except ValueError:
         raise InputError(f"{path}: vector columns are not all numeric") from None
+    if fits_float32(vectors):  # float32 like every other format, unless that loses finite values
+        vectors = vectors.astype(np.float32)
     _check_keys(path, keys)
     return Embedding(keys, vectors, path)
 

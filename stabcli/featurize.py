@@ -27,9 +27,9 @@ from stabcli.embeddings import (
     WRITE_FORMATS, Embedding, format_for, keys_path_for, keys_text, read_embedding, require_finite, write_embedding,
 )
 from stabcli.errors import InputError, OptionError, UsageError
-from stabcli.fourier import (  # noqa: F401  (draw_directions, fourier_features: also imported from here by downstream)
-    check_output_dim, check_seed, check_sigma, choose_dimension, draw_directions, fourier_features,
-    gaussian_kernel_error, procrustes_rotation, rahimi_recht_dimension,
+from stabcli.fourier import (
+    check_output_dim, check_seed, check_sigma, choose_dimension, draw_directions, fourier_features, procrustes_rotation,
+    rahimi_recht_dimension,
 )
 from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms
 from stabcli.outputs import OutputPlan, runset_owned, with_companions
@@ -130,12 +130,17 @@ def _sha256_array(a: np.ndarray) -> str:
 
 
 def is_keyless(emb: Embedding) -> bool:
-    """Whether ``emb``'s keys are only row numbers (a ``.npy`` without a keys file)."""
-    keyless = getattr(emb, "keyless", None)  # set by embeddings.py once it records it
-    if keyless is not None:
-        return bool(keyless)
-    return emb.source.suffix.lower() == ".npy" and emb.source.name != "vectors.npy" and \
-        not keys_path_for(emb.source).is_file()
+    """Whether ``emb``'s keys are only row numbers (an ``.npy`` read without a keys file)."""
+    return bool(getattr(emb, "keyless", False))
+
+
+def _read_file(path: Path) -> Embedding:
+    """``read_embedding``, recording whether the keys are only row numbers (until
+    ``embeddings.py`` records ``Embedding.keyless`` itself)."""
+    emb = read_embedding(path)
+    if getattr(emb, "keyless", None) is None:
+        setattr(emb, "keyless", path.suffix.lower() == ".npy" and not keys_path_for(path).is_file())  # noqa: B010 (no field yet)
+    return emb
 
 
 def _alignment(emb: Embedding, reference: Embedding) -> tuple[np.ndarray, float, float]:
@@ -215,7 +220,7 @@ def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.
         if not carries:
             require_finite(emb.source, emb.keys, raw, start)  # raises, unless float32 is the problem
             block = np.asarray(raw, dtype=np.float64)
-        if rotation32 is not None:
+        if rotation is not None and rotation32 is not None:
             block = block @ (rotation32 if block.dtype == np.float32 else rotation)
         if directions is not None:
             block = fourier_features(block, directions, options.normalize, out=outs[chunk % buffers][: block.shape[0]],
@@ -253,13 +258,16 @@ def _write_npy(emb: Embedding, file: BinaryIO, rotation: np.ndarray | None, dire
     writer thread saves one chunk while the next is computed."""
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
               "shape": (emb.vectors.shape[0], _width(emb, directions))}
+    def save(data: Any) -> None:
+        file.write(data)
+
     with ThreadPoolExecutor(1) as writer:
         np.lib.format.write_array_header_1_0(file, header)
         pending = None
         for _, block in _feature_chunks(emb, rotation, directions, options, buffers=2):
             if pending is not None:
                 pending.result()  # its buffer is the one the next chunk overwrites
-            pending = writer.submit(file.write, np.ascontiguousarray(block))
+            pending = writer.submit(save, np.ascontiguousarray(block))
         if pending is not None:
             pending.result()
 
@@ -328,7 +336,7 @@ def _load_reference(options: FeaturizeOptions) -> tuple[Embedding | None, Path |
         return None, None
     runset = _open_runset(options.align_to)
     if runset is None:
-        return read_embedding(options.align_to), options.align_to
+        return _read_file(options.align_to), options.align_to
     if options.reference >= len(runset.runs):
         raise OptionError("reference", f"{options.reference}: {options.align_to} has {len(runset.runs)} complete runs "
                                        f"(positions 0 to {len(runset.runs) - 1})")
@@ -363,7 +371,7 @@ def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOpti
     plan.check()  # an output that is an input is named as such first, whatever else is wrong with it
     fmt = _output_format(output, options.fmt, runset is not None)
 
-    embeddings = [runset.load(i) for i in runset.runs] if runset else [read_embedding(source)]
+    embeddings = [runset.load(i) for i in runset.runs] if runset else [_read_file(source)]
     first = embeddings[0]
     for emb in embeddings[1:]:
         if emb.dim != first.dim:
@@ -427,7 +435,7 @@ def _featurize_runset(runset: RunSet, embeddings: list[Embedding], building: Pat
     for name in (KEYS, KEY_COUNTS):
         if (runset.root / name).is_file():
             shutil.copyfile(runset.root / name, building / name)
-    for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments):
+    for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments, strict=True):
         src, dst = runset.run_dir(index), building / runset.run_dir(index).name
         dst.mkdir()
         for name in (KEYS, "losses.json", "log.txt"):

@@ -413,3 +413,12 @@ def test_rahimi_recht_dimension_in_logarithms():
         assert rahimi_recht_dimension(epsilon, sigma, dim, diameter) == 2 * math.ceil(direct)
     assert rahimi_recht_dimension(0.1, 1e200, 4, 2.0) > 0  # (σ·diam/ε)² overflows a float; its logarithm does not
     assert rahimi_recht_dimension(0.1, 1.0, 4, 0.0) > 0  # all-zero rows
+
+
+def test_a_keyless_file_named_like_a_run_is_still_keyless(tmp_path, emb):
+    """Keylessness is what was read (no keys file beside an .npy), not a file name."""
+    path, _, vectors = emb
+    np.save(tmp_path / "vectors.npy", vectors)
+    result = runner.invoke(app, ["featurize", str(tmp_path / "vectors.npy"), "--out", str(tmp_path / "o.npy"),
+                                 "--align-to", str(path)])
+    assert result.exit_code == 2 and "vectors.npy has no keys file (vectors.keys.txt)" in result.stderr

@@ -19,7 +19,7 @@ import numpy as np
 
 from stabcli import __version__
 from stabcli import metrics as m
-from stabcli.embeddings import Embedding, read_embedding, require_finite
+from stabcli.embeddings import Embedding, ReadOptions, match_inputs, require_finite
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.runset import RunSet, is_runset
 from stabcli.schema import check_path, to_json
@@ -73,17 +73,25 @@ class Runs:
         return int(self.arrays[0].shape[1])
 
 
-def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | None = None) -> Runs:
+def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | None = None,
+              read: ReadOptions | None = None) -> Runs:
     """Read a run-set directory or several embedding files and align them on common keys.
 
+    ``read`` carries ``--input-format``, ``--trust-pickle`` and ``--keys``; inputs then go
+    through ``embeddings.match_inputs``, which refuses keyless files mixed with keyed ones
+    and notes position matching through ``on_warning``.
+
     Raises ``InputError`` (naming the file) for fewer than 2 runs, mismatched dimensions,
-    NaN/inf values or an empty key intersection.
+    NaN/inf values, an empty key intersection, or keyless inputs that cannot be matched.
     """
+    read = read or ReadOptions()
     paths = [Path(p) for p in inputs]
     runset = None
     if len(paths) == 1 and paths[0].is_dir():
         if not is_runset(paths[0]):
             raise InputError(f"{paths[0]}: a directory but not a run set (no stabcli.json)")
+        if read.input_format is not None:
+            raise OptionError("input_format", f"applies to embedding files, not to the run set {paths[0]}")
         runset = RunSet.open(paths[0])
         indices = runset.runs
         embeddings = [runset.load(i) for i in indices]
@@ -93,8 +101,9 @@ def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | 
             if path.is_dir():
                 raise UsageError(f"{path}: pass a run set alone, or embedding files only")
         indices = []
-        embeddings = [read_embedding(p) for p in paths]
+        embeddings = [read.read(p) for p in paths]
         names = [str(p) for p in paths]
+    embeddings = match_inputs(embeddings, read.keys_file, on_warning)
     if len(embeddings) < 2:
         where = paths[0] if paths else "input"
         raise InputError(f"{where}: found {len(embeddings)} run(s); stability needs at least 2")

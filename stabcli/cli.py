@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from stabcli import __version__
 from stabcli.corpus import CorpusOptions
+from stabcli.embeddings import ReadOptions
 from stabcli.errors import OptionError, StabcliError, UsageError
 from stabcli.textfile import check_encoding
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
@@ -273,10 +274,24 @@ def _comma_list(value: Optional[str], kind: type, option: str) -> Optional[list[
     return parsed
 
 
+# input options shared by audit and featurize (embeddings.ReadOptions)
+INPUT_FORMAT_OPTION = typer.Option(
+    None, "--input-format", metavar="FORMAT", help="Read every input file as npy, word2vec, word2vec-bin, fasttext (Facebook .bin), "
+    "kv (any gensim save(): .kv, .wv, .model) or parquet, whatever its suffix.")
+TRUST_PICKLE_OPTION = typer.Option(
+    False, "--trust-pickle", help="Load gensim files (.kv, .wv, .model) with Python's unrestricted unpickler. "
+    "RISK: such a file can run any code on this machine; use only for files you made or trust. Without it, "
+    "only the classes gensim's own save() writes are loaded.")
+KEYS_OPTION = typer.Option(
+    None, "--keys", metavar="FILE", help="Keys (one per line) for the .npy inputs that have no NAME.keys.txt; without it, "
+    "keyless and keyed inputs cannot be mixed.")
+
+
 def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[str], fmt: str,
                       json_path: Optional[Path], markdown_path: Optional[Path], plots: Optional[Path],
                       downstream: Optional[DownstreamOptions] = None, key_names: Optional[Path] = None,
-                      per_key: Optional[Path] = None, encoding: Optional[str] = None, force: bool = False) -> AuditReport:
+                      per_key: Optional[Path] = None, encoding: Optional[str] = None, force: bool = False,
+                      read: Optional[ReadOptions] = None) -> AuditReport:
     """Validate, load, compute, write every requested rendering; returns the report."""
     from stabcli.audit import build_report, load_runs, validate_checks
     from stabcli.keytable import per_key_format, per_key_frame, read_key_names, write_per_key
@@ -289,13 +304,15 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
     if per_key:
         per_key_format(per_key)
     plan = _audit_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
+    if read is not None and read.keys_file is not None:
+        plan.add_input(read.keys_file)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
     names = read_key_names(key_names, encoding or "utf-8") if key_names else None
 
     def warn(msg: str) -> None:
         err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
 
-    runs = load_runs(inputs, on_warning=warn)
+    runs = load_runs(inputs, on_warning=warn, read=read)
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
                               downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None,
@@ -395,6 +412,9 @@ def audit(
                                            "relative instability, displacement and k-NN overlap (.csv, .tsv or .parquet)."),
     force: bool = typer.Option(False, "--force", help="Replace existing --json/--markdown/--per-key files and a --plots "
                                "directory holding only stabcli's figures (never an input)."),
+    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+    keys: Optional[Path] = KEYS_OPTION,
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
@@ -420,6 +440,7 @@ def audit(
         check_encoding("encoding", encoding)
     if fmt not in ("table", "json"):
         raise OptionError("fmt", f"choose table or json, not {fmt!r}")
+    read = ReadOptions(input_format, trust_pickle, keys)
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
     downstream = None
     if labels is None:
@@ -438,7 +459,7 @@ def audit(
             sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
             encoding=encoding, min_class_size=min_class_size)
     report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream,
-                               key_names, per_key, encoding, force)
+                               key_names, per_key, encoding, force, read)
     if not report.passed:
         raise typer.Exit(EXIT_FAILED_CHECK)
 
@@ -460,6 +481,9 @@ def featurize_cmd(
     chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", help="Rows per streamed chunk (default: about 1 MB of output, which stays in cache)."),
     force: bool = typer.Option(False, "--force", help="Replace existing outputs (a directory only if it holds nothing but "
                                "a run set stabcli wrote; never an input)."),
+    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+    keys: Optional[Path] = KEYS_OPTION,
 ) -> None:
     """Turn embeddings into random Fourier features phi(h), optionally aligned to a reference.
 
@@ -479,9 +503,10 @@ def featurize_cmd(
     options = FeaturizeOptions(dim=dim, epsilon=epsilon, sigma=sigma, seed=seed, normalize=normalize, align_to=align_to,
                                reference=reference, fmt=fmt, chunk_rows=chunk_rows)
     result = featurize(input_path, output, options, save_transform=save_transform, force=force,
-                       on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None)
+                       on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None,
+                       read=ReadOptions(input_format, trust_pickle, keys))
     for note in result.notes:
-        err.print(f"note: {note}", highlight=False, soft_wrap=True)
+        err.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
     out.print(f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "
               f"{result.output_dim} dims (sidecar {result.sidecar})", highlight=False, soft_wrap=True)
     if result.measured_error is not None:
@@ -564,6 +589,8 @@ def _demo_drift(out_dir: Path, config: TrainConfig, jobs: Optional[int]) -> None
     ranked = [item for item, _ in counts.most_common()]
     moved = {ranked[i] for i in DEMO_MOVED_RANKS}
     refreshed = out_dir / "sessions-refreshed.txt"
+    from stabcli.runset import write_text_atomic
+
     write_text_atomic(refreshed, "".join(" ".join(s) + "\n" for s in move_items(sessions, genre, moved, DEMO_INTO_GENRE, 0)))
     err.print(f"stabcli drift: a refresh where {len(moved)} {DEMO_MOVED_GENRE} items (frequency ranks "
               f"{DEMO_MOVED_RANKS[0] + 1}-{DEMO_MOVED_RANKS[-1] + 1}) appear in {DEMO_INTO_GENRE} sessions; one run on "

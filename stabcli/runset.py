@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from stabcli.embeddings import Embedding, read_keys
+from stabcli.embeddings import Embedding, load_npy, read_keys, require_real_dtype
 from stabcli.errors import InputError, RunSetError
 
 SCHEMA_VERSION = 1
@@ -192,10 +192,8 @@ class RunSet:
         """Keys and memory-mapped float32 vectors of run ``index``."""
         run = self.run_dir(index)
         vectors_path = run / "vectors.npy"
-        try:
-            vectors = np.load(vectors_path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError, EOFError) as exc:
-            raise InputError(f"{vectors_path}: unreadable ({exc})") from None
+        vectors = load_npy(vectors_path)
+        require_real_dtype(vectors_path, vectors)
         own_keys = run / KEYS
         keys_file = own_keys if own_keys.is_file() else self.root / KEYS
         keys = read_keys(keys_file)

@@ -284,7 +284,7 @@ def test_rare_classes_on_the_command_line(tmp_path):
                                           "labeled keys (--min-class-size): 'Fantasy' (1)"]
     import json
 
-    assert json.loads(result.stdout)["downstream"]["dropped_classes"] == [{"label": "Fantasy", "count": 1}]
+    assert json.loads(result.stdout)["downstream"]["dropped_classes"] == {"Fantasy": 1}
 
 
 def regression_entry(mean, std, churn_):

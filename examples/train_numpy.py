@@ -56,7 +56,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "vectors.txt", "w", encoding="utf-8") as fh:
         fh.write(f"{len(vocab)} {args.dim}\n")
-        for tok, vec in zip(vocab, vectors):
+        for tok, vec in zip(vocab, vectors, strict=True):
             fh.write(tok + " " + " ".join(f"{v:.6f}" for v in vec) + "\n")
     (args.out / "losses.json").write_text(json.dumps(losses))
 

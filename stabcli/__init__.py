@@ -8,7 +8,7 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["__version__", "FourierFeaturizer", "ProcrustesAligner"]
+__all__ = ["FourierFeaturizer", "ProcrustesAligner", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

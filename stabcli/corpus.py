@@ -28,10 +28,11 @@ import math
 import re
 from array import array
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from stabcli.errors import InputError, OptionError
 from stabcli.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
@@ -96,10 +97,10 @@ class CorpusOptions:
             if spec in seen:
                 raise OptionError(f"{role}_col", f"{spec!r} is already the {seen[spec]} column ({ROLE_FLAGS[seen[spec]]})")
             seen[spec] = role
-        if self.min_rating is not None:
-            if isinstance(self.min_rating, bool) or not isinstance(self.min_rating, (int, float)) \
-                    or not math.isfinite(self.min_rating):
-                raise OptionError("min_rating", f"expected a finite number, got {self.min_rating!r}")
+        if self.min_rating is not None and (isinstance(self.min_rating, bool)
+                                            or not isinstance(self.min_rating, (int, float))
+                                            or not math.isfinite(self.min_rating)):
+            raise OptionError("min_rating", f"expected a finite number, got {self.min_rating!r}")
         if self.format in ("lines", "tagged"):
             extra = [ROLE_FLAGS[r] for r, spec in given.items() if spec is not None]
             extra += ["--min-rating"] if self.min_rating is not None else []
@@ -296,7 +297,7 @@ def _check_reading(corpus: Corpus, auto: bool) -> None:
     if corpus.format == "tagged" or corpus.n_keys < 2:
         return  # doc2vec learns tags from words; a single key is refused by the trainer
     path, n = corpus.path, corpus.n_sequences
-    if corpus.format == "lines" and auto or corpus.table is not None:
+    if (corpus.format == "lines" and auto) or corpus.table is not None:
         keys = {tok for seq in corpus.sequences for tok in seq}
         for delim in DELIMITERS:
             holding = sorted(k for k in keys if delim in k)  # sorted: the example named is reproducible
@@ -428,11 +429,11 @@ def _layout_for(path: Path, options: CorpusOptions, fmt: str) -> TableLayout:
         return TableLayout(delimiter, None, 4)
     layout = sniff_table(path, options.encoding)
     if layout is None:
-        first = next((line for _, line in text_lines(path, options.encoding) if line.strip()), None)
-        if first is None:
+        first_line = next((line for _, line in text_lines(path, options.encoding) if line.strip()), None)
+        if first_line is None:
             raise InputError(f"{path}: empty corpus (no rows)")
         raise InputError(f"{path}: not a delimited table: its first lines do not all split into the same number "
-                         f"(two or more) of fields on ',', tab, ';', '::' or '|' (first line {first[:80]!r})")
+                         f"(two or more) of fields on ',', tab, ';', '::' or '|' (first line {first_line[:80]!r})")
     if any(getattr(options, f"{r}_col") not in (None, NO_COLUMN) and isinstance(getattr(options, f"{r}_col"), str)
            for r in ROLE_FLAGS) and layout.header is None:
         header = _split(next(line for _, line in text_lines(path, options.encoding) if line.strip()), layout.delimiter)
@@ -447,7 +448,7 @@ def _choose_columns(path: Path, options: CorpusOptions, layout: TableLayout, fmt
     chosen: dict[str, int] = {}
     for role in ("user", "item", "time", "rating"):
         spec = getattr(options, f"{role}_col")
-        if role == "rating" and spec is None and options.min_rating is None or spec == NO_COLUMN:
+        if (role == "rating" and spec is None and options.min_rating is None) or spec == NO_COLUMN:
             continue  # ratings are read only to filter them; 'none' turns a column off
         if isinstance(spec, int):
             if spec >= layout.n_columns:
@@ -548,7 +549,7 @@ def _read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Corpus:
         if not user or not item:
             role = "user" if not user else "item"
             raise InputError(f"{path}:{lineno}: empty {role} field ({_column_label(layout, cols[role])})")
-        if min_rating is not None:
+        if r is not None and min_rating is not None:
             try:
                 rating = float(fields[r])
             except ValueError:

@@ -10,7 +10,7 @@ error is a ``ValueError``.
 from __future__ import annotations
 
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
@@ -51,7 +51,7 @@ class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
     (5, 8)
     """
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         "n_components": [Interval(Integral, 1, None, closed="left")],  # and even: checked in fit
         "sigma": [Interval(Real, 0, None, closed="neither")],
         "normalize": ["boolean"],
@@ -65,7 +65,7 @@ class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
         self.random_state = random_state
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X: Any, y: Any = None) -> "FourierFeaturizer":
+    def fit(self, X: Any, y: Any = None) -> FourierFeaturizer:
         check_output_dim(self.n_components)
         X = validate_data(self, X, dtype=(np.float64, np.float32))
         self.directions_ = draw_directions(self.n_features_in_, self.n_components, self.sigma, self.random_state)
@@ -95,13 +95,13 @@ class ProcrustesAligner(TransformerMixin, BaseEstimator):
     n_features_in_ : int
     """
 
-    _parameter_constraints: dict = {"reference": ["array-like", None]}
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {"reference": ["array-like", None]}
 
     def __init__(self, *, reference: Any = None):
         self.reference = reference
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X: Any, y: Any = None) -> "ProcrustesAligner":
+    def fit(self, X: Any, y: Any = None) -> ProcrustesAligner:
         X = validate_data(self, X, dtype=(np.float64, np.float32))
         reference = np.asarray(self.reference, dtype=np.float64) if self.reference is not None else None
         if reference is None or reference.shape != X.shape:

@@ -13,23 +13,38 @@ import io
 import json
 import math
 import shutil
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from stabcli import __version__
 from stabcli.corpus import file_sha256
 from stabcli.embeddings import (
-    WRITE_FORMATS, Embedding, ReadOptions, check_keys_writable, format_for, keys_path_for, keys_text, match_inputs,
-    require_finite, write_embedding,
+    WRITE_FORMATS,
+    Embedding,
+    ReadOptions,
+    check_keys_writable,
+    format_for,
+    keys_path_for,
+    keys_text,
+    match_inputs,
+    require_finite,
+    write_embedding,
 )
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fourier import (
-    check_output_dim, check_seed, check_sigma, choose_dimension, draw_directions, fourier_features, procrustes_rotation,
+    check_output_dim,
+    check_seed,
+    check_sigma,
+    choose_dimension,
+    draw_directions,
+    fourier_features,
+    procrustes_rotation,
     rahimi_recht_dimension,
 )
 from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +46,7 @@ def read_key_names(path: Path, encoding: str = "utf-8") -> dict[str, str]:
     except (ValueError, pd.errors.ParserError) as exc:
         raise InputError(f"{path}: expected at least two {_name(separator)}-separated columns, key and name "
                          f"({str(exc).splitlines()[0]})") from None
-    return dict(zip(table[0].str.strip(), table[1].str.strip()))
+    return dict(zip(table[0].str.strip(), table[1].str.strip(), strict=True))
 
 
 def _name(separator: str) -> str:

@@ -14,9 +14,9 @@ Movies whose genre is ``unknown`` or ``(no genres listed)`` have no label.
 from __future__ import annotations
 
 import csv
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Iterator
 
 from stabcli.errors import InputError
 from stabcli.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
@@ -152,7 +152,7 @@ def _u_item(path: Path, encoding: str) -> Iterator[tuple[int, str, str | None]]:
         fields = line.split("|")
         if len(fields) != width or any(f.strip() not in ("0", "1") for f in fields[5:]):
             raise InputError(f"{path}:{lineno}: not a MovieLens u.item line (id|title|date|video date|url|19 genre flags)")
-        flags = [g for g, f in zip(ML100K_GENRES, fields[5:]) if f.strip() == "1"]
+        flags = [g for g, f in zip(ML100K_GENRES, fields[5:], strict=True) if f.strip() == "1"]
         yield lineno, fields[0].strip(), _first_genre(flags[0]) if flags else None
 
 

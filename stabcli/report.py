@@ -5,8 +5,9 @@ Markdown, PNG plots. JSON is ``stabcli.schema.dumps``; every renderer reads the 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from rich import box
@@ -342,7 +343,7 @@ def write_plots(report: AuditReport, directory: Path) -> list[Path]:
         for i, losses in enumerate(tr.loss_by_run):
             points = [(e + 1, v) for e, v in enumerate(losses) if v is not None]
             if points:
-                ax.plot(*zip(*points), marker=".", alpha=0.7, label=report.input.run_names[i])
+                ax.plot(*zip(*points, strict=True), marker=".", alpha=0.7, label=report.input.run_names[i])
         ax.set(xlabel="epoch", ylabel="training loss", title="Loss per run (Fig. 1b)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize="small", ncol=2 if len(tr.loss_by_run) > 5 else 1)
@@ -373,13 +374,13 @@ def _fig1c(plt: Any, rows: list[EpochRow]) -> Any:
     one box per epoch, with the noise share per epoch below."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(5, 0.45 * len(rows) + 2), 5.5), sharex=True,
                                       gridspec_kw={"height_ratios": [2, 1]})
-    stats = [{"label": str(r.epoch), "whislo": r.variance_quantiles.min, "q1": r.variance_quantiles.q25,
-              "med": r.variance_quantiles.median, "q3": r.variance_quantiles.q75, "whishi": r.variance_quantiles.max,
-              "mean": r.variance_mean} for r in rows]
-    positions = [r.epoch for r in rows]
+    boxes = [(r, q) for r in rows if (q := r.variance_quantiles) is not None]
+    stats = [{"label": str(r.epoch), "whislo": q.min, "q1": q.q25, "med": q.median, "q3": q.q75, "whishi": q.max,
+              "mean": r.variance_mean} for r, q in boxes]
+    positions = [r.epoch for r, _ in boxes]
     top.bxp(stats, positions=positions, showfliers=False, showmeans=True)
     top.set(ylabel="variance per dimension", title="Across-run variance by epoch (Fig. 1c)")
-    bottom.plot(positions, [r.noise_share for r in rows], marker="o", color="#c44e52")
+    bottom.plot([r.epoch for r in rows], [r.noise_share for r in rows], marker="o", color="#c44e52")
     bottom.set(xlabel="epoch", ylabel="noise share", ylim=(0, 1))
     return fig
 

@@ -20,9 +20,10 @@ import json
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import MISSING, Field, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -104,9 +105,7 @@ def _type_name(tp: Any) -> str:
     if origin is list:
         item = _type_name(typing.get_args(tp)[0])
         name = "list of " + (f"({item})" if " or " in item else item)
-    elif origin is dict or tp is dict:
-        name = "object"
-    elif is_dataclass(tp):
+    elif origin is dict or tp is dict or is_dataclass(tp):
         name = "object"
     else:
         name = {float: "number", int: "integer", str: "string", bool: "boolean"}.get(tp, "any")
@@ -137,7 +136,7 @@ def _path_problem(tp: Any, parts: list[str], walked: list[str]) -> str | None:
     if tp is Any:
         return None
     origin = typing.get_origin(tp)
-    if is_dataclass(tp):
+    if isinstance(tp, type) and is_dataclass(tp):
         names = [f.name for f, _ in _schema_fields(tp)]
         hints = _hints(tp)
         if parts[0] not in names:
@@ -170,7 +169,7 @@ def key_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
             rows += key_rows(typing.get_args(inner)[0], name + ".N.")
         elif origin is dict and is_dataclass(typing.get_args(inner)[1]):
             rows += key_rows(typing.get_args(inner)[1], name + ".NAME.")
-        elif is_dataclass(inner):
+        elif isinstance(inner, type) and is_dataclass(inner):
             rows += key_rows(inner, name + ".")
     return rows
 

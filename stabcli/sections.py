@@ -40,8 +40,9 @@ class UnstableKey:
     key: str = doc("the key")
     name: str | None = doc("its display name from `--key-names` (null without)")
     frequency: int | None = doc("its training frequency (token count) from the run set, null where not recorded")
-    aligned_variance: float = doc("mean over dimensions of its across-run variance after Procrustes (ddof=0)")
-    mean_squared_norm: float = doc("mean over runs of its squared L2 norm")
+    aligned_variance: float | None = doc(
+        "mean over dimensions of its across-run variance after Procrustes (ddof=0); null beyond float64's range")
+    mean_squared_norm: float | None = doc("mean over runs of its squared L2 norm; null beyond float64's range")
     relative_instability: float = doc(
         "aligned_variance × d / mean_squared_norm: the key's own aligned noise share (0 = identical in every run, "
         "(R−1)/R = pure noise); the list is sorted by it, largest first")
@@ -55,7 +56,8 @@ class RepresentationSection:
         "(R−1)/R, the noise share of runs that share nothing (pure noise), to read noise_share against")
     noise_share_per_dim: list[float] = doc("one share per dimension")
     noise_share_histogram: Histogram = doc("histogram of the per-dimension shares over [0, 1]")
-    variance_per_dim: list[float] = doc("per dimension, mean over keys of Var_r (ddof=1) (paper Fig. 1a)")
+    variance_per_dim: list[float | None] = doc(
+        "per dimension, mean over keys of Var_r (ddof=1) (paper Fig. 1a); null beyond float64's range")
     aligned_noise_share: float = doc("noise share after generalized Procrustes to the consensus")
     aligned_noise_share_per_dim: list[float] = doc("aligned share per dimension")
     procrustes_iterations: int = doc("generalized Procrustes iterations used")
@@ -66,7 +68,7 @@ class RepresentationSection:
     knn_k: int = doc("k (`--knn-k`)")
     knn_queries: int = doc("number of query keys sampled")
     knn_chance: float = doc("k/(n−1), the overlap of random neighbour lists")
-    pip_loss: float = doc("mean PIP loss ‖H_r H_rᵀ − H_s H_sᵀ‖_F over run pairs")
+    pip_loss: float | None = doc("mean PIP loss ‖H_r H_rᵀ − H_s H_sᵀ‖_F over run pairs; null beyond float64's range")
     pip_loss_relative: float | None = doc("pip_loss divided by the mean ‖HHᵀ‖_F")
     cka: float = doc("mean linear CKA over run pairs")
     eigenspace_overlap: float = doc("mean eigenspace overlap over run pairs")

@@ -12,9 +12,9 @@ import csv
 import os
 import stat
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from stabcli.errors import InputError, OptionError
 

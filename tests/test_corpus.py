@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 
 from stabcli.corpus import CorpusOptions, detect_format, file_sha256, read_corpus
@@ -177,7 +176,7 @@ def interactions(n_users: int = 30, n_items: int = 60, seed: int = 0) -> list[tu
         items = rng.choice(np.arange(1, n_items + 1), size=count, replace=False)
         stamps = rng.integers(874_724_710, 893_286_638, size=count)  # ties (rare) keep file order
         ratings = rng.integers(1, 11, size=count) / 2
-        rows += [(user, int(i), float(r), int(t)) for i, r, t in zip(items, ratings, stamps)]
+        rows += [(user, int(i), float(r), int(t)) for i, r, t in zip(items, ratings, stamps, strict=True)]
     order = rng.permutation(len(rows))
     return [rows[j] for j in order]
 

@@ -290,7 +290,7 @@ def test_estimators_validate_parameters_the_sklearn_way():
 
 
 def test_existing_outputs_need_force_which_replaces_them(tmp_path, emb):
-    path, keys, _ = emb
+    path, _, _ = emb
     out = tmp_path / "o.npy"
     assert runner.invoke(app, ["featurize", str(path), "--out", str(out), "--dim", "8"]).exit_code == 0
     result = runner.invoke(app, ["featurize", str(path), "--out", str(out), "--dim", "4"])

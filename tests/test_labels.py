@@ -42,15 +42,15 @@ def test_u_item_layout_under_another_name_is_recognised(tmp_path):
 
 
 def test_movies_dat_with_latin1_titles(tmp_path):
-    data = "".join(f"{i}::{t}::{g}\n" for i, (t, g) in enumerate(zip(TITLES, ["Comedy|Drama", "Romance",
-                                                                           "(no genres listed)", "Fantasy"]), start=1))
+    genres = ["Comedy|Drama", "Romance", "(no genres listed)", "Fantasy"]
+    data = "".join(f"{i}::{t}::{g}\n" for i, (t, g) in enumerate(zip(TITLES, genres, strict=True), start=1))
     labels = read_labels(write(tmp_path, "movies.dat", data, "latin-1"), KEYS)
     assert labels.by_key == {"1": "Comedy", "2": "Romance", "4": "Fantasy"}
 
 
 def test_movies_csv_quoted_titles_utf8_and_latin1(tmp_path):
     data = "movieId,title,genres\r\n" + "".join(f'{i},"{t}",{g}\r\n' for i, (t, g) in enumerate(
-        zip(TITLES, ["Comedy|Drama", "Romance", "Drama", "Fantasy"]), start=1))
+        zip(TITLES, ["Comedy|Drama", "Romance", "Drama", "Fantasy"], strict=True), start=1))
     expected = {"1": "Comedy", "2": "Romance", "3": "Drama", "4": "Fantasy"}
     assert read_labels(write(tmp_path, "movies.csv", data), KEYS).by_key == expected
     latin = write(tmp_path, "movies.csv", data, "latin-1")

@@ -37,7 +37,7 @@ def test_a_symlink_to_an_input_is_the_input(tmp_path):
     (tmp_path / "link.npy").symlink_to(tmp_path / "a.npy")
     plan = OutputPlan([tmp_path / "a.npy"], force=True)
     plan.add(tmp_path / "link.npy", "--out")
-    with pytest.raises(UsageError, match="link.npy: is the input .*a.npy"):
+    with pytest.raises(UsageError, match=r"link\.npy: is the input .*a\.npy"):
         plan.check()
 
 
@@ -59,7 +59,7 @@ def test_two_outputs_on_one_path_are_refused(tmp_path):
     plan = OutputPlan()
     plan.add(tmp_path / "r.json", "--json")
     plan.add(tmp_path / "./r.json", "--markdown")
-    with pytest.raises(UsageError, match="--markdown .*r.json: is also --json"):
+    with pytest.raises(UsageError, match=r"--markdown .*r\.json: is also --json"):
         plan.check()
     plan = OutputPlan()
     plan.add(tmp_path / "plots", "--plots", kind="dir")
@@ -73,7 +73,7 @@ def test_existing_outputs_need_force_and_force_replaces_a_file_atomically(tmp_pa
     target.write_text("old")
     plan = OutputPlan()
     plan.add(target, "--json")
-    with pytest.raises(UsageError, match="o.json: already exists; pass --force to replace it"):
+    with pytest.raises(UsageError, match=r"o\.json: already exists; pass --force to replace it"):
         plan.check()
     with OutputPlan(force=True) as plan:
         pass
@@ -162,7 +162,7 @@ def test_append_outputs_are_appended_on_commit_and_checked_against_inputs(tmp_pa
     runs = make_runset(tmp_path / "runs")
     plan = OutputPlan([runs])
     plan.add(runs / "keys.txt", "GITHUB_STEP_SUMMARY", kind="append")
-    with pytest.raises(UsageError, match="GITHUB_STEP_SUMMARY .*keys.txt: lies inside the input"):
+    with pytest.raises(UsageError, match=r"GITHUB_STEP_SUMMARY .*keys\.txt: lies inside the input"):
         plan.check()
 
 

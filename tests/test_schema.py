@@ -98,3 +98,16 @@ def test_downstream_section_wraps_the_downstream_dict_and_keeps_its_json():
     assert to_json(section) == {**raw, "dropped_classes": {}}
     with pytest.raises(AssertionError, match=r"\['surprise'\] are not declared"):
         DownstreamSection.from_dict({**raw, "surprise": 1})
+
+
+def test_scale_dependent_values_are_typed_and_documented_nullable():
+    # audit writes null where a scale-dependent value leaves float64's range (vectors near 1e300);
+    # the types (and so docs/json.md and --check) must admit it
+    kinds = {name: kind for name, kind, _ in key_rows(AuditReport)}
+    assert kinds["representation.variance_per_dim"] == "list of (number or null)"
+    for key in ("representation.pip_loss", "representation.least_stable.N.aligned_variance",
+                "representation.least_stable.N.mean_squared_norm"):
+        assert kinds[key] == "number or null", key
+    # shares and overlaps are scale-free: always numbers
+    for key in ("representation.noise_share", "representation.least_stable.N.relative_instability"):
+        assert kinds[key] == "number", key

@@ -135,7 +135,7 @@ def _common_keys(embeddings: list[Embedding]) -> tuple[list[str], list[np.ndarra
         common &= set(e.keys)
         union |= set(e.keys)
     keys = [k for k in first if k in common]
-    rows = []
+    rows: list[np.ndarray | None] = []
     for e in embeddings:
         position = {k: i for i, k in enumerate(e.keys)}
         rows.append(np.fromiter((position[k] for k in keys), dtype=np.int64, count=len(keys)))
@@ -209,7 +209,7 @@ def _check_sizes(options: AuditOptions, runs: Runs) -> None:
                                    f"{_bytes(free)} is available")
 
 
-def _bytes(count: int) -> str:
+def _bytes(count: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if count < 1024 or unit == "TB":
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
@@ -249,6 +249,7 @@ def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step
     raw = m.noise_share(arrays)
     aligned = m.noise_share(arrays, frame.rotations)
     energy = m.per_key_energy(arrays, aligned.scale)  # in the scaled units of per_key_variance_scaled
+    assert aligned.per_key_variance_scaled is not None  # noise_share always sets it
     relative = m.relative_instability(aligned.per_key_variance_scaled, energy, d)
     step("inner products")
     first, second = m.sample_pairs(n, options.pairs, rng)
@@ -275,11 +276,11 @@ def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step
     section = RepresentationSection(
         noise_share=raw.overall,
         noise_share_independent=(R - 1) / R,
-        noise_share_per_dim=_floats(raw.per_dim),
-        noise_share_histogram=Histogram(edges=_floats(edges), counts=[int(c) for c in counts]),
+        noise_share_per_dim=[float(v) for v in raw.per_dim],  # shares are never beyond float64
+        noise_share_histogram=Histogram(edges=[float(v) for v in edges], counts=[int(c) for c in counts]),
         variance_per_dim=_floats(raw.variance_per_dim),
         aligned_noise_share=aligned.overall,
-        aligned_noise_share_per_dim=_floats(aligned.per_dim),
+        aligned_noise_share_per_dim=[float(v) for v in aligned.per_dim],
         procrustes_iterations=iterations,
         inner_product_noise_share=inner,
         inner_product_pairs=options.pairs,
@@ -313,16 +314,17 @@ def training_report(runs: Runs, options: AuditOptions) -> TrainingSection:
                                loss_by_run=None, reports_loss=False, by_epoch=[])
     losses = [runs.runset.losses(i) or [] for i in runs.run_indices]
     finals = [next((v for v in reversed(run) if v is not None), None) for run in losses]
-    final_loss = final_mean = final_std = final_cv = None
+    final_loss: list[float] | None = None
+    final_mean = final_std = final_cv = None
     if all(v is not None for v in finals):
-        final_loss = [float(v) for v in finals]
-        final_mean = float(np.mean(finals))
-        final_std = float(np.std(finals, ddof=1))
+        final_loss = [float(v) for v in finals if v is not None]
+        final_mean = float(np.mean(final_loss))
+        final_std = float(np.std(final_loss, ddof=1))
         final_cv = final_std / abs(final_mean) if final_mean else None
     n_epochs = max([len(run) for run in losses] + [len(runs.runset.checkpoints(i)) for i in runs.run_indices])
     by_epoch = []
     for epoch in range(1, n_epochs + 1):
-        values = [run[epoch - 1] for run in losses if len(run) >= epoch and run[epoch - 1] is not None]
+        values = [v for run in losses if len(run) >= epoch and (v := run[epoch - 1]) is not None]
         share = _epoch_noise(runs, epoch, options.normalize)
         variance = None if share is None else share.variance_per_dim
         by_epoch.append(EpochRow(

@@ -153,7 +153,7 @@ class Cluster:
         """The scheduler's dashboard, when it serves one (it needs bokeh)."""
         if self._cluster is not None:
             try:
-                import bokeh  # noqa: F401 - LocalCluster serves a dashboard only with bokeh
+                import bokeh  # type: ignore[import-not-found]  # noqa: F401 - a LocalCluster serves a dashboard only with bokeh
             except ImportError:
                 return None
         try:

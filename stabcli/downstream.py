@@ -456,7 +456,7 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
     for v in variants:
         directions = draw_directions(dim, v.phi_dim, v.sigma, options.seed) if v.phi_dim else None
         if v.source == "avg":
-            mean = np.mean(xs, axis=0, dtype=np.float64)
+            mean = np.asarray(np.mean(xs, axis=0, dtype=np.float64))
             jobs_list.append((v, 0, mean if xs[0].dtype == np.float64 else mean.astype(np.float32),
                               _Transform(None, directions)))
             continue
@@ -589,7 +589,7 @@ def recommend(results: dict[str, dict[str, Any]], primary: str, resolution: floa
     stale_key = f"stale_{primary}_mean"
     stale = {n: r[stale_key] for n, r in eligible.items() if r[stale_key] is not None}
     if stale and c["stale_drop"] is not None and c["stale_drop"] > STALE_TOLERANCE:
-        keeper = max(stale, key=stale.get)
+        keeper = max(stale, key=lambda name: stale[name])
         reason += (f" A downstream model that is not refit scores {label} {c[stale_key]:.3f} with {choice} "
                    f"(drop {c['stale_drop']:.3f}); "
                    + (f"with {keeper} it keeps {stale[keeper]:.3f}, so refit on every refresh or use {keeper}."

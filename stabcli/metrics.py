@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from scipy.linalg import orthogonal_procrustes
@@ -415,7 +415,8 @@ def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray
     n = h.shape[0]
     q_unit = unit_rows(np.asarray(h[queries])).astype(np.float32, copy=False)  # unit before float32: 1e300 stays finite
     step = max(k + 1, CHUNK_ELEMENTS // max(len(queries), 1))
-    best_scores = best_ids = None
+    best_scores: np.ndarray | None = None
+    best_ids: np.ndarray | None = None
     for start in range(0, n, step):
         chunk = unit_rows(np.asarray(h[start:start + step])).astype(np.float32, copy=False)
         scores = q_unit @ chunk.T
@@ -431,6 +432,7 @@ def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray
             best_scores = np.take_along_axis(scores, top, axis=1)
             best_ids = np.take_along_axis(ids, top, axis=1)
             continue
+        assert best_ids is not None
         hit_rows, hit_cols = np.nonzero(scores > best_scores.min(axis=1)[:, None])
         if hit_rows.size == 0:
             continue
@@ -444,6 +446,7 @@ def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray
         first_k = order[np.arange(len(order)) - group_start < k]  # every row has >= k candidates
         best_scores[rows] = cand_scores[first_k].reshape(len(rows), k)
         best_ids[rows] = cand_ids[first_k].reshape(len(rows), k)
+    assert best_ids is not None  # n > k keys: the first chunk filled it
     return best_ids
 
 
@@ -459,7 +462,7 @@ def knn_overlap(runs: Sequence[np.ndarray], queries: np.ndarray, k: int) -> np.n
     return overlap / len(pairs)
 
 
-def pairwise_mean(grams: Grams, metric) -> float:
+def pairwise_mean(grams: Grams, metric: Callable[[Grams, int, int], float]) -> float:
     """Mean of ``metric(grams, r, s)`` over run pairs r<s."""
     values = [metric(grams, r, s) for r, s in combinations(range(grams.G.shape[0]), 2)]
     return float(np.mean(values))

@@ -86,7 +86,7 @@ def _bit_generator_ctor(bit_generator: Any = "MT19937") -> Any:
     only; numpy's calls any class it is given."""
     from numpy.random import _pickle as numpy_pickle
 
-    known = numpy_pickle.BitGenerators  # name -> class
+    known: dict[str, Any] = dict(numpy_pickle.BitGenerators)  # name -> class
     if isinstance(bit_generator, str) and bit_generator in known:
         return known[bit_generator]()
     if any(bit_generator is cls for cls in known.values()):

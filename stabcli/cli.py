@@ -71,10 +71,10 @@ class _Group(TyperGroup):
         except StabcliError as exc:
             if _debug_enabled(ctx):
                 raise
-            Console(stderr=True).print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:
-            Console(stderr=True).print("interrupted; finished runs are kept", highlight=False)
+            err.print("interrupted; finished runs are kept", highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:
             _quiet_broken_pipe()
@@ -82,7 +82,7 @@ class _Group(TyperGroup):
             if _debug_enabled(ctx):
                 raise
             where = exc.ctx.command_path if exc.ctx else "stabcli"
-            Console(stderr=True).print(f"[bold red]error:[/] {escape(exc.format_message())} (see '{where} --help')",
+            err.print(f"[bold red]error:[/] {escape(exc.format_message())} (see '{where} --help')",
                                        highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
 
@@ -108,13 +108,22 @@ class _Console(Console):
 
 
 def _console(stream: Any, stderr: bool = False) -> Console:
-    """A console that, when ``stream`` is not a terminal and ``COLUMNS`` is unset, never wraps:
+    """A console that honours a valid ``COLUMNS`` (never narrower than ``MIN_WIDTH``: rich
+    prints nothing at all at width 0, and tables lose their numbers below that), and that,
+    when ``stream`` is not a terminal and ``COLUMNS`` is unset or not a number, never wraps:
     logs and pipes get every table and line at its full width."""
-    piped = not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS")
-    return _Console(stderr=stderr, width=PIPE_WIDTH if piped else None)
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():  # rich's own test; "0" would otherwise mean width 0
+        width: Optional[int] = max(int(columns), MIN_WIDTH)
+    elif hasattr(stream, "isatty") and stream.isatty():
+        width = None  # rich asks the terminal
+    else:
+        width = PIPE_WIDTH
+    return _Console(stderr=stderr, width=width)
 
 
 PIPE_WIDTH = 10_000
+MIN_WIDTH = 40
 
 
 app = typer.Typer(

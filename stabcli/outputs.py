@@ -182,6 +182,31 @@ class _Output:
         return self.path.with_name(f".{self.path.name}.{suffix}-{os.getpid()}")
 
 
+def _append(path: Path, data: bytes) -> None:
+    """Append ``data`` whole or not at all: a failed write (disk full, ``ulimit -f``) cuts
+    the file back to its length before, and removes it if this call created it."""
+    existed = os.path.lexists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    regular, start = False, 0
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)  # /dev/stdout may be a pipe: no seeking
+        start = os.lseek(fd, 0, os.SEEK_END) if regular else 0
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        try:
+            if not existed:
+                os.unlink(path)
+            elif regular:
+                os.ftruncate(fd, start)
+        except OSError:
+            pass
+        raise
+    finally:
+        os.close(fd)
+
+
 class OutputPlan:
     """The outputs of one command: checked together, written atomically, all or nothing.
 
@@ -347,8 +372,7 @@ class OutputPlan:
             for output in self._outputs:
                 if output.kind == "append" and output.text:
                     self._current = output
-                    with open(output.path, "a", encoding="utf-8") as fh:
-                        fh.write("".join(output.text))
+                    _append(output.path, "".join(output.text).encode("utf-8"))
         except OSError as exc:
             error = self.write_error(exc)
             self.rollback()

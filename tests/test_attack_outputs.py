@@ -186,3 +186,45 @@ def test_columns_never_loses_featurize_output(tmp_path, columns):
     assert result.returncode == 0, result.stderr
     assert "wrote o.npy: 1 run(s) × 12 keys, 4 → 4 dims (sidecar o.npy.featurize.json)" in result.stdout
     assert result.stderr == ""
+
+
+# -- GITHUB_STEP_SUMMARY under a file-size limit -------------------------------------------
+
+def limited_audit(tmp_path, summary: str):
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    make_runset(tmp_path / "runs")
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": summary}
+    return subprocess.run([sys.executable, "-m", "stabcli", "audit", "runs", *AUDIT_FAST], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, preexec_fn=limit)
+
+
+def test_a_summary_append_that_fails_leaves_the_summary_as_it_was(tmp_path):
+    """``ulimit -f`` mid-append left the first 1,024 bytes of the report glued to the
+    summary of earlier steps; now the append is all or nothing too."""
+    earlier = "## earlier step\n\nall good\n"
+    (tmp_path / "summary.md").write_text(earlier)
+    result = limited_audit(tmp_path, "summary.md")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == ["error: summary.md: cannot write (File too large)"]
+    assert (tmp_path / "summary.md").read_text() == earlier
+
+
+def test_a_new_summary_that_fails_is_not_left_behind(tmp_path):
+    result = limited_audit(tmp_path, "summary.md")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == ["error: summary.md: cannot write (File too large)"]
+    assert not (tmp_path / "summary.md").exists()
+
+
+def test_a_summary_on_a_pipe_is_still_appended(tmp_path):
+    """``GITHUB_STEP_SUMMARY=/dev/stdout`` with stdout a pipe: appended, no seek error."""
+    make_runset(tmp_path / "runs")
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": "/dev/stdout"}
+    result = subprocess.run([sys.executable, "-m", "stabcli", "audit", "runs", *AUDIT_FAST, "--format", "json"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert "# " in result.stdout and '"passed": true' in result.stdout

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_pretrain.py                 # 8 runs, dim 64, 5 epochs, ~1M tokens, 3 repetitions
     python benchmarks/bench_pretrain.py --reps 5 --runs 8
+    python benchmarks/bench_pretrain.py --dask-scaling      # runs 2, 4, 8 on local:1 and local:2
 
 Corpus: the bundled sample sessions repeated to about 1M tokens (``lines`` format).
 Contenders, each a fresh child process, alternating within every repetition so machine
@@ -14,7 +15,10 @@ noise hits all of them alike:
 * ``loop-cf-w1``: the loop with gensim's ``corpus_file`` mode, ``workers=1`` (what stabcli
   uses per run; shows what the mode alone is worth);
 * ``stabcli-j1`` and ``stabcli-jN``: ``stabcli pretrain --jobs 1`` and ``--jobs N``
-  end to end (process start, corpus check, run set, manifest, losses).
+  end to end (process start, corpus check, run set, manifest, losses);
+* ``stabcli-dask2``: ``stabcli pretrain --scheduler local:2``: the same runs as Dask tasks on
+  a LocalCluster of 2 single-threaded worker processes (started and stopped by the command,
+  so its start-up is included); its vectors must equal ``--jobs``'s bit for bit.
 
 Every contender writes its vectors; the repetitions' sha256 per contender show which are
 bitwise reproducible (stabcli -j1 and -jN must also equal each other). Prints a table
@@ -37,7 +41,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CORES = len(os.sched_getaffinity(0))
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 LOOP = r"""
 import sys, numpy as np
@@ -84,10 +88,12 @@ def run_one(name: str, corpus: Path, work: Path, runs: int) -> tuple[float, str]
         mode = "corpus_file" if name.startswith("loop-cf") else "sentences"
         argv = [sys.executable, "-c", LOOP, str(corpus), str(out), str(runs), str(workers), mode]
     else:
-        jobs = name.rsplit("j", 1)[1]
         argv = [sys.executable, "-m", "stabcli", "pretrain", str(corpus), "--out", str(out / "runs"), "--runs",
-                str(runs), "--dim", "64", "--epochs", "5", "--window", "3", "--negative", "3", "--jobs", jobs,
-                "--format", "json"]
+                str(runs), "--dim", "64", "--epochs", "5", "--window", "3", "--negative", "3", "--format", "json"]
+        if "dask" in name:
+            argv += ["--scheduler", f"local:{name.rsplit('dask', 1)[1]}"]
+        else:
+            argv += ["--jobs", name.rsplit("j", 1)[1]]
     start = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
     seconds = time.perf_counter() - start
@@ -103,9 +109,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=1_000_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "pretrain.json")
+    parser.add_argument("--dask-scaling", action="store_true", help="time runs 2, 4, 8 on local:1 and local:2 only")
     args = parser.parse_args()
+    if args.dask_scaling:
+        dask_scaling(args)
+        return
 
-    contenders = ["loop-w1", "loop-wall", "loop-cf-w1", "stabcli-j1", f"stabcli-j{CORES}"]
+    contenders = ["loop-w1", "loop-wall", "loop-cf-w1", "stabcli-j1", f"stabcli-j{CORES}", "stabcli-dask2"]
     times: dict[str, list[float]] = {c: [] for c in contenders}
     digests: dict[str, list[str]] = {c: [] for c in contenders}
     with tempfile.TemporaryDirectory(prefix="stabcli-bench-") as tmp:
@@ -131,6 +141,9 @@ def main() -> None:
         "stabcli-j1 <= 1.10 x loop-w1": median["stabcli-j1"] <= 1.10 * base,
         "stabcli bitwise reproducible across reps and --jobs":
             reproducible["stabcli-j1"] and reproducible[parallel] and digests["stabcli-j1"][0] == digests[parallel][0],
+        "stabcli-dask2 <= 1.10 x stabcli-j2": median["stabcli-dask2"] <= 1.10 * median.get("stabcli-j2", median[parallel]),
+        "stabcli-dask2 vectors equal --jobs's": reproducible["stabcli-dask2"]
+            and digests["stabcli-dask2"][0] == digests["stabcli-j1"][0],
     }
     print(f"\n{'contender':>12} {'median s':>9} {'vs loop-w1':>11} {'reproducible':>13}")
     for c in contenders:
@@ -145,6 +158,24 @@ def main() -> None:
         "digests": digests, "reproducible": reproducible, "targets": targets,
     }, indent=2) + "\n")
     print(f"wrote {args.out}")
+
+
+def dask_scaling(args: argparse.Namespace) -> None:
+    """Wall time of N runs on W single-threaded Dask workers (LocalCluster), N = 2, 4, 8."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="stabcli-bench-") as tmp:
+        corpus = Path(tmp) / "corpus.txt"
+        tokens = build_corpus(corpus, args.tokens)
+        print(f"corpus: {tokens:,} tokens; dim 64 × 5 epochs; {args.reps} repetitions (median)", flush=True)
+        for runs in (2, 4, 8):
+            for workers in (1, 2):
+                seconds = [run_one(f"stabcli-dask{workers}", corpus, Path(tmp), runs)[0] for _ in range(args.reps)]
+                rows.append({"runs": runs, "workers": workers, "median_s": statistics.median(seconds), "seconds": seconds})
+                print(f"  {runs} runs on local:{workers}: {statistics.median(seconds):6.1f} s", flush=True)
+    out = args.out.with_name("pretrain_dask_scaling.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "tokens": tokens, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

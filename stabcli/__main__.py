@@ -1,3 +1,4 @@
 from stabcli.cli import main
 
-main()
+if __name__ == "__main__":  # multiprocessing's spawn (Dask's LocalCluster) re-imports this module
+    main()

@@ -19,7 +19,7 @@ import numpy as np
 
 from stabcli import __version__
 from stabcli import metrics as m
-from stabcli.embeddings import Embedding, read_embedding, require_finite
+from stabcli.embeddings import Embedding, ReadOptions, match_inputs, require_finite
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.runset import RunSet, is_runset
 from stabcli.schema import check_path, to_json
@@ -73,17 +73,25 @@ class Runs:
         return int(self.arrays[0].shape[1])
 
 
-def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | None = None) -> Runs:
+def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | None = None,
+              read: ReadOptions | None = None) -> Runs:
     """Read a run-set directory or several embedding files and align them on common keys.
 
+    ``read`` carries ``--input-format``, ``--trust-pickle`` and ``--keys``; inputs then go
+    through ``embeddings.match_inputs``, which refuses keyless files mixed with keyed ones
+    and notes position matching through ``on_warning``.
+
     Raises ``InputError`` (naming the file) for fewer than 2 runs, mismatched dimensions,
-    NaN/inf values or an empty key intersection.
+    NaN/inf values, an empty key intersection, or keyless inputs that cannot be matched.
     """
+    read = read or ReadOptions()
     paths = [Path(p) for p in inputs]
     runset = None
     if len(paths) == 1 and paths[0].is_dir():
         if not is_runset(paths[0]):
             raise InputError(f"{paths[0]}: a directory but not a run set (no stabcli.json)")
+        if read.input_format is not None:
+            raise OptionError("input_format", f"applies to embedding files, not to the run set {paths[0]}")
         runset = RunSet.open(paths[0])
         indices = runset.runs
         embeddings = [runset.load(i) for i in indices]
@@ -93,8 +101,9 @@ def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | 
             if path.is_dir():
                 raise UsageError(f"{path}: pass a run set alone, or embedding files only")
         indices = []
-        embeddings = [read_embedding(p) for p in paths]
+        embeddings = [read.read(p) for p in paths]
         names = [str(p) for p in paths]
+    embeddings = match_inputs(embeddings, read.keys_file, on_warning)
     if len(embeddings) < 2:
         where = paths[0] if paths else "input"
         raise InputError(f"{where}: found {len(embeddings)} run(s); stability needs at least 2")
@@ -105,6 +114,8 @@ def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | 
     keys, rows, dropped = _common_keys(embeddings)
     if not keys:
         raise InputError(f"{embeddings[1].source}: no keys in common with {first.source}")
+    if first.dim == 0:
+        raise InputError(f"{first.source}: vectors have 0 dimensions; there is nothing to compare")
     if dropped and on_warning:
         on_warning(f"{dropped} keys are not in every run and were left out; comparing {len(keys)} common keys")
     arrays = [emb.vectors if idx is None else np.asarray(emb.vectors[idx], dtype=np.float32)
@@ -138,7 +149,8 @@ def _check_finite(emb: Embedding, arr: np.ndarray, keys: list[str]) -> None:
 
 
 def _normalized(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    return [m.unit_rows(np.asarray(a, dtype=np.float32)) for a in arrays]
+    # normalize in the input's precision first: float64 rows near 1e300 would overflow float32
+    return [m.unit_rows(np.asarray(a)).astype(np.float32, copy=False) for a in arrays]
 
 
 @dataclass
@@ -155,6 +167,10 @@ def _frame(runs: Runs, options: AuditOptions, step: Callable[[str], None]) -> _F
     arrays = _normalized(runs.arrays) if options.normalize else runs.arrays
     step("cross-Gram blocks")
     grams = m.gram_blocks(arrays)
+    zero = [runs.names[r] for r in grams.zero_runs()]
+    if zero:
+        raise InputError(f"{zero[0]}: every value is 0; an all-zero run has no geometry to compare"
+                         + (f" ({len(zero)} such runs)" if len(zero) > 1 else ""))
     step("Procrustes alignment")
     rotations, iterations = m.generalized_procrustes(grams)
     return _Frame(arrays, grams, rotations, iterations)
@@ -232,8 +248,8 @@ def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step
     step("coordinate noise")
     raw = m.noise_share(arrays)
     aligned = m.noise_share(arrays, frame.rotations)
-    energy = m.per_key_energy(arrays)
-    relative = m.relative_instability(aligned.per_key_variance, energy, d)
+    energy = m.per_key_energy(arrays, aligned.scale)  # in the scaled units of per_key_variance_scaled
+    relative = m.relative_instability(aligned.per_key_variance_scaled, energy, d)
     step("inner products")
     first, second = m.sample_pairs(n, options.pairs, rng)
     inner = m.inner_product_noise_share(arrays, first, second)
@@ -245,7 +261,6 @@ def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step
     knn, least_knn = overlaps[: len(queries)], overlaps[len(queries):]
     step("PIP, CKA, eigenspaces, displacement")
     pip = m.pairwise_mean(grams, m.pip_loss)
-    gram_norm = float(np.mean([np.sqrt(m.frobenius_sq(grams.G[r, r])) for r in range(R)]))
     counts, edges = np.histogram(raw.per_dim, bins=HISTOGRAM_BINS, range=(0.0, 1.0))
     frequency = _frequencies(runs)
     names = key_names or {}
@@ -253,7 +268,7 @@ def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step
     knn_by_key[queries] = knn
     knn_by_key[least_idx] = least_knn
     stats = KeyStats(
-        keys=runs.keys, frequency=frequency, norm=np.sqrt(energy), aligned_variance=aligned.per_key_variance,
+        keys=runs.keys, frequency=frequency, norm=np.sqrt(energy) * aligned.scale, aligned_variance=aligned.per_key_variance,
         relative_instability=relative, knn_overlap=knn_by_key,
         displacement=m.per_key_displacement(arrays, grams) if per_key else None,
     )
@@ -273,15 +288,16 @@ def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step
         knn_k=options.knn_k,
         knn_queries=int(len(queries)),
         knn_chance=options.knn_k / (n - 1),
-        pip_loss=pip,
-        pip_loss_relative=pip / gram_norm if gram_norm > 0 else None,
+        pip_loss=_finite(pip),
+        pip_loss_relative=m.relative_pip_loss(grams),
         cka=m.pairwise_mean(grams, m.linear_cka),
         eigenspace_overlap=m.pairwise_mean(grams, m.eigenspace_overlap),
         semantic_displacement=m.semantic_displacement(arrays, grams),
         least_stable=[
             UnstableKey(key=runs.keys[i], name=names.get(runs.keys[i]),
                         frequency=None if frequency is None or frequency[i] < 0 else int(frequency[i]),
-                        aligned_variance=float(aligned.per_key_variance[i]), mean_squared_norm=float(energy[i]),
+                        aligned_variance=_finite(aligned.per_key_variance[i]),
+                        mean_squared_norm=_finite(m.rescaled(energy[i], aligned.scale, 2)),
                         relative_instability=float(relative[i]), knn_overlap=float(o))
             for i, o in zip(least_idx, least_knn)
         ],
@@ -333,7 +349,7 @@ def _epoch_noise(runs: Runs, epoch: int, normalize: bool) -> m.NoiseShare | None
     assert runs.runset is not None
     arrays = []
     for index, rows in zip(runs.run_indices, runs.rows):
-        path = runs.runset.run_dir(index) / "epochs" / f"{epoch:03d}.npy"
+        path = runs.runset.checkpoint(index, epoch)
         if not path.is_file():
             return None
         try:
@@ -358,19 +374,25 @@ def _featurized(runs: Runs) -> dict[str, Any] | None:
 
 def build_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], None] | None = None,
                  downstream: DownstreamOptions | None = None, checks: Sequence[str] = (),
-                 key_names: Mapping[str, str] | None = None, per_key: bool = False) -> AuditReport:
+                 key_names: Mapping[str, str] | None = None, per_key: bool = False,
+                 on_warning: Callable[[str], None] | None = None) -> AuditReport:
     """The whole audit report; ``downstream`` (label options) adds the downstream section,
     ``checks`` (expressions) its check results, ``per_key`` the per-key displacement."""
     step = on_step or (lambda _: None)
     for expression in checks:
         parse_check(expression)  # a malformed expression fails before any work
     _check_sizes(options, runs)
+    plan = None
+    if downstream:  # options against the runs, labels, split, memory: all before the Gram pass
+        from stabcli.downstream import plan_downstream
+
+        plan = plan_downstream(downstream, runs.keys, len(runs.arrays), runs.dim, on_warning)
     frame = _frame(runs, options, step)
     labelled = None
     if downstream:  # first: a bad label file fails before the long representation metrics
         from stabcli.downstream import downstream_report
 
-        raw = downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step)
+        raw = downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step, plan)
         labelled = DownstreamSection.from_dict(raw)
     representation, stats = representation_report(runs, frame, options, step, key_names, per_key)
     report = AuditReport(
@@ -395,8 +417,13 @@ def build_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], Non
     return replace(report, checks=results, passed=all(c.passed for c in results))
 
 
-def _floats(values: np.ndarray) -> list[float]:
-    return [float(v) for v in values]
+def _floats(values: np.ndarray) -> list[float | None]:
+    return [_finite(v) for v in values]
+
+
+def _finite(value: float) -> float | None:
+    """A JSON-safe number: None for a scale-dependent value beyond float64's range (inf)."""
+    return float(value) if math.isfinite(value) else None
 
 
 # ---------------------------------------------------------------- CI checks

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 from contextlib import nullcontext
 from importlib.resources import files
 from pathlib import Path
@@ -19,8 +21,11 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from stabcli import __version__
+from stabcli.atomic import write_text_atomic
 from stabcli.corpus import CorpusOptions
-from stabcli.errors import OptionError, StabcliError, UsageError
+from stabcli.embeddings import ReadOptions
+from stabcli.errors import Interrupted, OptionError, StabcliError, UsageError
+from stabcli.runset import check_removable_runset
 from stabcli.textfile import check_encoding
 from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
 
@@ -62,10 +67,28 @@ def error_line(exc: StabcliError) -> str:
 _PARSE_ERRORS = tuple({click.UsageError, *[c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"]})
 
 
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def _handle_stop_signals() -> dict[int, Any]:
+    """SIGTERM and SIGHUP take the Ctrl-C path (cleanup in ``finally:``, one line, 128 + signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None:
+            previous[signum] = signal.signal(signum, _raise_interrupted)
+    return previous
+
+
 class _Group(TyperGroup):
-    """Turns StabcliError into one line on stderr and exit 2, Ctrl-C into exit 130."""
+    """Turns StabcliError into one line on stderr and exit 2; Ctrl-C, SIGTERM and SIGHUP into
+    one line and exit 128 + signal (130, 143, 129)."""
 
     def invoke(self, ctx: typer.Context) -> Any:
+        previous = _handle_stop_signals()
         try:
             return super().invoke(ctx)
         except StabcliError as exc:
@@ -73,9 +96,10 @@ class _Group(TyperGroup):
                 raise
             err.print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
             err.print("interrupted; finished runs are kept", highlight=False)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise typer.Exit(128 + int(signum)) from None
         except BrokenPipeError:
             _quiet_broken_pipe()
         except _PARSE_ERRORS as exc:  # typer's own parsing (an int that is not one, a missing argument)
@@ -85,6 +109,9 @@ class _Group(TyperGroup):
             err.print(f"[bold red]error:[/] {escape(exc.format_message())} (see '{where} --help')",
                                        highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def _quiet_broken_pipe() -> None:
@@ -133,7 +160,8 @@ app = typer.Typer(
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Audit the run-to-run stability of pretrained embeddings.\n\n"
-    "Exit codes: 0 ok, 1 a requested check failed, 2 bad usage or bad input, 130 interrupted.",
+    "Exit codes: 0 ok, 1 a requested check failed, 2 bad usage or bad input, 130 interrupted (Ctrl-C), "
+    "143 terminated (SIGTERM), 129 hung up (SIGHUP).",
 )
 err = _console(sys.stderr, stderr=True)
 out = _console(sys.stdout)
@@ -160,8 +188,25 @@ def _progress() -> Progress:
     )
 
 
-def _run_pretrain(out_dir: Path, corpus: Optional[Path], config: TrainConfig, **kwargs: Any) -> PretrainResult:
-    """Call the library with a progress bar over runs (and epochs for gensim models)."""
+def _run_pretrain(out_dir: Path, corpus: Optional[Path], config: TrainConfig, scheduler: Optional[str] = None,
+                  **kwargs: Any) -> PretrainResult:
+    """Call the library with a progress bar over runs (and epochs for gensim models); with a
+    Dask scheduler every run is a task on the cluster."""
+    from stabcli.cluster import scheduler_address
+
+    address = scheduler_address(scheduler)
+    if address is None:
+        return _pretrain_with_progress(out_dir, corpus, config, **kwargs)
+    from stabcli.cluster import Cluster, pretrain_backend
+
+    with Cluster(address) as cluster:
+        dashboard = cluster.dashboard_link
+        err.print(f"Dask scheduler {address}: {len(cluster.workers())} worker(s)"
+                  + (f"; dashboard {dashboard}" if dashboard else ""), highlight=False, soft_wrap=True)
+        return _pretrain_with_progress(out_dir, corpus, config, backend=pretrain_backend(cluster), **kwargs)
+
+
+def _pretrain_with_progress(out_dir: Path, corpus: Optional[Path], config: TrainConfig, **kwargs: Any) -> PretrainResult:
     with _progress() as bar:
         runs_task = bar.add_task("runs", total=kwargs["runs"])
         epochs_task = bar.add_task("epochs", total=None, visible=config.script is None)
@@ -192,12 +237,17 @@ def _report_pretrain(result: PretrainResult, fmt: str) -> None:
             "stabcli_version": __version__,
             "run_set": str(result.root),
             "keys": result.keys,
+            "corpus": result.corpus,
             "runs": [r.__dict__ for r in result.runs],
             "failed": len(result.failed),
         }
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         out.print(_summary_table(result))
+        if result.corpus:
+            c = result.corpus
+            out.print(f"corpus read as {c['format']}: {c['sequences']:,} sequences, {c['tokens']:,} tokens, "
+                      f"{c['distinct_keys']:,} distinct keys", highlight=False)
     for r in result.failed:
         err.print(f"[bold red]failed:[/] {r.error}", highlight=False, soft_wrap=True)
     if result.failed:
@@ -218,6 +268,9 @@ def pretrain_cmd(
     min_count: int = typer.Option(1, "--min-count", help="Ignore tokens seen fewer times."),
     seed: int = typer.Option(0, "--seed", help="Run i uses seed SEED + i."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: available cores)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Run every run as a task on this Dask scheduler "
+                                            "(tcp://host:8786), or local:N for N local worker processes; default "
+                                            "$STABCLI_SCHEDULER. Needs stabcli[dask] and a filesystem every worker sees."),
     checkpoints: bool = typer.Option(False, "--checkpoints", help="Save vectors after every epoch (epochs/NNN.npy)."),
     vary: str = typer.Option("seed", "--vary", help="seed: only the seed changes; shuffle: also the sequence order; "
                              "bootstrap: sequences resampled with replacement."),
@@ -263,7 +316,7 @@ def pretrain_cmd(
         vary=vary, params=parse_params(model, param), script=script, checkpoints=checkpoints,
     )
     options = CorpusOptions(corpus_format, encoding, user_col, item_col, time_col, rating_col, min_rating)
-    result = _run_pretrain(out_dir, corpus, config, runs=runs, seed=seed, jobs=jobs, force=force,
+    result = _run_pretrain(out_dir, corpus, config, scheduler, runs=runs, seed=seed, jobs=jobs, force=force,
                            corpus_options=options, timeout=timeout)
     _report_pretrain(result, fmt)
 
@@ -282,10 +335,24 @@ def _comma_list(value: Optional[str], kind: type, option: str) -> Optional[list[
     return parsed
 
 
+# input options shared by audit and featurize (embeddings.ReadOptions)
+INPUT_FORMAT_OPTION = typer.Option(
+    None, "--input-format", metavar="FORMAT", help="Read every input file as npy, word2vec, word2vec-bin, fasttext (Facebook .bin), "
+    "kv (any gensim save(): .kv, .wv, .model) or parquet, whatever its suffix.")
+TRUST_PICKLE_OPTION = typer.Option(
+    False, "--trust-pickle", help="Load gensim files (.kv, .wv, .model) with Python's unrestricted unpickler. "
+    "RISK: such a file can run any code on this machine; use only for files you made or trust. Without it, "
+    "only the classes gensim's own save() writes are loaded.")
+KEYS_OPTION = typer.Option(
+    None, "--keys", metavar="FILE", help="Keys (one per line) for the .npy inputs that have no NAME.keys.txt; without it, "
+    "keyless and keyed inputs cannot be mixed.")
+
+
 def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[str], fmt: str,
                       json_path: Optional[Path], markdown_path: Optional[Path], plots: Optional[Path],
                       downstream: Optional[DownstreamOptions] = None, key_names: Optional[Path] = None,
-                      per_key: Optional[Path] = None, encoding: Optional[str] = None, force: bool = False) -> AuditReport:
+                      per_key: Optional[Path] = None, encoding: Optional[str] = None, force: bool = False,
+                      read: Optional[ReadOptions] = None) -> AuditReport:
     """Validate, load, compute, write every requested rendering; returns the report."""
     from stabcli.audit import build_report, load_runs, validate_checks
     from stabcli.keytable import per_key_format, per_key_frame, read_key_names, write_per_key
@@ -298,13 +365,19 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
     if per_key:
         per_key_format(per_key)
     plan = _audit_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
+    if read is not None and read.keys_file is not None:
+        plan.add_input(read.keys_file)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
     names = read_key_names(key_names, encoding or "utf-8") if key_names else None
-    runs = load_runs(inputs, on_warning=lambda msg: err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False,
-                                                              soft_wrap=True))
+
+    def warn(msg: str) -> None:
+        err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+    runs = load_runs(inputs, on_warning=warn, read=read)
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
         report = build_report(runs, options, on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
-                              downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None)
+                              downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None,
+                              on_warning=warn)
     text = dumps(report)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     written: list[Path] = []
@@ -389,15 +462,22 @@ def audit(
                                          "(paper Fig. A.4)."),
     reference: int = typer.Option(0, "--reference", help="Position of the run whose model is reused stale on the others."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Send the downstream fits to this Dask scheduler "
+                                            "(tcp://host:8786), or local:N; default $STABCLI_SCHEDULER. Needs stabcli[dask]."),
     encoding: Optional[str] = typer.Option(None, "--encoding", metavar="ENCODING", help="Text encoding of the label and "
                                            "--key-names files [default: utf-8; MovieLens u.item and movies.dat: latin-1; "
                                            "a byte-order mark decides]."),
+    min_class_size: int = typer.Option(5, "--min-class-size", help="Drop label classes with fewer labeled keys, with "
+                                       "a warning (5 = one expected test key at the default --test-size 0.2)."),
     key_names: Optional[Path] = typer.Option(None, "--key-names", help="Key→display name file for the tables: MovieLens "
                                              "u.item (id|title|…) or a 2-column CSV/TSV."),
     per_key: Optional[Path] = typer.Option(None, "--per-key", help="Write every key's frequency, norm, aligned variance, "
                                            "relative instability, displacement and k-NN overlap (.csv, .tsv or .parquet)."),
     force: bool = typer.Option(False, "--force", help="Replace existing --json/--markdown/--per-key files and a --plots "
                                "directory holding only stabcli's figures (never an input)."),
+    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+    keys: Optional[Path] = KEYS_OPTION,
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
@@ -423,10 +503,12 @@ def audit(
         check_encoding("encoding", encoding)
     if fmt not in ("table", "json"):
         raise OptionError("fmt", f"choose table or json, not {fmt!r}")
+    read = ReadOptions(input_format, trust_pickle, keys)
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
     downstream = None
     if labels is None:
-        given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model}
+        given = {"--variants": variants, "--featurize-dims": featurize_dims, "--sigmas": sigmas, "--model": model,
+                 "--min-class-size": None if min_class_size == 5 else min_class_size, "--scheduler": scheduler}
         extra = [name for name, value in given.items() if value is not None]
         if extra:
             raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
@@ -438,9 +520,16 @@ def audit(
             variants=_comma_list(variants, str, "--variants"),
             featurize_dims=_comma_list(featurize_dims, int, "--featurize-dims") or [],
             sigmas=_comma_list(sigmas, float, "--sigmas") or [], reference=reference, seed=seed, jobs=jobs,
-            encoding=encoding)
-    report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream,
-                               key_names, per_key, encoding, force)
+            encoding=encoding, min_class_size=min_class_size)
+    from stabcli.cluster import joblib_on, scheduler_address
+
+    with joblib_on(scheduler_address(scheduler) if labels is not None else None) as cluster:
+        if cluster is not None and downstream is not None and downstream.jobs is None:
+            from dataclasses import replace
+
+            downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs
+        report = _audit_and_render(inputs, options, check, fmt, json_path, markdown_path, plots, downstream,
+                                   key_names, per_key, encoding, force, read)
     if not report.passed:
         raise typer.Exit(EXIT_FAILED_CHECK)
 
@@ -462,6 +551,9 @@ def featurize_cmd(
     chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", help="Rows per streamed chunk (default: about 1 MB of output, which stays in cache)."),
     force: bool = typer.Option(False, "--force", help="Replace existing outputs (a directory only if it holds nothing but "
                                "a run set stabcli wrote; never an input)."),
+    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+    keys: Optional[Path] = KEYS_OPTION,
 ) -> None:
     """Turn embeddings into random Fourier features phi(h), optionally aligned to a reference.
 
@@ -481,9 +573,10 @@ def featurize_cmd(
     options = FeaturizeOptions(dim=dim, epsilon=epsilon, sigma=sigma, seed=seed, normalize=normalize, align_to=align_to,
                                reference=reference, fmt=fmt, chunk_rows=chunk_rows)
     result = featurize(input_path, output, options, save_transform=save_transform, force=force,
-                       on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None)
+                       on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None,
+                       read=ReadOptions(input_format, trust_pickle, keys))
     for note in result.notes:
-        err.print(f"note: {note}", highlight=False, soft_wrap=True)
+        err.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
     out.print(f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "
               f"{result.output_dim} dims (sidecar {result.sidecar})", highlight=False, soft_wrap=True)
     if result.measured_error is not None:
@@ -511,7 +604,10 @@ def demo(
     sample's item genres as downstream labels (report also in OUT/audit.json, OUT/audit.md
     and OUT/plots), featurizes every run with the same
     random Fourier directions (M = 64) into OUT/runs-phi64, audits that too and shows both
-    side by side. Rerunning reuses the trained runs.
+    side by side. Then a drift step: one run on a refreshed copy of the sessions in which 12
+    Horror items appear in Comedy sessions instead (OUT/runs-refreshed), compared with run 0 against
+    the noise band of the 5 runs (OUT/drift.json, OUT/drift.md). Rerunning reuses the
+    trained runs.
 
     Example:
 
@@ -523,6 +619,7 @@ def demo(
     from stabcli.report import comparison_table
 
     sessions = sample_path("sessions.txt")
+    check_removable_runset(out_dir / "runs-phi64")  # before a minute of work, not after
     err.print(f"stabcli demo: 5 item2vec runs on the synthetic sample {sessions.name} → {out_dir / 'runs'}", highlight=False)
     config = TrainConfig(model="word2vec", dim=32, window=3, negative=3, epochs=10, checkpoints=True)
     result = _run_pretrain(out_dir / "runs", sessions, config, runs=5, seed=0, jobs=jobs, force=False,
@@ -540,6 +637,135 @@ def demo(
     out.print(comparison_table({"raw h (32 dims)": raw, "phi(h) (64 dims)": phi}))
     out.print("Measured, not assumed: featurization helps where its column is more stable; see README "
               "'When featurization helps'.", highlight=False)
+    out.print()
+    _demo_drift(out_dir, config, jobs)
+
+
+DEMO_MOVED_GENRE, DEMO_INTO_GENRE, DEMO_MOVED_RANKS = "Horror", "Comedy", range(10, 22)
+
+
+def _demo_drift(out_dir: Path, config: TrainConfig, jobs: Optional[int]) -> None:
+    """The demo's drift step: a refresh in which 12 Horror items of middling popularity (ranks
+    11-22 by frequency in their genre) appear in Comedy sessions instead of their own; one run
+    trained on it, compared with run 0 against the noise band of the demo's 5 runs."""
+    from collections import Counter
+
+    from stabcli.drift import DriftOptions, compute_drift, load_inputs, move_items
+    from stabcli.drift_report import Outputs, render_terminal, write_outputs
+
+    sessions = [line.split() for line in sample_path("sessions.txt").read_text(encoding="utf-8").splitlines() if line]
+    rows = [line.split("\t") for line in sample_path("item_genres.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    genre = {item: g for item, g in rows}
+    counts = Counter(t for session in sessions for t in session if genre.get(t) == DEMO_MOVED_GENRE)
+    ranked = [item for item, _ in counts.most_common()]
+    moved = {ranked[i] for i in DEMO_MOVED_RANKS}
+    refreshed = out_dir / "sessions-refreshed.txt"
+    write_text_atomic(refreshed, "".join(" ".join(s) + "\n" for s in move_items(sessions, genre, moved, DEMO_INTO_GENRE, 0)))
+    err.print(f"stabcli drift: a refresh where {len(moved)} {DEMO_MOVED_GENRE} items (frequency ranks "
+              f"{DEMO_MOVED_RANKS[0] + 1}-{DEMO_MOVED_RANKS[-1] + 1}) appear in {DEMO_INTO_GENRE} sessions; one run on "
+              f"it → {out_dir / 'runs-refreshed'}", highlight=False)
+    _run_pretrain(out_dir / "runs-refreshed", refreshed, config, runs=1, seed=100, jobs=jobs, force=False,
+                  corpus_options=CorpusOptions(format="lines"), timeout=None)
+    inputs = load_inputs(out_dir / "runs", out_dir / "runs-refreshed", out_dir / "runs")
+    report, table = compute_drift(inputs, DriftOptions(top=15))
+    write_outputs(Outputs(json=out_dir / "drift.json", markdown=out_dir / "drift.md", force=True), report, table)
+    render_terminal(report, out)
+    found = sum(t.key in moved for t in report.drift.top)
+    out.print(f"{found} of the {len(report.drift.top)} listed keys are the {len(moved)} moved {DEMO_MOVED_GENRE} items "
+              f"({', '.join(sorted(moved))}); see docs/drift.md for how to read this.", highlight=False,
+              soft_wrap=True)
+
+
+@app.command("drift")
+def drift_cmd(
+    before: Path = typer.Argument(..., help="BEFORE: an embedding file, or a run set (its --reference run)."),
+    after: Path = typer.Argument(..., help="AFTER: an embedding file, or a run set (its --reference run)."),
+    noise: Optional[Path] = typer.Option(None, "--noise", help="Run set of seeded runs on BEFORE's data and "
+                                         "configuration (stabcli pretrain): each key's noise band."),
+    reference: int = typer.Option(0, "--reference", help="Run position used when BEFORE or AFTER is a run set."),
+    align: bool = typer.Option(True, "--align/--no-align", help="Rotate AFTER onto BEFORE (orthogonal Procrustes on "
+                               "the common keys); --no-align compares raw coordinates."),
+    knn_k: int = typer.Option(10, "--knn-k", help="Neighbours per key for the k-NN overlap."),
+    knn_queries: int = typer.Option(1_000, "--knn-queries", help="Sampled keys for the k-NN overlap above "
+                                    "10,000 keys (below: every key)."),
+    alpha: float = typer.Option(0.01, "--alpha", help="Level of the per-key test and of the FDR of the listed keys."),
+    top: int = typer.Option(20, "--top", help="Moved keys to list (largest changes without --noise)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the k-NN sample."),
+    key_names: Optional[Path] = typer.Option(None, "--key-names", help="Key→display name file (key,name CSV/TSV; "
+                                             "MovieLens u.item, movies.dat, movies.csv: the title)."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help="Key→label file: BEFORE's model applied to AFTER "
+                                          "(raw and aligned) against a model refit on AFTER."),
+    task: str = typer.Option("auto", "--task", help="auto, classification or regression (with --labels)."),
+    model: Optional[str] = typer.Option(None, "--model", help="logreg, knn or ridge (with --labels)."),
+    test_size: float = typer.Option(0.2, "--test-size", help="Share of labeled keys in the test split."),
+    split_seed: int = typer.Option(0, "--split-seed", help="Seed of the train/test split."),
+    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of --labels and --key-names."),
+    per_key: Optional[Path] = typer.Option(None, "--per-key", help="Every key's measures, noise band and verdict "
+                                           "(.csv or .parquet)."),
+    check: list[str] = typer.Option([], "--check", help="CI gate 'PATH OP VALUE' (repeatable), e.g. "
+                                    "'drift.moved_share<0.05'. A failure exits 1."),
+    fmt: str = typer.Option("table", "--format", help="table (terminal) or json (stdout)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the JSON report here."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report here."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures into this new directory."),
+    force: bool = typer.Option(False, "--force", help="Replace existing output files (and a plots directory "
+                               "holding only drift's figures)."),
+) -> None:
+    """Which keys did a refresh really move, and which only changed by training noise?
+
+    Compares BEFORE and AFTER on their common keys (AFTER rotated onto BEFORE). With --noise,
+    every key has its own noise band from the run pairs of the noise run set, and a key has
+    moved when its change exceeds that band at level --alpha; moved keys are listed with
+    false discovery rate control.
+
+    Examples:
+
+        stabcli drift runs/yesterday today.npy --noise runs/yesterday
+
+        stabcli drift before.vec after.vec --noise runs/before --check 'drift.moved_share<0.05' --json drift.json
+
+        stabcli drift runs/ml ml-new.npy --noise runs/ml --key-names ml-100k/u.item --per-key drift.csv --plots figs
+    """
+    from stabcli.drift import DriftOptions, compute_drift, evaluate_checks, input_paths, load_inputs, \
+        read_key_names, report_json, validate_checks
+    from stabcli.drift_report import Outputs, check_outputs, render_terminal, write_outputs
+
+    if fmt not in ("table", "json"):
+        raise OptionError("fmt", f"{fmt!r}: choose table or json")
+    options = DriftOptions(alpha=alpha, align=align, knn_k=knn_k, knn_queries=knn_queries, top=top, seed=seed,
+                           reference=reference)
+    downstream = None
+    if labels is None:
+        given = {"--task": task if task != "auto" else None, "--model": model}
+        extra = [name for name, value in given.items() if value is not None]
+        if extra:
+            raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
+    else:
+        from stabcli.downstream import DownstreamOptions
+
+        downstream = DownstreamOptions(labels, task=task, model=model, test_size=test_size, split_seed=split_seed,
+                                       encoding=encoding)
+        if not 0 < test_size < 1:
+            raise OptionError("test_size", f"{test_size:g} must be between 0 and 1")
+    parsed = validate_checks(check, has_noise=noise is not None, has_labels=labels is not None)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    outputs = Outputs(json_path, markdown_path, per_key, plots, Path(summary) if summary else None, force)
+    check_outputs(outputs, input_paths(before, after, noise, [labels, key_names]))
+    inputs = load_inputs(before, after, noise, reference)
+    names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
+    with err.status("drift", spinner="dots") if err.is_terminal else nullcontext() as status:
+        report, table = compute_drift(inputs, options, downstream, names, str(key_names) if key_names else None,
+                                      on_step=(lambda s: status.update(f"drift: {s}")) if status else None)
+    report = evaluate_checks(report, parsed)
+    for path in write_outputs(outputs, report, table):
+        if path.suffix == ".png":
+            err.print(f"wrote {path}", highlight=False)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report_json(report), indent=2, allow_nan=False) + "\n")
+    else:
+        render_terminal(report, out)
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILED_CHECK)
 
 
 def main() -> None:

@@ -31,3 +31,12 @@ class OptionError(UsageError):
 
 class RunSetError(StabcliError):
     """A run set on disk is inconsistent, locked, or was made with another configuration."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP turned into the Ctrl-C path, so every ``finally:`` cleans up; the
+    CLI exits with 128 + ``signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum

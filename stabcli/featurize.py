@@ -24,12 +24,13 @@ import numpy as np
 from stabcli import __version__
 from stabcli.corpus import file_sha256
 from stabcli.embeddings import (
-    WRITE_FORMATS, Embedding, format_for, keys_path_for, keys_text, read_embedding, require_finite, write_embedding,
+    WRITE_FORMATS, Embedding, ReadOptions, check_keys_writable, format_for, keys_path_for, keys_text, match_inputs,
+    require_finite, write_embedding,
 )
 from stabcli.errors import InputError, OptionError, UsageError
-from stabcli.fourier import (  # noqa: F401  (draw_directions, fourier_features: also imported from here by downstream)
-    check_output_dim, check_seed, check_sigma, choose_dimension, draw_directions, fourier_features,
-    gaussian_kernel_error, procrustes_rotation, rahimi_recht_dimension,
+from stabcli.fourier import (
+    check_output_dim, check_seed, check_sigma, choose_dimension, draw_directions, fourier_features, procrustes_rotation,
+    rahimi_recht_dimension,
 )
 from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms
 from stabcli.outputs import OutputPlan, runset_owned, with_companions
@@ -130,12 +131,10 @@ def _sha256_array(a: np.ndarray) -> str:
 
 
 def is_keyless(emb: Embedding) -> bool:
-    """Whether ``emb``'s keys are only row numbers (a ``.npy`` without a keys file)."""
-    keyless = getattr(emb, "keyless", None)  # set by embeddings.py once it records it
-    if keyless is not None:
-        return bool(keyless)
-    return emb.source.suffix.lower() == ".npy" and emb.source.name != "vectors.npy" and \
-        not keys_path_for(emb.source).is_file()
+    """Whether ``emb``'s keys are only row numbers (an ``.npy`` read without a keys file)."""
+    return emb.keyless
+
+
 
 
 def _alignment(emb: Embedding, reference: Embedding) -> tuple[np.ndarray, float, float]:
@@ -215,7 +214,7 @@ def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.
         if not carries:
             require_finite(emb.source, emb.keys, raw, start)  # raises, unless float32 is the problem
             block = np.asarray(raw, dtype=np.float64)
-        if rotation32 is not None:
+        if rotation is not None and rotation32 is not None:
             block = block @ (rotation32 if block.dtype == np.float32 else rotation)
         if directions is not None:
             block = fourier_features(block, directions, options.normalize, out=outs[chunk % buffers][: block.shape[0]],
@@ -253,13 +252,16 @@ def _write_npy(emb: Embedding, file: BinaryIO, rotation: np.ndarray | None, dire
     writer thread saves one chunk while the next is computed."""
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
               "shape": (emb.vectors.shape[0], _width(emb, directions))}
+    def save(data: Any) -> None:
+        file.write(data)
+
     with ThreadPoolExecutor(1) as writer:
         np.lib.format.write_array_header_1_0(file, header)
         pending = None
         for _, block in _feature_chunks(emb, rotation, directions, options, buffers=2):
             if pending is not None:
                 pending.result()  # its buffer is the one the next chunk overwrites
-            pending = writer.submit(file.write, np.ascontiguousarray(block))
+            pending = writer.submit(save, np.ascontiguousarray(block))
         if pending is not None:
             pending.result()
 
@@ -321,14 +323,14 @@ def _open_runset(path: Path) -> RunSet | None:
     return runset
 
 
-def _load_reference(options: FeaturizeOptions) -> tuple[Embedding | None, Path | None]:
+def _load_reference(options: FeaturizeOptions, read: ReadOptions) -> tuple[Embedding | None, Path | None]:
     """The reference embedding of ``--align-to`` (a file, or run ``--reference`` of a run set)
     and the file its checksum is taken of."""
     if options.align_to is None:
         return None, None
     runset = _open_runset(options.align_to)
     if runset is None:
-        return read_embedding(options.align_to), options.align_to
+        return read.read(options.align_to), options.align_to
     if options.reference >= len(runset.runs):
         raise OptionError("reference", f"{options.reference}: {options.align_to} has {len(runset.runs)} complete runs "
                                        f"(positions 0 to {len(runset.runs) - 1})")
@@ -338,18 +340,21 @@ def _load_reference(options: FeaturizeOptions) -> tuple[Embedding | None, Path |
 
 def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOptions | None = None, *,
               save_transform: str | Path | None = None, force: bool = False,
-              on_run: Callable[[str], None] | None = None) -> FeaturizeResult:
+              on_run: Callable[[str], None] | None = None, read: ReadOptions | None = None) -> FeaturizeResult:
     """Featurize one embedding file, or every run of a run set with the same directions U.
 
     A run set is written as a new run set that ``stabcli audit`` reads. The sidecar
     ``OUTPUT.featurize.json`` records everything needed to reproduce the output bit for
     bit. Every output is checked before any work (``stabcli.outputs``: never an input,
-    existing ones only with ``force``) and written all or nothing.
+    existing ones only with ``force``) and written all or nothing. ``read``: how input files
+    are read (``--input-format``, ``--trust-pickle``, ``--keys``; ``embeddings.match_inputs``).
     """
     options = options or FeaturizeOptions()
+    read = read or ReadOptions()
     source, output = Path(input_path), Path(output)
     runset = _open_runset(source)
-    plan = OutputPlan(with_companions(source) + (with_companions(options.align_to) if options.align_to else []), force=force)
+    plan = OutputPlan(with_companions(source) + (with_companions(options.align_to) if options.align_to else [])
+                      + ([read.keys_file] if read.keys_file is not None else []), force=force)
     sidecar_path = output.with_name(output.name + SIDECAR_SUFFIX)
     if runset is not None:
         plan.add(output, "--out", kind="dir", owned=runset_owned)
@@ -363,15 +368,18 @@ def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOpti
     plan.check()  # an output that is an input is named as such first, whatever else is wrong with it
     fmt = _output_format(output, options.fmt, runset is not None)
 
-    embeddings = [runset.load(i) for i in runset.runs] if runset else [read_embedding(source)]
+    embeddings = [runset.load(i) for i in runset.runs] if runset else [read.read(source)]
     first = embeddings[0]
     for emb in embeddings[1:]:
         if emb.dim != first.dim:
             raise InputError(f"{emb.source}: dimension {emb.dim}, but {first.source} has {first.dim}")
-    reference, reference_file = _load_reference(options)
-    notes = []
-    if reference is not None and is_keyless(first) and is_keyless(reference):
-        notes.append(f"{source} and {options.align_to} have no keys files: rows are matched by position")
+    reference, reference_file = _load_reference(options, read)
+    notes: list[str] = []
+    if reference is not None or read.keys_file is not None:  # keyless inputs: --keys, or all keyless, or refused
+        matched = match_inputs(embeddings + ([reference] if reference is not None else []), read.keys_file, notes.append)
+        embeddings, reference = matched[:len(embeddings)], (matched[-1] if reference is not None else None)
+        first = embeddings[0]
+    check_keys_writable(output, fmt, first.keys)  # what the output's reader would reject is never written
     alignments = [_alignment(e, reference) for e in embeddings] if reference else [(None, None, None)] * len(embeddings)
     dim, measured, rr_dim = options.dim, None, None
     if dim is None:
@@ -427,7 +435,7 @@ def _featurize_runset(runset: RunSet, embeddings: list[Embedding], building: Pat
     for name in (KEYS, KEY_COUNTS):
         if (runset.root / name).is_file():
             shutil.copyfile(runset.root / name, building / name)
-    for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments):
+    for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments, strict=True):
         src, dst = runset.run_dir(index), building / runset.run_dir(index).name
         dst.mkdir()
         for name in (KEYS, "losses.json", "log.txt"):

@@ -27,7 +27,7 @@ def check_output_dim(n_components: object, param: str = "n_components") -> None:
 
 def check_sigma(sigma: object, param: str = "sigma") -> None:
     """OptionError unless ``sigma`` is a finite positive number."""
-    if isinstance(sigma, bool) or not isinstance(sigma, Real) or not (math.isfinite(sigma) and sigma > 0):
+    if isinstance(sigma, bool) or not isinstance(sigma, Real) or not (math.isfinite(float(sigma)) and float(sigma) > 0):
         raise OptionError(param, f"{sigma!r} must be a positive number")
 
 

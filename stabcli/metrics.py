@@ -8,6 +8,7 @@ and eigenspace overlap only ever need those. Accumulations are float64.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Iterator, Sequence
@@ -21,7 +22,7 @@ CHUNK_ELEMENTS = 1 << 22  # float64 elements per run-stacked chunk (32 MiB)
 def _chunks(runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | None = None) -> Iterator[tuple[slice, np.ndarray]]:
     """Yield (row slice, float64 stack [R, c, d]) over the rows, optionally rotated."""
     n, d = runs[0].shape
-    step = max(1, CHUNK_ELEMENTS // (len(runs) * d))
+    step = max(1, CHUNK_ELEMENTS // (len(runs) * max(d, 1)))
     for start in range(0, n, step):
         rows = slice(start, min(n, start + step))
         stack = np.stack([np.asarray(h[rows], dtype=np.float64) for h in runs])
@@ -30,14 +31,75 @@ def _chunks(runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | None =
         yield rows, stack
 
 
+# Values whose magnitude lies in [2^-SAFE_EXPONENT, 2^SAFE_EXPONENT] are used as they are:
+# their squares, and sums of up to 2^200 squares, stay normal float64 numbers. Every
+# float32 value qualifies, so scaling only ever happens for float64 input outside that range.
+SAFE_EXPONENT = 400
+
+
+def peak(x: np.ndarray) -> float:
+    """Largest absolute value of ``x`` (0 for an empty array), without an ``abs`` copy."""
+    return float(max(x.max(), -x.min())) if x.size else 0.0
+
+
+def power_of_two_scale(largest: float) -> float:
+    """The power of two to divide values up to ``largest`` by so that their squares neither
+    overflow nor underflow: 1 for ordinary magnitudes (and 0 or non-finite), else ``2^e``
+    with ``largest / 2^e`` in [0.5, 1). Dividing by a power of two is exact."""
+    if largest == 0 or not math.isfinite(largest):
+        return 1.0
+    exponent = math.frexp(largest)[1]
+    return 1.0 if -SAFE_EXPONENT <= exponent <= SAFE_EXPONENT else math.ldexp(1.0, exponent)
+
+
+def may_need_scaling(runs: Sequence[np.ndarray]) -> bool:
+    """False when no value can leave the safe range: float32 and narrower floats and integers
+    (squares of float32 values, from 1e-45 to 3e38, are ordinary float64 numbers)."""
+    return any(np.asarray(h[:0]).dtype.kind == "f" and np.asarray(h[:0]).dtype.itemsize > 4 for h in runs)
+
+
+class _CommonScale:
+    """The running common scale of a chunked pass: grows with the largest value seen, and
+    says by how much accumulators of degree-``k`` quantities must shrink when it does.
+    Inactive (no per-chunk cost) for inputs that ``may_need_scaling`` clears."""
+
+    def __init__(self, runs: Sequence[np.ndarray]) -> None:
+        self.active = may_need_scaling(runs)
+        self.largest = 0.0
+        self.scale = 1.0
+
+    def update(self, stack: np.ndarray) -> tuple[np.ndarray, float]:
+        """(stack divided by the new scale, factor old/new scale for the accumulators)."""
+        if not self.active:
+            return stack, 1.0
+        seen = self.largest > 0  # before the first non-zero value the accumulators hold only zeros
+        self.largest = max(self.largest, peak(stack))
+        scale = power_of_two_scale(self.largest)
+        factor = self.scale / scale if seen else 1.0  # <= 1: the scale only grows once set
+        self.scale = scale
+        return (stack if scale == 1.0 else stack / scale), factor
+
+
+def rescaled(value: float, scale: float, power: int = 1) -> float:
+    """``value · scale^power`` without warnings: inf above float64's range, NaN for a
+    non-zero value below it (a variance of 1e-300 values is not 0)."""
+    return float(_rescaled_array(np.float64(value), scale, power))
+
+
 @dataclass
 class NoiseShare:
-    """Coordinate noise: ``share_j = Σ_i Var_r(H[i,j]) / Σ_i E_r[H[i,j]²]`` (ddof=0)."""
+    """Coordinate noise: ``share_j = Σ_i Var_r(H[i,j]) / Σ_i E_r[H[i,j]²]`` (ddof=0).
+
+    The shares are scale invariant and exact for any finite input; the variances are in the
+    input's units: ``inf`` above float64's range (values beyond ~1e154), NaN below it.
+    """
 
     overall: float
     per_dim: np.ndarray        # share_j for every dimension j
     variance_per_dim: np.ndarray  # mean over keys of Var_r(H[i,j]) with ddof=1 (the paper's Fig. 1a)
     per_key_variance: np.ndarray  # mean over dimensions of Var_r(H[i,j]) (ddof=0), one per key
+    scale: float = 1.0         # power of two the values were divided by (the variances are rescaled back)
+    per_key_variance_scaled: np.ndarray | None = None  # per_key_variance / scale², finite: for ranking keys
 
 
 def noise_share(runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | None = None) -> NoiseShare:
@@ -45,34 +107,71 @@ def noise_share(runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | No
 
     ``share_j = Σ_i Var_r(H[i,j]) / Σ_i E_r[H[i,j]²]``; 0 for identical runs, near 1 when
     coordinates are pure noise. With ``rotations``, runs are first multiplied by them.
+    Values are divided by a common power of two when their squares would leave float64's
+    range, so 1e300 and 1e-300 give the same shares as 1.
     """
     n, d = runs[0].shape
     var_sum = np.zeros(d)
     energy_sum = np.zeros(d)
     per_key = np.empty(n)
+    common = _CommonScale(runs)
     for rows, stack in _chunks(runs, rotations):
+        stack, factor = common.update(stack)
+        if factor != 1.0:  # the scale grew: earlier sums are in the old units
+            var_sum *= factor**2
+            energy_sum *= factor**2
+            per_key[: rows.start] *= factor**2
         var = stack.var(axis=0)
         var_sum += var.sum(axis=0)
         energy_sum += np.square(stack).mean(axis=0).sum(axis=0)
-        per_key[rows] = var.mean(axis=1)
+        per_key[rows] = var.mean(axis=1) if d else 0.0
     R = len(runs)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        per_dim = np.where(energy_sum > 0, var_sum / energy_sum, 0.0)
-    overall = float(var_sum.sum() / energy_sum.sum()) if energy_sum.sum() > 0 else 0.0
-    return NoiseShare(overall, per_dim, var_sum / n * R / (R - 1), per_key)
+    total = energy_sum.sum()
+    per_dim = np.divide(var_sum, energy_sum, out=np.zeros(d), where=energy_sum > 0)
+    overall = float(var_sum.sum() / total) if total > 0 else 0.0
+    variance_per_dim = var_sum / n * R / (R - 1)
+    return NoiseShare(overall, per_dim, _rescaled_array(variance_per_dim, common.scale, 2),
+                      _rescaled_array(per_key, common.scale, 2), common.scale, per_key)
+
+
+def _rescaled_array(values: np.ndarray, scale: float, power: int) -> np.ndarray:
+    """``values · scale^power`` without warnings: inf above float64's range, NaN for a
+    non-zero value below it (not 0, which would read as "no variance")."""
+    if scale == 1.0:
+        return values
+    result = values
+    with np.errstate(over="ignore", under="ignore"):
+        for _ in range(power):
+            result = result * scale
+    return np.where((result == 0) & (values != 0), np.nan, result)
 
 
 @dataclass
 class Grams:
     """Cross-Gram blocks ``G[r, s] = H_rᵀ H_s`` and column means; enough for PIP, CKA,
-    eigenspace overlap and Procrustes alignment."""
+    eigenspace overlap and Procrustes alignment.
+
+    ``G`` and ``means`` are of the runs divided by ``scale`` (a power of two, 1 for every
+    ordinary input): scale-invariant metrics use them as they are, and scale-dependent
+    ones (PIP loss, Gram norms) multiply back by ``scale²``.
+    """
 
     G: np.ndarray      # [R, R, d, d]
     means: np.ndarray  # [R, d]
     n: int
+    scale: float = 1.0
+    peaks: np.ndarray | None = None  # [R] largest |value| of every run (float64 input only)
+
+    def zero_runs(self) -> list[int]:
+        """Positions of the runs whose values are all 0. Exact: float32 squares never
+        underflow in float64, and float64 runs are judged by their largest value."""
+        R = self.G.shape[0]
+        if self.peaks is not None:
+            return [r for r in range(R) if self.peaks[r] == 0]
+        return [r for r in range(R) if not np.any(self.G[r, r].diagonal())]
 
     def centered(self, r: int, s: int) -> np.ndarray:
-        """``X_rᵀ X_s`` for the column-centred matrices."""
+        """``X_rᵀ X_s`` for the column-centred matrices (divided by ``scale²``)."""
         return self.G[r, s] - self.n * np.outer(self.means[r], self.means[s])
 
 
@@ -82,29 +181,74 @@ def gram_blocks(runs: Sequence[np.ndarray]) -> Grams:
     n, d = runs[0].shape
     sums = np.zeros((R, d))
     joint = np.zeros((R * d, R * d))
+    peaks = np.zeros(R)
+    common = _CommonScale(runs)
     for _, stack in _chunks(runs):
+        if common.active and d:  # float32 runs need no peaks: a zero run shows as a zero Gram diagonal
+            peaks = np.maximum(peaks, np.maximum(stack.max(axis=(1, 2)), -stack.min(axis=(1, 2))))
+        stack, factor = common.update(stack)
+        if factor != 1.0:  # the scale grew: earlier sums are in the old units
+            sums *= factor
+            joint *= factor**2
         sums += stack.sum(axis=1)
         wide = np.ascontiguousarray(stack.transpose(1, 0, 2)).reshape(-1, R * d)  # [c, R·d]
         joint += wide.T @ wide  # one symmetric product: numpy uses BLAS syrk
     G = joint.reshape(R, d, R, d).transpose(0, 2, 1, 3).copy()
-    return Grams(G, sums / n, n)
+    return Grams(G, sums / n, n, common.scale, peaks if common.active else None)
 
 
 def frobenius_sq(a: np.ndarray) -> float:
     return float(np.einsum("ij,ij->", a, a))
 
 
+def _block_scale(*blocks: np.ndarray) -> float:
+    """Power of two near the largest entry of ``blocks`` (1 for all-zero blocks), so that
+    squares of the divided entries, and their sums, stay in float64's range."""
+    largest = max(peak(b) for b in blocks)
+    return math.ldexp(1.0, math.frexp(largest)[1]) if largest > 0 and math.isfinite(largest) else 1.0
+
+
+def frobenius_norm(a: np.ndarray) -> float:
+    """``‖a‖_F`` without overflow or underflow in the squares (inf only beyond float64's range)."""
+    c = _block_scale(a)
+    return rescaled(math.sqrt(frobenius_sq(a / c)), c)
+
+
+def gram_norm(grams: Grams, r: int) -> float:
+    """``‖H_rᵀ H_r‖_F = ‖H_r H_rᵀ‖_F`` in the input's units (inf beyond float64's range)."""
+    return rescaled(frobenius_norm(grams.G[r, r]), grams.scale, 2)
+
+
+def _pip_loss_scaled(grams: Grams, r: int, s: int) -> float:
+    """PIP loss of the runs divided by ``grams.scale``."""
+    c = _block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])
+    rr, ss, rs = grams.G[r, r] / c, grams.G[s, s] / c, grams.G[r, s] / c
+    value = frobenius_sq(rr) + frobenius_sq(ss) - 2 * frobenius_sq(rs)
+    return rescaled(math.sqrt(max(value, 0.0)), c)
+
+
 def pip_loss(grams: Grams, r: int, s: int) -> float:
     """PIP loss ``‖H_r H_rᵀ − H_s H_sᵀ‖_F`` (Yin & Shen 2018) via
-    ``sqrt(‖H_rᵀH_r‖² + ‖H_sᵀH_s‖² − 2‖H_rᵀH_s‖²)``."""
-    value = frobenius_sq(grams.G[r, r]) + frobenius_sq(grams.G[s, s]) - 2 * frobenius_sq(grams.G[r, s])
-    return float(np.sqrt(max(value, 0.0)))
+    ``sqrt(‖H_rᵀH_r‖² + ‖H_sᵀH_s‖² − 2‖H_rᵀH_s‖²)``; inf when beyond float64's range."""
+    return rescaled(_pip_loss_scaled(grams, r, s), grams.scale, 2)
+
+
+def relative_pip_loss(grams: Grams) -> float | None:
+    """Mean PIP loss over run pairs divided by the mean ``‖H_r H_rᵀ‖_F`` over runs: scale
+    invariant, so finite for any finite input; None when every run is zero."""
+    R = grams.G.shape[0]
+    pip = float(np.mean([_pip_loss_scaled(grams, r, s) for r, s in combinations(range(R), 2)]))
+    norm = float(np.mean([frobenius_norm(grams.G[r, r]) for r in range(R)]))
+    return pip / norm if norm > 0 else None
 
 
 def linear_cka(grams: Grams, r: int, s: int) -> float:
     """Linear CKA on column-centred matrices: ``‖XᵀY‖_F² / (‖XᵀX‖_F ‖YᵀY‖_F)`` (Kornblith et al. 2019)."""
-    denom = np.sqrt(frobenius_sq(grams.centered(r, r)) * frobenius_sq(grams.centered(s, s)))
-    return float(frobenius_sq(grams.centered(r, s)) / denom) if denom > 0 else 0.0
+    blocks = grams.centered(r, r), grams.centered(s, s), grams.centered(r, s)
+    c = _block_scale(*blocks)
+    rr, ss, rs = (b / c for b in blocks)
+    denom = math.sqrt(frobenius_sq(rr)) * math.sqrt(frobenius_sq(ss))
+    return float(frobenius_sq(rs) / denom) if denom > 0 else 0.0
 
 
 def _left_basis(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -118,9 +262,12 @@ def _left_basis(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def eigenspace_overlap(grams: Grams, r: int, s: int) -> float:
     """Eigenspace overlap ``‖UᵀŨ‖_F² / max(d, d̃)`` with U, Ũ the left singular vectors
     (May et al. 2019, anchor-stability); computed as ``Σ_r⁻¹ V_rᵀ G_rs V_s Σ_s⁻¹``."""
-    v_r, inv_r = _left_basis(grams.G[r, r])
-    v_s, inv_s = _left_basis(grams.G[s, s])
-    cross = (inv_r[:, None] * (v_r.T @ grams.G[r, s] @ v_s)) * inv_s[None, :]
+    c = _block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])  # the overlap is scale invariant
+    v_r, inv_r = _left_basis(grams.G[r, r] / c)
+    v_s, inv_s = _left_basis(grams.G[s, s] / c)
+    if not len(inv_r) or not len(inv_s):  # a zero run spans nothing
+        return 0.0
+    cross = (inv_r[:, None] * (v_r.T @ (grams.G[r, s] / c) @ v_s)) * inv_s[None, :]
     return frobenius_sq(cross) / max(len(inv_r), len(inv_s))
 
 
@@ -130,7 +277,7 @@ def procrustes_rotation(cross: np.ndarray) -> np.ndarray:
     ``scipy.linalg.orthogonal_procrustes(A, B)`` depends on A and B only through ``AᵀB``,
     so passing (I, HᵀM) gives the same Q without the n×d matrices.
     """
-    rotation, _ = orthogonal_procrustes(np.eye(cross.shape[0]), cross)
+    rotation, _ = orthogonal_procrustes(np.eye(cross.shape[0]), cross / _block_scale(cross))  # Q is scale invariant
     return rotation
 
 
@@ -167,12 +314,9 @@ def semantic_displacement(runs: Sequence[np.ndarray], grams: Grams) -> float:
     rotations = {(r, s): procrustes_rotation(grams.G[s, r]) for r, s in pairs}
     total = 0.0
     for _, stack in _chunks(runs):
-        norms = np.linalg.norm(stack, axis=2)
+        units = unit_rows(stack)  # cosines are per-row scale invariant: safe for any finite magnitude
         for r, s in pairs:
-            aligned = stack[s] @ rotations[r, s]
-            dots = np.einsum("cd,cd->c", stack[r], aligned)
-            denom = norms[r] * norms[s]
-            cos = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
+            cos = np.einsum("cd,cd->c", units[r], units[s] @ rotations[r, s])
             total += float((1.0 - cos).sum())
     return total / (len(pairs) * runs[0].shape[0])
 
@@ -211,9 +355,38 @@ def inverse_norms(x: np.ndarray, norms: np.ndarray | None = None) -> np.ndarray:
     return np.divide(1, norms, out=np.zeros_like(norms), where=norms > 0)
 
 
+# float64 rows whose norm lies in this range are normalized directly (their squares are safe)
+RELIABLE_NORM64 = (2.0**-500, 2.0**500)
+
+
 def unit_rows(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm; zero rows stay zero."""
-    return x * inverse_norms(x)[..., None]
+    """Rows scaled to unit L2 norm; zero (and NaN or inf) rows become zero.
+
+    float32 rows keep float32 (see ``inverse_norms``); other inputs are float64, and rows
+    whose norm would under- or overflow (values below ~1e-150 or above ~1e150) are first
+    divided by a power of two of their own, so 1e300 and 1e-300 rows normalize exactly.
+    """
+    x = np.asarray(x)
+    if x.dtype == np.float32:
+        return x * inverse_norms(x)[..., None]
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        norms = row_norms(x)
+    low, high = RELIABLE_NORM64
+    ok = (norms >= low) & (norms <= high)
+    if ok.all():  # the common case
+        return x * np.reciprocal(norms)[..., None]
+    out = x * np.divide(1.0, norms, out=np.zeros_like(norms), where=ok)[..., None]
+    bad = ~ok
+    rows = x[bad]
+    with np.errstate(invalid="ignore"):
+        largest = np.maximum(rows.max(axis=-1, initial=0.0), -rows.min(axis=-1, initial=0.0))
+        _, exponent = np.frexp(np.where(np.isfinite(largest), largest, 0.0))
+        scaled = np.ldexp(rows, -exponent[:, None])
+        scaled_norms = row_norms(scaled)
+        out[bad] = np.divide(scaled, scaled_norms[:, None], out=np.zeros_like(scaled),
+                             where=np.isfinite(scaled_norms)[:, None] & (scaled_norms > 0)[:, None])
+    return out
 
 
 def inner_product_noise_share(runs: Sequence[np.ndarray], first: np.ndarray, second: np.ndarray) -> float:
@@ -240,11 +413,11 @@ def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray
     as a set per query, not in rank order.
     """
     n = h.shape[0]
-    q_unit = unit_rows(np.asarray(h[queries], dtype=np.float32))
+    q_unit = unit_rows(np.asarray(h[queries])).astype(np.float32, copy=False)  # unit before float32: 1e300 stays finite
     step = max(k + 1, CHUNK_ELEMENTS // max(len(queries), 1))
     best_scores = best_ids = None
     for start in range(0, n, step):
-        chunk = unit_rows(np.asarray(h[start:start + step], dtype=np.float32))
+        chunk = unit_rows(np.asarray(h[start:start + step])).astype(np.float32, copy=False)
         scores = q_unit @ chunk.T
         inside = (queries >= start) & (queries < start + chunk.shape[0])
         scores[np.flatnonzero(inside), queries[inside] - start] = -np.inf
@@ -292,14 +465,17 @@ def pairwise_mean(grams: Grams, metric) -> float:
     return float(np.mean(values))
 
 
-def per_key_energy(runs: Sequence[np.ndarray]) -> np.ndarray:
-    """Mean over runs of each key's squared L2 norm, ``E_r[‖h_r(i)‖²]`` (float64, one per key)."""
+def per_key_energy(runs: Sequence[np.ndarray], scale: float = 1.0) -> np.ndarray:
+    """Mean over runs of each key's squared L2 norm, ``E_r[‖h_r(i)‖²]`` (float64, one per key),
+    of the runs divided by ``scale`` (a power of two; see ``NoiseShare.scale``)."""
     n, d = runs[0].shape
     energy = np.zeros(n)
-    step = max(1, CHUNK_ELEMENTS // d)
+    step = max(1, CHUNK_ELEMENTS // max(d, 1))
     for h in runs:  # run by run: no [R, c, d] stack, one float64 row block at a time
         for start in range(0, n, step):
             block = np.asarray(h[start:start + step], dtype=np.float64)
+            if scale != 1.0:
+                block = block / scale
             energy[start:start + step] += np.einsum("ij,ij->i", block, block)
     return energy / len(runs)
 

@@ -238,7 +238,9 @@ class OutputPlan:
             exists_ok: bool = False) -> Path:
         """Declare an output; returns it as a Path. ``label`` names it in messages (the
         option, e.g. ``--json``). ``kind`` is ``file``, ``dir`` (built whole, then renamed;
-        ``owned`` says which entries ``force`` may replace) or ``append``."""
+        ``owned`` says which entries ``force`` may replace) or ``append``. ``exists_ok``:
+        only the input and collision checks apply; the caller writes the output itself
+        (``pretrain --out`` resuming a run set)."""
         if kind not in ("file", "dir", "append"):
             raise ValueError(f"kind {kind!r}: expected file, dir or append")
         output = _Output(Path(path), label, kind, owned, exists_ok)
@@ -333,6 +335,8 @@ class OutputPlan:
         output = self._find(path)
         if output.kind == "append":
             raise ValueError(f"{path}: an append output is written with write_text")
+        if output.exists_ok and output.kind == "dir":
+            raise ValueError(f"{path}: an exists_ok directory is written by its caller (committing would replace it)")
         self._current = output
         if output.staged is None:
             tmp = output.temporary()
@@ -426,7 +430,7 @@ class OutputPlan:
         reason = exc.strerror or os.strerror(exc.errno or errno.EIO)
         return UsageError(f"{name}: cannot write ({reason})")
 
-    def __enter__(self) -> "OutputPlan":
+    def __enter__(self) -> OutputPlan:
         self.check()
         return self
 

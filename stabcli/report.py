@@ -333,7 +333,7 @@ def write_plots(report: AuditReport, directory: Path) -> list[Path]:
         written.append(path)
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.hist(rep.variance_per_dim, bins=20, color="#4c72b0")
+    ax.hist([v for v in rep.variance_per_dim if v is not None], bins=20, color="#4c72b0")  # null: beyond float64
     ax.set(xlabel="mean empirical variance across runs", ylabel="dimensions", title="Per-dimension variance (Fig. 1a)")
     save(fig, "fig1a_variance_per_dim.png")
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 from stabcli.errors import OptionError
 
@@ -23,6 +25,17 @@ def available_memory() -> int | None:
         return None
 
 
+def free_disk(path: Path) -> int | None:
+    """Free bytes on the filesystem that holds ``path`` (or its nearest existing parent)."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
 def human_bytes(n: float) -> str:
     """``1536`` → ``'1.5 KB'`` (powers of 1024)."""
     for unit in ("bytes", "KB", "MB", "GB", "TB", "PB"):
@@ -39,3 +52,11 @@ def require_memory(param: str, needed: float, what: str) -> None:
     if available is not None and needed > available:
         raise OptionError(param, f"{what} needs about {human_bytes(needed)}, but only "
                                  f"{human_bytes(available)} of memory is available")
+
+
+def require_disk(param: str, needed: float, where: Path, what: str) -> None:
+    """OptionError naming ``param`` when ``needed`` bytes exceed the free space at ``where``."""
+    free = free_disk(where)
+    if free is not None and needed > free:
+        raise OptionError(param, f"{what} needs about {human_bytes(needed)} on disk, but only "
+                                 f"{human_bytes(free)} is free at {where}")

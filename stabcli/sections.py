@@ -158,6 +158,10 @@ class DownstreamSection:
     train: int = doc("keys in the training split")
     test: int = doc("keys in the test split")
     skipped_keys: int = doc("common keys without a label")
+    min_class_size: int = doc("`--min-class-size`: smaller classes are dropped")
+    feature_scale: float = doc("power of two the features were divided by before fitting (1.0 normally)")
+    label_scale: float = doc("power of two regression labels were divided by (1.0 normally; RMSE and churn "
+                             "are in label units)")
     test_size: float = doc("`--test-size`")
     split_seed: int = doc("`--split-seed`")
     reference: str = doc("name of the `--reference` run")
@@ -167,7 +171,7 @@ class DownstreamSection:
     variants: dict[str, VariantResult] = doc("one entry per variant, by name (`h`, `avg`, `aligned`, `phi:64`, `phi:64@0.5`, …)")
     recommendation: Recommendation = doc("the most stable variant whose metric is within one std of the best")
     dropped_classes: dict[str, int] = doc("classes with fewer labeled keys than `--min-class-size`, left out: class → "
-                                          "labeled keys", default_factory=dict)
+                                          "labeled keys (empty for regression)", default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DownstreamSection:

@@ -1,46 +1,38 @@
-"""Train N independent runs of an embedding into a run set (``stabcli pretrain``).
+"""Orchestrate N independent runs of an embedding into a run set (``stabcli pretrain``).
 
 Run ``i`` uses seed ``seed + i``. Inside a run gensim uses ``workers=1``, which makes it
-bitwise reproducible; runs go in parallel across processes through joblib, so the result
-does not depend on ``jobs`` (and the same tasks can be sent to a Dask cluster with
-joblib's dask backend). Each run is built in a partial directory and renamed when done,
-which makes resuming an interrupted pretrain safe.
+bitwise reproducible; runs go in parallel across processes, so the result does not depend
+on ``jobs``. This module plans the runs, hands them to an execution backend (a function
+that takes the run tasks and yields their results as they finish: local processes here, a
+cluster elsewhere) and records each result; the trainers themselves live in
+:mod:`stabcli.trainers`, the run-set layout in :mod:`stabcli.runset`.
 """
 
 from __future__ import annotations
 
 import ast
-import inspect
-import json
-import logging
-import os
-import shlex
-import shutil
-import signal
-import subprocess
+import math
+from collections import Counter
+import multiprocessing
 import threading
-import time
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable
-
-import numpy as np
-from joblib import Parallel, delayed
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from stabcli import __version__
 from stabcli.corpus import Corpus, CorpusOptions, file_sha256, read_corpus
-from stabcli.embeddings import Embedding, is_embedding_file, keys_text, read_embedding
-from stabcli.errors import InputError, RunSetError, StabcliError, UsageError
-from stabcli.runset import (
-    KEYS, MANIFEST, SCHEMA_VERSION, RunSetLock, clear_leftovers, complete_runs, failed_dir, finish_run,
-    partial_dir, read_manifest, run_name, write_json_atomic, write_text_atomic,
-)
+from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.processes import cpu_count, kill_pool_workers, live_groups, worker_init
+from stabcli.resources import require_disk, require_memory
+from stabcli.runset import KEYS, PROGRESS, RunSetWriter, check_keys, complete_runs, read_losses, run_name
+from stabcli.trainers import PLACEHOLDERS, RunResult, RunTask, execute, script_argv
+
+__all__ = ["MODELS", "VARY", "PLACEHOLDERS", "TrainConfig", "RunResult", "RunTask", "Progress", "PretrainResult",
+           "Backend", "local_backend", "parse_params", "script_argv", "pretrain"]
 
 MODELS = ("word2vec", "doc2vec")
 VARY = ("seed", "shuffle", "bootstrap")
-PLACEHOLDERS = ("{seed}", "{out}", "{run}", "{corpus}")
-PREPARED_CORPUS = ".corpus.txt"
 # Arguments stabcli sets itself; --param may not override them.
 _RESERVED = {"sentences", "corpus_iterable", "corpus_file", "documents", "workers", "seed", "callbacks",
              "vector_size", "window", "negative", "epochs", "sg", "dm", "min_count", "compute_loss"}
@@ -62,22 +54,30 @@ class TrainConfig:
     script: str | None = None
     checkpoints: bool = False
 
+    def __post_init__(self) -> None:
+        if self.script is not None:
+            if not isinstance(self.script, str) or "{out}" not in self.script:
+                raise OptionError("script", "must contain {out}: the directory the script writes its embedding into")
+            script_argv(self.script, seed=0, out=Path("out"), run=0, corpus=None)  # fails early on bad quoting
+            return
+        if self.model not in MODELS:
+            raise OptionError("model", f"{self.model!r}: choose one of {', '.join(MODELS)}")
+        if self.vary not in VARY:
+            raise OptionError("vary", f"{self.vary!r}: choose one of {', '.join(VARY)}")
+        for name, low in (("dim", 1), ("window", 1), ("epochs", 1), ("min_count", 1), ("negative", 0)):
+            value = getattr(self, name)
+            if type(value) is not int or value < low:
+                raise OptionError(name, "must be " + ("at least 1" if low else "0 or more"))
+            if value > 2**31 - 1:
+                raise OptionError(name, f"{value} is larger than gensim accepts (2**31 - 1)")
+        if not isinstance(self.params, dict):
+            raise OptionError("param", "expected a dict of gensim arguments")
+        check_params(self.model, self.params)
+
     def identity(self) -> dict[str, Any]:
         if self.script is not None:
             return {"model": "script", "script": self.script}
         return asdict(self)
-
-
-@dataclass
-class RunResult:
-    """Outcome of one run: ``complete`` (trained now), ``kept`` (from an earlier pretrain) or ``failed``."""
-
-    index: int
-    seed: int
-    status: str
-    seconds: float | None = None
-    final_loss: float | None = None
-    error: str | None = None
 
 
 @dataclass
@@ -90,73 +90,155 @@ class Progress:
 
 @dataclass
 class PretrainResult:
+    """What a pretrain did: its runs, the number of shared keys (None when each script run
+    brings its own) and the corpus it read (``format``, ``sequences``, ``tokens``,
+    ``distinct_keys``; None without a corpus)."""
+
     root: Path
     runs: list[RunResult]
     keys: int | None
+    corpus: dict[str, Any] | None = None
 
     @property
     def failed(self) -> list[RunResult]:
         return [r for r in self.runs if r.status == "failed"]
 
 
+def _flag(value: Any) -> str | None:
+    return None if type(value) is bool or value in (0, 1) and type(value) is int else "0 or 1"
+
+
+def _number(low: float, high: float, *, low_open: bool = False) -> Callable[[Any], str | None]:
+    bracket = "(" if low_open else "["
+
+    def check(value: Any) -> str | None:
+        if type(value) not in (int, float) or not math.isfinite(value) or value > high or value < low or (
+                low_open and value == low):
+            return f"a finite number in {bracket}{low:g}, {high:g}]"
+        return None
+    return check
+
+
+def _count(low: int, high: int, *, optional: bool = False) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if optional and value is None:
+            return None
+        if type(value) is not int or not low <= value <= high:
+            return f"an integer from {low:,} to {high:,}" + (" or None" if optional else "")
+        return None
+    return check
+
+
+# The gensim arguments --param accepts: plain numeric and boolean hyperparameters, each with
+# its range. Anything that could run code or open files (callbacks, trim_rule, hashfxn,
+# corpus_file, dv_mapfile, ...) is not here, so it is refused.
+GENSIM_PARAMS: dict[str, Callable[[Any], str | None]] = {
+    "alpha": _number(0.0, 1.0, low_open=True),
+    "min_alpha": _number(0.0, 1.0),
+    "sample": _number(0.0, 1.0),
+    "ns_exponent": _number(-10.0, 10.0),
+    "hs": _flag,
+    "cbow_mean": _flag,
+    "null_word": _flag,
+    "sorted_vocab": _flag,
+    "shrink_windows": _flag,
+    "max_vocab_size": _count(1, 2**40, optional=True),
+    "max_final_vocab": _count(1, 2**40, optional=True),
+    "batch_words": _count(1, 10**7),
+}
+DOC2VEC_PARAMS: dict[str, Callable[[Any], str | None]] = {
+    "dm_mean": lambda v: None if v is None else _flag(v),
+    "dm_concat": _flag,
+    "dm_tag_count": _count(1, 1000),
+    "dbow_words": _flag,
+}
+
+
+def check_params(model: str, params: dict[str, Any]) -> None:
+    """Refuse a gensim argument stabcli does not pass through, or a value out of its range
+    (non-finite, negative, not 0/1, not a number), before gensim sees it."""
+    accepted = {**GENSIM_PARAMS, **(DOC2VEC_PARAMS if model == "doc2vec" else {})}
+    for name, value in params.items():
+        if name in _RESERVED:
+            raise UsageError(f"--param {name}: set by stabcli itself; use its own option instead")
+        if name not in accepted:
+            hint = " (a doc2vec argument; add --model doc2vec)" if name in DOC2VEC_PARAMS else ""
+            raise UsageError(f"--param {name}: not an argument of gensim {'Doc2Vec' if model == 'doc2vec' else 'Word2Vec'} "
+                             f"that stabcli passes on{hint}; accepted: {', '.join(sorted(accepted))}")
+        expected = accepted[name](value)
+        if expected is not None:
+            raise UsageError(f"--param {name}={_short_repr(value)}: expected {expected}")
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def parse_params(model: str, pairs: Iterable[str]) -> dict[str, Any]:
-    """``key=value`` strings → gensim keyword arguments, validated against the model's signature.
+    """``key=value`` strings → gensim keyword arguments from an allow-list of numeric and
+    boolean hyperparameters, each checked against its range.
 
-    Values are Python literals where they parse (``1e-3``, ``True``, ``[1, 2]``), else strings.
+    Values are Python literals (``1e-3``, ``True``, ``None``; never evaluated as code).
     """
-    from gensim.models import Doc2Vec, Word2Vec
-
-    cls = Doc2Vec if model == "doc2vec" else Word2Vec
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs", "dm_mean", "dm_concat"}
-    if cls is Doc2Vec:  # Doc2Vec forwards **kwargs to Word2Vec
-        accepted |= set(inspect.signature(Word2Vec.__init__).parameters) | {"dm_mean", "dm_concat"}
     params: dict[str, Any] = {}
     for pair in pairs:
         name, sep, raw = pair.partition("=")
         name = name.strip()
         if not sep or not name:
             raise UsageError(f"--param {pair!r}: expected key=value")
-        if name in _RESERVED:
-            raise UsageError(f"--param {name}: set by stabcli itself; use its own option instead")
-        if name not in accepted or name in {"self", "kwargs"}:
-            raise UsageError(f"--param {name}: not an argument of gensim {cls.__name__}")
         try:
             params[name] = ast.literal_eval(raw.strip())
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
             params[name] = raw.strip()
+        check_params(model, {name: params[name]})
     return params
 
 
-def script_argv(template: str, *, seed: int, out: Path, run: int, corpus: Path | None) -> list[str]:
-    """Split ``template`` like a shell would, then fill placeholders inside each argument.
+# ---------------------------------------------------------------- execution backends
 
-    Filling after splitting keeps a path with spaces, quotes or ``;`` one argument; no
-    shell ever sees it.
-    """
+Backend = Callable[[Sequence[RunTask], int], Iterator[RunResult]]
+"""Runs tasks with up to ``jobs`` at a time and yields each result as it finishes. When the
+caller stops iterating (an error, Ctrl-C, SIGTERM), the backend must stop every process it
+started before the generator closes. It must not publish runs or touch the manifest."""
+
+
+def local_backend(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunResult]:
+    """Runs on this machine: in this process for one job, else gensim runs in worker
+    processes (killed if we stop early, and by the kernel if we die) and scripts in
+    threads of this process (each script in its own process group, killed if we stop)."""
+    if not tasks:
+        return
+    if jobs <= 1 or len(tasks) == 1:
+        try:
+            for task in tasks:
+                yield execute(task)
+        finally:
+            live_groups.kill_all()
+        return
+    executor: Executor
+    if tasks[0].trainer == "script":
+        executor = ThreadPoolExecutor(max_workers=min(jobs, len(tasks)))
+    else:
+        executor = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=worker_init)
+    finished = False
     try:
-        argv = shlex.split(template)
-    except ValueError as exc:
-        raise UsageError(f"--script: cannot split {template!r} ({exc})") from None
-    if not argv:
-        raise UsageError("--script: empty command")
-    values = {"{seed}": str(seed), "{out}": str(out), "{run}": str(run), "{corpus}": str(corpus) if corpus else ""}
-    filled = []
-    for arg in argv:
-        for placeholder, value in values.items():
-            arg = arg.replace(placeholder, value)
-        filled.append(arg)
-    return filled
+        pending: set[Future] = {executor.submit(execute, task) for task in tasks}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
+        finished = True
+    finally:
+        if not finished:
+            live_groups.kill_all()
+            if isinstance(executor, ProcessPoolExecutor):
+                kill_pool_workers(executor)
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
-@dataclass(frozen=True)
-class _Task:
-    root: Path
-    index: int
-    seed: int
-    config: TrainConfig
-    corpus: Path | None
-    timeout: float | None
-    parent_pid: int = field(default_factory=os.getpid)
+# ---------------------------------------------------------------- orchestration
 
 
 def pretrain(
@@ -172,11 +254,13 @@ def pretrain(
     timeout: float | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     on_run: Callable[[RunResult], None] | None = None,
+    backend: Backend = local_backend,
 ) -> PretrainResult:
     """Train ``runs`` runs of ``config`` on ``corpus_path`` into the run set ``out``.
 
     Complete runs of an earlier pretrain with the same configuration are kept; a different
-    configuration raises ``RunSetError`` unless ``force`` (which deletes the old runs).
+    configuration raises ``RunSetError`` unless ``force`` (which removes the old runs and
+    every other file stabcli wrote there, and nothing else).
 
     Parameters
     ----------
@@ -186,20 +270,28 @@ def pretrain(
     runs, seed : run ``i`` uses seed ``seed + i``.
     jobs : parallel runs (default: available cores).
     on_progress, on_run : callbacks for progress polling and finished runs.
+    backend : where the runs execute (default: this machine, see :func:`local_backend`).
     """
     root = Path(out)
     _validate(config, runs, seed, timeout, corpus_path)
-    jobs = jobs or len(os.sched_getaffinity(0))
+    jobs = jobs or cpu_count()
     corpus: Corpus | None = None
     vocabulary: list[str] = []
     corpus_info = None
+    counts: list[int] | None = None
+    summary = None
     if corpus_path is not None:
         corpus = read_corpus(corpus_path, config.model, corpus_options)
+        key_counts = _key_counts(corpus)
+        summary = {"format": corpus.format, "sequences": len(corpus.sequences), "tokens": corpus.n_tokens,
+                   "distinct_keys": len(key_counts)}
         if config.script is None:
             vocabulary = corpus.vocabulary(config.min_count)
             if len(vocabulary) < 2:
                 raise InputError(f"{corpus_path}: only {len(vocabulary)} distinct token(s) occur at least --min-count "
                                  f"{config.min_count} time(s); an embedding needs at least 2")
+            check_keys(vocabulary, f"{corpus_path}: {'tag' if corpus.tags is not None else 'token'}")
+            counts = [key_counts[k] for k in vocabulary]
         corpus_info = {
             "path": str(Path(corpus_path).resolve()),
             "sha256": file_sha256(Path(corpus_path)),
@@ -208,28 +300,24 @@ def pretrain(
             "sequences": len(corpus.sequences),
             "tokens": corpus.n_tokens,
         }
-    if root.exists() and not root.is_dir():
-        raise UsageError(f"--out {root}: exists and is not a directory")
-    if root.is_dir() and not (root / MANIFEST).exists() and any(root.iterdir()):
-        raise RunSetError(f"{root}: directory exists, is not empty and is not a run set; choose another --out")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {root}: cannot create directory ({exc.strerror})") from None
+    _check_resources(root, config, runs, min(jobs, runs), len(vocabulary), corpus.n_tokens if corpus else 0)
+    identity = {"config": config.identity(), "corpus_sha256": corpus_info["sha256"] if corpus_info else None, "seed": seed}
+    info = {"stabcli_version": __version__, "gensim_version": _gensim_version(), "corpus": corpus_info}
 
-    with RunSetLock(root):
-        manifest = _open_manifest(root, config, corpus_info, seed, force)
-        if vocabulary:  # empty when a script trains: each run brings its own keys
-            write_text_atomic(root / KEYS, keys_text(vocabulary))
-            _write_prepared_corpus(root / PREPARED_CORPUS, corpus)
+    with RunSetWriter(root) as writer:
+        manifest = writer.open(identity, info, force=force)
+        corpus_copy = None
+        if vocabulary and corpus is not None:  # no vocabulary when a script trains: each run brings its own keys
+            writer.write_keys(vocabulary, counts)
+            corpus_copy = writer.write_corpus_copy(_prepared_corpus(corpus))
         done = set(complete_runs(root))
         results: dict[int, RunResult] = {}
         for index in sorted(done):
             entry = manifest["runs"].get(run_name(index), {})
             if entry.get("status") != "complete":  # killed between publishing the run and recording it
                 try:
-                    losses = _read_losses(root / run_name(index) / "losses.json") or []
-                except _RunFailed:
+                    losses = read_losses(root / run_name(index) / "losses.json") or []
+                except InputError:
                     losses = []
                 final = next((v for v in reversed(losses) if v is not None), None)
                 entry = manifest["runs"][run_name(index)] = {"seed": seed + index, "status": "complete",
@@ -237,108 +325,88 @@ def pretrain(
             results[index] = RunResult(index, seed + index, "kept", entry.get("seconds"), entry.get("final_loss"))
         todo = [i for i in range(runs) if i not in done]
         manifest["seeds"] = [seed + i for i in range(max(runs, max(done, default=-1) + 1))]
-        clear_leftovers(root, todo)
+        writer.clear_leftovers(todo)
         for index in todo:
             manifest["runs"][run_name(index)] = {"seed": seed + index, "status": "pending"}
-        _save_manifest(root, manifest)
+        writer.save()
 
-        tasks = [_Task(root, i, seed + i, config, Path(corpus_path).resolve() if corpus_path else None, timeout) for i in todo]
-        poller = _ProgressPoller(root, todo, config.epochs if config.script is None else 0, len(done), runs, on_progress)
+        corpus_arg = Path(corpus_path).resolve() if corpus_path else None
+        tasks = [RunTask(i, seed + i, config, writer.new_partial(i), root / KEYS if vocabulary else None, corpus_copy,
+                         corpus_arg, timeout) for i in todo]
+        poller = _ProgressPoller([t.work for t in tasks], config.epochs if config.script is None else 0, len(done),
+                                 runs, on_progress)
         poller.start()
+        outcomes = backend(tasks, jobs)
         try:
-            backend = "threading" if config.script is not None else "loky"
-            parallel = Parallel(n_jobs=min(jobs, max(len(tasks), 1)), backend=backend, return_as="generator_unordered")
-            for result in parallel(delayed(_execute)(task) for task in tasks):
+            for result in outcomes:
+                work = next(t.work for t in tasks if t.index == result.index)
+                if result.status == "complete":
+                    writer.publish(result.index, work)
+                else:
+                    failed = writer.fail(result.index, work)
+                    result.error = f"{result.error} (log: {failed / 'log.txt'})"
                 results[result.index] = result
-                manifest["runs"][run_name(result.index)] = {
-                    "seed": result.seed, "status": result.status, "seconds": result.seconds,
-                    "final_loss": result.final_loss, "error": result.error,
-                }
-                _save_manifest(root, manifest)
+                writer.record(result.index, {"seed": result.seed, "status": result.status, "seconds": result.seconds,
+                                             "final_loss": result.final_loss, "error": result.error})
                 poller.run_finished()
                 if on_run:
                     on_run(result)
         finally:
+            getattr(outcomes, "close", lambda: None)()  # stops every worker and script it started
             poller.stop()
-            (root / PREPARED_CORPUS).unlink(missing_ok=True)
-    return PretrainResult(root, [results[i] for i in sorted(results)], len(vocabulary) if vocabulary else None)
+            writer.discard_partials()  # this attempt's unfinished runs (interrupted or crashed)
+            writer.remove_corpus_copy()
+    return PretrainResult(root, [results[i] for i in sorted(results)], len(vocabulary) if vocabulary else None, summary)
+
+
+MAX_RUNS = 100_000  # the manifest records every run and is rewritten after each one
+_BYTES_PER_RUN = 4096  # bookkeeping in this process per run: task, result, manifest entry, future (measured ~2 KB + margin)
+
+
+def _check_resources(root: Path, config: TrainConfig, runs: int, concurrent: int, keys: int, tokens: int) -> None:
+    """Refuse (naming the option) a request whose memory or disk cannot fit, before any work."""
+    if runs > MAX_RUNS:
+        raise OptionError("runs", f"{runs:,} runs: at most {MAX_RUNS:,} (each run is recorded in the manifest)")
+    bookkeeping = runs * _BYTES_PER_RUN
+    per_run = 0
+    snapshots = 1
+    if config.script is None:
+        # gensim holds the input vectors and output weights (float32 keys × dim each), the run
+        # copies the vectors out in key order and saves them (two more), plus margin; and the
+        # corpus lines a run reads into memory
+        per_run = keys * config.dim * 4 * 5 + tokens * 16
+        snapshots += config.epochs if config.checkpoints else 0
+    biggest = "runs" if bookkeeping >= per_run * concurrent else "dim"
+    require_memory(biggest, bookkeeping + per_run * concurrent,
+                   f"{runs:,} run(s), {concurrent} at a time" + (f", {keys:,} keys × {config.dim:,} dims" if keys else ""))
+    on_disk = runs * (keys * config.dim * 4 * snapshots + _BYTES_PER_RUN)
+    require_disk("runs" if runs * _BYTES_PER_RUN >= keys * config.dim * 4 * snapshots else "dim", on_disk, root,
+                 f"{runs:,} run(s)" + (f" of {keys:,} keys × {config.dim:,} dims" if keys else ""))
+
+
+def _key_counts(corpus: Corpus) -> Counter[str]:
+    """Training frequency of every key: occurrences of a token, or the tokens of a tag's documents."""
+    if corpus.tags is not None:
+        counts: Counter[str] = Counter()
+        for tag, seq in zip(corpus.tags, corpus.sequences):
+            counts[tag] += len(seq)
+        return counts
+    return Counter(tok for seq in corpus.sequences for tok in seq)
 
 
 def _validate(config: TrainConfig, runs: int, seed: int, timeout: float | None, corpus_path: str | Path | None) -> None:
-    if runs < 1:
-        raise UsageError("--runs must be at least 1")
-    if seed < 0 or seed + runs >= 2**32:
-        raise UsageError("--seed must be between 0 and 2**32 - runs")
-    if timeout is not None and timeout <= 0:
-        raise UsageError("--timeout must be positive")
+    """Checks of pretrain's options outside the configuration (which checks itself)."""
+    if type(runs) is not int or runs < 1:
+        raise OptionError("runs", "must be at least 1")
+    if type(seed) is not int or seed < 0 or seed + runs >= 2**32:
+        raise OptionError("seed", "must be between 0 and 2**32 - runs")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise OptionError("timeout", "must be a positive number of seconds")
     if config.script is not None:
-        if "{out}" not in config.script:
-            raise UsageError("--script must contain {out}: the directory the script writes its embedding into")
         if "{corpus}" in config.script and corpus_path is None:
             raise UsageError("--script uses {corpus} but no CORPUS was given")
-        script_argv(config.script, seed=0, out=Path("out"), run=0, corpus=None)  # fails early on bad quoting
-        return
-    if corpus_path is None:
+    elif corpus_path is None:
         raise UsageError("CORPUS is required unless --script is given")
-    if config.model not in MODELS:
-        raise UsageError(f"--model {config.model!r}: choose one of {', '.join(MODELS)}")
-    if config.vary not in VARY:
-        raise UsageError(f"--vary {config.vary!r}: choose one of {', '.join(VARY)}")
-    for name in ("dim", "window", "epochs", "min_count"):
-        if getattr(config, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    if config.negative < 0:
-        raise UsageError("--negative must be 0 or more")
-
-
-def _open_manifest(root: Path, config: TrainConfig, corpus_info: dict | None, seed: int, force: bool) -> dict[str, Any]:
-    identity = {"config": config.identity(), "corpus_sha256": corpus_info["sha256"] if corpus_info else None, "seed": seed}
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    if (root / MANIFEST).exists():
-        old = read_manifest(root)
-        old_identity = {"config": old.get("config"), "corpus_sha256": (old.get("corpus") or {}).get("sha256"), "seed": old.get("seed")}
-        if old_identity != identity:
-            if not force:
-                raise RunSetError(f"{root}: made with a different configuration ({_describe_diff(old_identity, identity)}); "
-                                  f"use --force to replace its runs, or another --out")
-            _wipe(root)
-        else:
-            old["updated"] = now
-            old["stabcli_version"] = __version__
-            old.setdefault("runs", {})
-            if corpus_info:
-                old["corpus"] = corpus_info
-            return old
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "stabcli_version": __version__,
-        "gensim_version": _gensim_version(),
-        "created": now,
-        "updated": now,
-        "config": identity["config"],
-        "corpus": corpus_info,
-        "seed": seed,
-        "seeds": [],
-        "runs": {},
-    }
-
-
-def _describe_diff(old: dict, new: dict) -> str:
-    flat_old = {**(old.get("config") or {}), "corpus sha256": old["corpus_sha256"], "seed": old["seed"]}
-    flat_new = {**new["config"], "corpus sha256": new["corpus_sha256"], "seed": new["seed"]}
-    diffs = [f"{k} {flat_old.get(k)!r} → {flat_new.get(k)!r}" for k in flat_new if flat_old.get(k) != flat_new.get(k)]
-    diffs += [f"{k} {flat_old[k]!r} → unset" for k in flat_old if k not in flat_new]
-    return ", ".join(diffs[:4]) or "unknown difference"
-
-
-def _wipe(root: Path) -> None:
-    for entry in root.iterdir():
-        if entry.name == "stabcli.lock":
-            continue
-        if entry.is_dir():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
 
 
 def _gensim_version() -> str:
@@ -347,24 +415,21 @@ def _gensim_version() -> str:
     return version("gensim")
 
 
-def _save_manifest(root: Path, manifest: dict[str, Any]) -> None:
-    manifest["updated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    write_json_atomic(root / MANIFEST, manifest)
-
-
-def _write_prepared_corpus(path: Path, corpus: Corpus) -> None:
+def _prepared_corpus(corpus: Corpus) -> bytes:
     """The corpus as plain token lines (``tag<TAB>tokens`` when tagged), read by every run."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for i, seq in enumerate(corpus.sequences):
-            prefix = corpus.tags[i] + "\t" if corpus.tags is not None else ""
-            fh.write(prefix + " ".join(seq) + "\n")
+    lines = []
+    for i, seq in enumerate(corpus.sequences):
+        prefix = corpus.tags[i] + "\t" if corpus.tags is not None else ""
+        lines.append(prefix + " ".join(seq) + "\n")
+    return "".join(lines).encode("utf-8")
 
 
 class _ProgressPoller:
     """Reports progress by reading the epoch counters runs write into their partial directories."""
 
-    def __init__(self, root: Path, todo: list[int], epochs: int, done: int, total: int, callback: Callable | None):
-        self.root, self.todo, self.epochs, self.callback = root, todo, epochs, callback
+    def __init__(self, works: list[Path], epochs: int, done: int, total: int,
+                 callback: Callable[[Progress], None] | None):
+        self.works, self.epochs, self.callback = works, epochs, callback
         self.done, self.total = done, total
         self.finished: int = 0
         self._stop = threading.Event()
@@ -391,224 +456,11 @@ class _ProgressPoller:
 
     def _report(self) -> None:
         in_flight = 0
-        for index in self.todo:
+        for work in self.works:
             try:
-                in_flight += int((partial_dir(self.root, index) / "progress").read_text() or 0)
+                in_flight += int((work / PROGRESS).read_text() or 0)
             except (OSError, ValueError):
                 pass
-        epochs_done = min(self.finished * self.epochs + in_flight, len(self.todo) * self.epochs)
-        self.callback(Progress(self.total, self.done + self.finished, len(self.todo) * self.epochs, epochs_done))
-
-
-# ---------------------------------------------------------------- one run (in a worker)
-
-
-def _execute(task: _Task) -> RunResult:
-    """Train one run into its partial directory and publish it; never raises for a failed run."""
-    if os.getpid() != task.parent_pid:
-        # a worker process: Ctrl-C reaches the whole process group, and the parent alone
-        # handles it (stops the pool, exits 130); the run's partial directory is discarded
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    work = partial_dir(task.root, task.index)
-    work.mkdir()
-    start = time.perf_counter()
-    try:
-        try:
-            if task.config.script is not None:
-                final_loss = _run_script(task, work)
-            else:
-                final_loss = _run_gensim(task, work)
-        except OSError as exc:  # a full disk, a vanished directory: this run fails, finished runs stay
-            raise _RunFailed(f"cannot write {exc.filename or work} ({exc.strerror or exc})") from None
-    except _RunFailed as exc:
-        (work / "progress").unlink(missing_ok=True)
-        failed = failed_dir(task.root, task.index)
-        os.replace(work, failed)
-        return RunResult(task.index, task.seed, "failed", round(time.perf_counter() - start, 3), None,
-                         f"{run_name(task.index)}: {exc} (log: {failed / 'log.txt'})")
-    (work / "progress").unlink(missing_ok=True)
-    finish_run(task.root, task.index)
-    return RunResult(task.index, task.seed, "complete", round(time.perf_counter() - start, 3), final_loss)
-
-
-class _RunFailed(Exception):
-    """One run failed; the others go on."""
-
-
-def _run_gensim(task: _Task, work: Path) -> float | None:
-    from gensim.models import Doc2Vec, Word2Vec
-    from gensim.models.callbacks import CallbackAny2Vec
-    from gensim.models.doc2vec import TaggedDocument
-
-    config = task.config
-    keys = (task.root / KEYS).read_text(encoding="utf-8").splitlines()
-    with open(task.root / PREPARED_CORPUS, "rb") as fh:
-        lines = fh.read().splitlines()
-    rng = np.random.default_rng(task.seed)
-    if config.vary == "shuffle":
-        lines = [lines[i] for i in rng.permutation(len(lines))]
-    elif config.vary == "bootstrap":
-        lines = [lines[i] for i in rng.integers(0, len(lines), size=len(lines))]
-
-    losses: list[float | None] = []
-    is_word2vec = config.model == "word2vec"
-
-    class EpochEnd(CallbackAny2Vec):
-        def __init__(self) -> None:
-            self.cumulative = 0.0
-            self.epoch = 0
-
-        def on_epoch_end(self, model: Any) -> None:
-            self.epoch += 1
-            if is_word2vec:
-                total = float(model.get_latest_training_loss())
-                losses.append(total - self.cumulative)
-                self.cumulative = total
-            else:
-                losses.append(None)  # gensim's Doc2Vec reports no training loss
-            if config.checkpoints:
-                (work / "epochs").mkdir(exist_ok=True)
-                vectors, _ = _vectors_in_key_order(model, keys, is_word2vec)
-                np.save(work / "epochs" / f"{self.epoch:03d}.npy", vectors)
-            (work / "progress").write_text(str(self.epoch))
-
-    common = dict(vector_size=config.dim, window=config.window, negative=config.negative, epochs=config.epochs,
-                  min_count=config.min_count, workers=1, seed=task.seed, callbacks=[EpochEnd()], **config.params)
-    handler = logging.FileHandler(work / "log.txt", encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    gensim_logger = logging.getLogger("gensim")
-    previous = gensim_logger.level, gensim_logger.propagate
-    gensim_logger.addHandler(handler)
-    gensim_logger.setLevel(logging.INFO)
-    gensim_logger.propagate = False  # gensim's output belongs in the run's log.txt, not on the terminal
-    try:
-        if is_word2vec:
-            corpus_file = task.root / PREPARED_CORPUS
-            if config.vary != "seed":
-                corpus_file = work / "corpus.txt"
-                corpus_file.write_bytes(b"\n".join(lines) + b"\n")
-            model = Word2Vec(corpus_file=str(corpus_file), sg=int(config.sg), compute_loss=True, **common)
-        else:
-            documents = []
-            for line in lines:
-                tag, _, text = line.decode("utf-8").partition("\t")
-                documents.append(TaggedDocument(text.split(), [tag]))
-            model = Doc2Vec(documents=documents, dm=0 if config.sg else 1, **common)
-    except (TypeError, ValueError, RuntimeError) as exc:  # gensim rejecting a --param value
-        raise _RunFailed(f"gensim failed: {exc}") from None
-    finally:
-        gensim_logger.removeHandler(handler)
-        gensim_logger.level, gensim_logger.propagate = previous
-        handler.close()
-        (work / "corpus.txt").unlink(missing_ok=True)
-
-    vectors, run_keys = _vectors_in_key_order(model, keys, is_word2vec)
-    if run_keys != keys:
-        write_text_atomic(work / KEYS, keys_text(run_keys))
-    np.save(work / "vectors.npy", vectors)
-    (work / "losses.json").write_text(json.dumps(losses) + "\n")
-    return losses[-1] if losses else None
-
-
-def _vectors_in_key_order(model: Any, keys: list[str], is_word2vec: bool) -> tuple[np.ndarray, list[str]]:
-    """Vectors as float32 rows in canonical key order; keys the run lacks are dropped and
-    keys it alone has (bootstrap) are appended in sorted order."""
-    kv = model.wv if is_word2vec else model.dv
-    index = kv.key_to_index
-    run_keys = [k for k in keys if k in index]
-    if len(run_keys) != len(index):
-        known = set(keys)
-        run_keys += sorted(str(k) for k in index if k not in known)
-    rows = np.fromiter((index[k] for k in run_keys), dtype=np.int64, count=len(run_keys))
-    return np.ascontiguousarray(kv.vectors[rows], dtype=np.float32), run_keys
-
-
-LOG_LIMIT = 10 * 2**20  # bytes of a script's output kept in log.txt; the rest is counted and dropped
-
-
-class _LogPump(threading.Thread):
-    """Copies a script's output pipe into log.txt up to LOG_LIMIT bytes, keeps draining (so
-    the script never blocks on a full pipe) and remembers the last bytes for error messages."""
-
-    def __init__(self, pipe: Any, log: Any) -> None:
-        super().__init__(daemon=True)
-        self.pipe, self.log, self.kept, self.dropped, self.tail = pipe, log, 0, 0, b""
-
-    def run(self) -> None:
-        for chunk in iter(lambda: self.pipe.read1(1 << 16), b""):  # read1: whatever is there, so the log stays live
-            room = max(LOG_LIMIT - self.kept, 0)
-            if room:
-                self.log.write(chunk[:room])
-                self.log.flush()
-            self.kept += min(len(chunk), room)
-            self.dropped += max(len(chunk) - room, 0)
-            self.tail = (self.tail + chunk)[-4096:]
-        if self.dropped:
-            self.log.write(f"\n[stabcli: output truncated at {LOG_LIMIT:,} bytes; {self.dropped:,} more bytes dropped]\n".encode())
-
-    def last_line(self) -> str:
-        lines = [line.strip() for line in self.tail.decode("utf-8", "replace").splitlines() if line.strip()]
-        return lines[-1][:200] if lines else ""
-
-
-def _run_script(task: _Task, work: Path) -> float | None:
-    out_dir = work / "output"
-    out_dir.mkdir()
-    argv = script_argv(task.config.script or "", seed=task.seed, out=out_dir.resolve(), run=task.index, corpus=task.corpus)
-    with open(work / "log.txt", "wb") as log:
-        log.write(("$ " + shlex.join(argv) + "\n").encode())
-        log.flush()
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        except FileNotFoundError:
-            raise _RunFailed(f"command not found: {argv[0]}") from None
-        except PermissionError:
-            raise _RunFailed(f"not executable: {argv[0]}") from None
-        pump = _LogPump(proc.stdout, log)
-        pump.start()
-        try:
-            code = proc.wait(timeout=task.timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise _RunFailed(f"script timed out after {task.timeout:g} s") from None
-        finally:
-            if proc.poll() is None:  # interrupted: take the script's whole process group down with us
-                os.killpg(proc.pid, signal.SIGKILL)
-            pump.join(timeout=10)
-            proc.stdout.close()
-    if code != 0:
-        last = pump.last_line()
-        raise _RunFailed(f"script exited with code {code}" + (f": {last}" if last else ""))
-    found = sorted(p for p in out_dir.iterdir() if p.is_file() and is_embedding_file(p))
-    if not found:
-        raise _RunFailed("script wrote no embedding file into {out} (.npy, .txt, .vec, .bin, .kv, .parquet)")
-    if len(found) > 1:
-        raise _RunFailed(f"script wrote {len(found)} embedding files into {{out}}; expected one ({', '.join(p.name for p in found)})")
-    try:
-        embedding: Embedding = read_embedding(found[0])
-        vectors = np.asarray(embedding.vectors, dtype=np.float32)
-    except StabcliError as exc:
-        raise _RunFailed(f"unreadable output: {exc}") from None
-    if not np.isfinite(vectors).all():
-        raise _RunFailed(f"output {found[0].name} contains NaN or infinite values")
-    losses = _read_losses(out_dir / "losses.json")
-    np.save(work / "vectors.npy", vectors)
-    write_text_atomic(work / KEYS, keys_text(embedding.keys))
-    (work / "losses.json").write_text(json.dumps(losses) + "\n")
-    shutil.rmtree(out_dir)
-    return losses[-1] if losses else None
-
-
-def _read_losses(path: Path) -> list[float | None] | None:
-    """A script may leave per-epoch losses as ``losses.json`` (a list) beside its embedding."""
-    if not path.is_file():
-        return None
-    try:
-        losses = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _RunFailed(f"losses.json is not valid JSON ({exc})") from None
-    if not (isinstance(losses, list) and all(v is None or isinstance(v, (int, float)) for v in losses)):
-        raise _RunFailed("losses.json must be a list of per-epoch losses (numbers or null)")
-    return [None if v is None else float(v) for v in losses]
+        epochs_done = min(self.finished * self.epochs + in_flight, len(self.works) * self.epochs)
+        assert self.callback is not None
+        self.callback(Progress(self.total, self.done + self.finished, len(self.works) * self.epochs, epochs_done))

@@ -6,7 +6,7 @@ import pytest
 from scipy.stats import ortho_group
 
 from stabcli.audit import AuditOptions, build_report, evaluate_checks, load_runs, parse_check, resolve
-from stabcli.embeddings import write_embedding
+from stabcli.embeddings import keys_path_for, keys_text, write_embedding
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.schema import to_json
 from stabcli.training import TrainConfig, pretrain
@@ -18,7 +18,12 @@ def files(tmp_path, matrices, keys=None, suffix=".npy"):
     paths = []
     for i, mat in enumerate(matrices):
         path = tmp_path / f"e{i}{suffix}"
-        write_embedding(path, keys[i] if keys else [f"k{j}" for j in range(len(mat))], mat)
+        names = keys[i] if keys else [f"k{j}" for j in range(len(mat))]
+        if suffix == ".npy":  # np.save, not write_embedding: it refuses the bad inputs these tests need
+            np.save(path, np.asarray(mat, dtype=np.float32))
+            keys_path_for(path).write_text(keys_text(names), encoding="utf-8")
+        else:
+            write_embedding(path, names, mat)
         paths.append(path)
     return paths
 

@@ -59,7 +59,7 @@ def test_pretrain_params_reach_gensim(tmp_path, sessions_file):
 
 @pytest.mark.parametrize("args, message", [
     (["--param", "bogus=1"], "error: --param bogus: not an argument of gensim Word2Vec"),
-    (["--model", "glove"], "error: --model 'glove': choose one of word2vec, doc2vec"),
+    (["--model", "glove"], "error: --model: 'glove': choose one of word2vec, doc2vec"),
     (["--corpus-format", "xml"], "error: --corpus-format: unknown corpus format 'xml'"),
 ])
 def test_pretrain_bad_options_exit_2_with_one_line(tmp_path, sessions_file, args, message):
@@ -121,6 +121,9 @@ def test_demo_trains_the_sample(tmp_path):
     assert (tmp_path / "demo" / "runs-phi64" / "run-004" / "vectors.npy").is_file()
     keys = (tmp_path / "demo" / "runs" / "keys.txt").read_text().splitlines()
     assert len(keys) > 1000 and np.load(tmp_path / "demo" / "runs" / "run-004" / "vectors.npy").shape == (len(keys), 32)
+    drift = json.loads((tmp_path / "demo" / "drift.json").read_text())  # the drift step: 12 items moved
+    assert drift["input"]["before_in_noise"] and 10 <= drift["drift"]["discoveries"] <= 14
+    assert "listed keys are the 12 moved Horror items" in result.output
 
 
 @pytest.fixture
@@ -247,9 +250,9 @@ def test_audit_checks_reach_downstream_variants(runset, genre_labels):
     (["--labels", "MISSING"], "missing.csv: label file not found"),
     (["--labels", "GENRES", "--variants", "h,rff:8"], "unknown variant 'rff:8'"),
     (["--labels", "GENRES", "--featurize-dims", "8,x"], "--featurize-dims '8,x': expected a comma-separated list of int"),
-    (["--labels", "GENRES", "--model", "svm"], "--model 'svm': choose one of logreg, knn, ridge"),
-    (["--labels", "GENRES", "--test-size", "1.5"], "--test-size 1.5: must be between 0 and 1"),
-    (["--labels", "GENRES", "--task", "regression"], "--task regression needs numeric labels, found 'g"),
+    (["--labels", "GENRES", "--model", "svm"], "--model: 'svm' is not one of logreg, knn, ridge"),
+    (["--labels", "GENRES", "--test-size", "1.5"], "--test-size: 1.5 must be a share strictly between 0 and 1"),
+    (["--labels", "GENRES", "--task", "regression"], "--task regression needs finite numeric labels, found 'g"),
     (["--labels", "ONECLASS"], "only one class ('g') among the 40 labeled keys"),
 ])
 def test_audit_bad_label_options_exit_2(runset, genre_labels, tmp_path, args, message):

@@ -111,7 +111,7 @@ def test_regression_task_with_ridge(tmp_path):
     h = ds["variants"]["h"]
     assert h["r2_mean"] > 0.99 and h["rmse_mean"] < 0.1 and h["churn"] < 1e-6  # ridge is rotation invariant too
     assert h["stale_r2_mean"] < 0.5 and ds["variants"]["aligned"]["stale_drop"] == pytest.approx(0, abs=1e-9)
-    with pytest.raises(UsageError, match="--model logreg is for classification"):
+    with pytest.raises(UsageError, match="model: logreg is for classification"):
         report_for([x, x], tmp_path / "y.tsv", model="logreg")
 
 
@@ -162,12 +162,12 @@ def test_parse_variants_defaults_sweeps_and_errors():
                                        "aligned+phi:32@2", "phi:16@0.5", "phi:16@2", "phi:32@0.5", "phi:32@2"]
     assert swept[1].source == "aligned" and swept[1].phi_dim == 16 and swept[1].sigma == 0.5
     assert [v.name for v in parse_variants(["phi:8@1", "h+phi:8", "phi:8@0.25"], 4)] == ["phi:8", "phi:8@0.25"]
-    for bad, message in [(["phi:7"], "even M"), (["rff:8"], "unknown variant 'rff:8'"), (["phi:8@0"], "positive sigma")]:
+    for bad, message in [(["phi:7"], "even M"), (["rff:8"], "unknown variant 'rff:8'"), (["phi:8@0"], "positive finite sigma")]:
         with pytest.raises(UsageError, match=message):
             parse_variants(bad, 4)
-    with pytest.raises(UsageError, match="--featurize-dims and --sigmas sweep phi variants"):
+    with pytest.raises(UsageError, match="featurize_dims: sweeps the phi variants, but --variants has none"):
         parse_variants(["h"], 4, featurize_dims=[8])
-    with pytest.raises(UsageError, match="--featurize-dims: 9 must be an even"):
+    with pytest.raises(UsageError, match="featurize_dims: 9 must be an even"):
         parse_variants(None, 4, featurize_dims=[9])
 
 
@@ -215,11 +215,126 @@ def test_label_sets_that_cannot_be_evaluated(tmp_path):
     for text, message in cases:
         (tmp_path / "l.csv").write_text(text)
         with pytest.raises(InputError, match=message):
-            report_for(arrays, tmp_path / "l.csv")
+            report_for(arrays, tmp_path / "l.csv", min_class_size=1)  # keep every class: the split must refuse
     (tmp_path / "l.csv").write_text("k0,a\nk1,b\n")
-    with pytest.raises(InputError, match="--task regression needs numeric labels, found 'a'"):
+    with pytest.raises(InputError, match="--task regression needs finite numeric labels, found 'a'"):
         report_for(arrays, tmp_path / "l.csv", task="regression")
-    with pytest.raises(UsageError, match="--reference 5: must be a run position from 0 to 1"):
+    with pytest.raises(UsageError, match="reference: 5 must be a run position from 0 to 1"):
         report_for(arrays, tmp_path / "l.csv", reference=5)
     with pytest.raises(InputError, match="label file not found"):
         report_for(arrays, tmp_path / "missing.csv")
+
+
+# ------------------------------------------------------------------ rare classes, the recommendation's numbers
+
+
+def u_item_line(item, genres):
+    """A line in MovieLens 100K ``u.item`` layout (id|title|date|video date|url|19 genre flags)."""
+    from stabcli.labels import ML100K_GENRES
+
+    flags = "|".join("1" if g in genres else "0" for g in ML100K_GENRES)
+    return f"{item}|Movie {item} (1995)|01-Jan-1995||http://example.org/{item}|{flags}\n"
+
+
+def test_rare_classes_are_dropped_with_one_warning_and_recorded(tmp_path):
+    """A generated u.item whose first-genre classes include one of 1 key (Fantasy) and one of 3
+    (Western): the default --min-class-size 5 drops both, names them once, records them."""
+    x, y = planted(7)
+    genres = ["Action", "Comedy", "Drama", "Horror"]
+    first = [genres[c] for c in y]
+    first[10] = "Fantasy"
+    first[20:23] = ["Western"] * 3
+    (tmp_path / "u.item").write_text("".join(u_item_line(i, [g]) for i, g in enumerate(first)))
+    keys = [str(i) for i in range(N)]
+    rotations, _ = generalized_procrustes(gram_blocks([x, x]))
+    warnings_seen = []
+    ds = downstream_report([x, x], keys, rotations, DownstreamOptions(tmp_path / "u.item", jobs=1, variants=["h"]),
+                           ["run-000", "run-001"], on_warning=warnings_seen.append)
+    assert ds["dropped_classes"] == {"Fantasy": 1, "Western": 3}
+    assert ds["min_class_size"] == 5 and ds["classes"] == 4 and ds["train"] + ds["test"] == N - 4
+    assert warnings_seen == [f"{tmp_path / 'u.item'}: dropped 2 class(es) with fewer than 5 labeled keys "
+                             "(--min-class-size): 'Fantasy' (1), 'Western' (3)"]
+    # a smaller threshold keeps Western; 1 keeps Fantasy too, which no stratified split can place
+    kept = downstream_report([x, x], keys, rotations, DownstreamOptions(tmp_path / "u.item", jobs=1, variants=["h"],
+                                                                        min_class_size=2), ["a", "b"])
+    assert kept["dropped_classes"] == {"Fantasy": 1} and kept["classes"] == 5
+    with pytest.raises(InputError, match="class 'Fantasy' has only 1 labeled key; .*--min-class-size 2 or more"):
+        downstream_report([x, x], keys, rotations, DownstreamOptions(tmp_path / "u.item", min_class_size=1), ["a", "b"])
+
+
+def test_rare_classes_on_the_command_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from stabcli.cli import app
+    from stabcli.embeddings import write_embedding
+
+    x, y = planted(8)
+    keys = [str(i) for i in range(N)]
+    files = []
+    for r in range(2):
+        files.append(tmp_path / f"run{r}.npy")
+        write_embedding(files[-1], keys, x + 0.1 * np.random.default_rng(r).standard_normal(x.shape))
+    first = ["Comedy" if c % 2 else "Drama" for c in y]
+    first[5] = "Fantasy"
+    (tmp_path / "u.item").write_text("".join(u_item_line(i, [g]) for i, g in enumerate(first)))
+    result = CliRunner().invoke(app, ["audit", *map(str, files), "--labels", str(tmp_path / "u.item"), "--variants",
+                                      "h", "--jobs", "1", "--format", "json", "--pairs", "100", "--knn-queries", "10"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [f"warning: {tmp_path / 'u.item'}: dropped 1 class(es) with fewer than 5 "
+                                          "labeled keys (--min-class-size): 'Fantasy' (1)"]
+    import json
+
+    assert json.loads(result.stdout)["downstream"]["dropped_classes"] == {"Fantasy": 1}
+
+
+def regression_entry(mean, std, churn_):
+    return {"r2_mean": mean, "r2_std": std, "churn": churn_, "stale_drop": 0.0, "stale_r2_mean": mean}
+
+
+def test_recommendation_never_claims_a_lower_churn_than_raw_h():
+    """The reported case: phi:64 chosen with churn 0.148 RMS "vs 0.0742 RMS for raw h". Raw h
+    churned less but was not within one std of the best R²: the sentence must say that."""
+    results = {"h": regression_entry(0.50, 0.01, 0.0742), "phi:64": regression_entry(0.70, 0.02, 0.148)}
+    reason = recommend(results, "r2")["reason"]
+    assert reason.startswith("phi:64: lowest churn (0.148 RMS) among the 1 variant(s) whose R² is within one std of "
+                             "the best (phi:64: 0.700 ± 0.020)")
+    assert "vs 0.0742 RMS for raw h" not in reason
+    assert "Raw h has lower churn (0.0742 RMS) but its R² 0.500 is not within one std of the best." in reason
+    # h competing: the "vs raw h" comparison is kept, and then h's churn is never below the choice's
+    results["h"] = regression_entry(0.69, 0.01, 0.2)
+    assert recommend(results, "r2")["reason"].startswith("phi:64: lowest churn (0.148 RMS vs 0.2 RMS for raw h)")
+
+
+def assert_sentence_matches_json(ds):
+    """Every number the recommendation quotes is the JSON value of the variant it names."""
+    import re
+
+    primary = "accuracy" if ds["task"] == "classification" else "r2"
+    text = (lambda v: f"{v:.1%}") if primary == "accuracy" else (lambda v: f"{v:.3g} RMS")
+    variants, rec = ds["variants"], ds["recommendation"]
+    chosen = variants[rec["variant"]]
+    reason = rec["reason"]
+    assert f"churn {text(chosen['churn'])}" in reason or f"lowest churn ({text(chosen['churn'])}" in reason
+    assert f"{chosen[primary + '_mean']:.3f} (std {chosen[primary + '_std']:.3f})" in reason
+    best = re.search(r"the best (?:\S+ )?\((\S+): (-?[\d.]+) ± ([\d.]+)\)", reason)
+    assert best, reason
+    name, mean, std = best.groups()
+    assert (f"{variants[name][primary + '_mean']:.3f}", f"{variants[name][primary + '_std']:.3f}") == (mean, std)
+    versus = re.search(r"vs (\S+(?: RMS)?) for raw h", reason)
+    if versus:
+        assert versus.group(1) == text(variants["h"]["churn"]) and variants["h"]["churn"] >= chosen["churn"]
+    lower = re.search(r"Raw h has (lower|higher|the same) churn \((\S+(?: RMS)?)\)", reason)
+    if lower:
+        assert lower.group(2) == text(variants["h"]["churn"])
+        assert (variants["h"]["churn"] < chosen["churn"]) == (lower.group(1) == "lower")
+
+
+def test_recommendation_sentences_match_the_json(tmp_path):
+    x, y = planted(9)
+    rng = np.random.default_rng(2)
+    arrays = [x + 0.9 * rng.standard_normal(x.shape) for _ in range(3)]
+    variants = ["h", "aligned", "phi:8", "phi:32@0.5"]
+    assert_sentence_matches_json(report_for(arrays, write_labels(tmp_path / "c.csv", y), variants=variants))
+    target = x @ np.arange(1, D + 1) / D + 0.5 * rng.standard_normal(N)
+    (tmp_path / "r.tsv").write_text("".join(f"k{i}\t{v:.6f}\n" for i, v in enumerate(target)))
+    assert_sentence_matches_json(report_for(arrays, tmp_path / "r.tsv", variants=variants))

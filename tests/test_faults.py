@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import REPO
-from stabcli import training
+from stabcli import trainers
 from stabcli.cli import app
 from stabcli.runset import RunSet
 from stabcli.training import TrainConfig, pretrain
@@ -135,7 +135,7 @@ def test_disk_full_while_saving_a_run(tmp_path, sessions_file, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real_save(path, *args, **kwargs)
 
-    monkeypatch.setattr(training.np, "save", full_disk)
+    monkeypatch.setattr(trainers.np, "save", full_disk)
     result = runner.invoke(app, ["pretrain", str(sessions_file), "--out", str(root), "--runs", "2", "--dim", "4",
                                  "--epochs", "1", "--jobs", "1"])
     assert result.exit_code == 2, result.output
@@ -162,7 +162,7 @@ def test_disk_full_while_featurizing_leaves_no_output(tmp_path, monkeypatch):
 
 
 def test_a_script_that_floods_its_output_gets_a_capped_log(tmp_path, monkeypatch):
-    monkeypatch.setattr(training, "LOG_LIMIT", 100_000)
+    monkeypatch.setattr(trainers, "LOG_LIMIT", 100_000)
     trainer = tmp_path / "train.py"
     trainer.write_text("import sys, numpy as np\n"
                        "for _ in range(2000): sys.stdout.write('x' * 999 + '\\n')\n"

@@ -235,7 +235,8 @@ def test_cli_bad_inputs_leave_no_output(tmp_path, emb):
     path, keys, vectors = emb
     bad = vectors.copy()
     bad[50, 3] = np.nan
-    write_embedding(tmp_path / "nan.npy", keys, bad)
+    np.save(tmp_path / "nan.npy", bad)  # write_embedding refuses NaN
+    (tmp_path / "nan.keys.txt").write_text("\n".join(keys) + "\n", encoding="utf-8")
     result = runner.invoke(app, ["featurize", str(tmp_path / "nan.npy"), "--out", str(tmp_path / "o.npy"), "--chunk-rows", "10"])
     assert result.exit_code == 2 and "nan.npy: key 'k50' has NaN or infinite values" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.keys.txt", "in.npy", "nan.keys.txt", "nan.npy"]
@@ -339,8 +340,7 @@ def test_keyless_arrays_align_by_position_with_a_note(tmp_path):
     result = runner.invoke(app, ["featurize", str(tmp_path / "x.npy"), "--out", str(tmp_path / "o.npy"), "--dim", "0",
                                  "--align-to", str(tmp_path / "ref.npy")])
     assert result.exit_code == 0, result.output
-    assert result.stderr.strip() == f"note: {tmp_path / 'x.npy'} and {tmp_path / 'ref.npy'} have no keys files: rows are " \
-                                    "matched by position"
+    assert result.stderr.strip() == "note: no input has a keys file: rows are matched by position"
     np.testing.assert_allclose(np.load(tmp_path / "o.npy"), ref, atol=1e-5)
 
 
@@ -413,3 +413,12 @@ def test_rahimi_recht_dimension_in_logarithms():
         assert rahimi_recht_dimension(epsilon, sigma, dim, diameter) == 2 * math.ceil(direct)
     assert rahimi_recht_dimension(0.1, 1e200, 4, 2.0) > 0  # (σ·diam/ε)² overflows a float; its logarithm does not
     assert rahimi_recht_dimension(0.1, 1.0, 4, 0.0) > 0  # all-zero rows
+
+
+def test_a_keyless_file_named_like_a_run_is_still_keyless(tmp_path, emb):
+    """Keylessness is what was read (no keys file beside an .npy), not a file name."""
+    path, _, vectors = emb
+    np.save(tmp_path / "vectors.npy", vectors)
+    result = runner.invoke(app, ["featurize", str(tmp_path / "vectors.npy"), "--out", str(tmp_path / "o.npy"),
+                                 "--align-to", str(path)])
+    assert result.exit_code == 2 and "vectors.npy: has no keys file (vectors.keys.txt)" in result.stderr

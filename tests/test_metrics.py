@@ -251,3 +251,118 @@ def test_per_key_numbers_match_direct_formulas():
     direct = np.stack(runs).var(axis=0).sum(axis=1) / energy
     np.testing.assert_allclose(relative, direct, rtol=1e-12)
     assert m.relative_instability(np.array([0.0, 1.0]), np.array([0.0, 2.0]), 2).tolist() == [0.0, 1.0]
+
+
+# ------------------------------------------------------------------ magnitudes at float64's edges
+
+
+def invariant_metrics(runs):
+    """Every scale-invariant number the audit reports."""
+    grams = m.gram_blocks(runs)
+    rotations, _ = m.generalized_procrustes(grams)
+    first, second = m.sample_pairs(len(runs[0]), 500, np.random.default_rng(0))
+    raw, aligned = m.noise_share(runs), m.noise_share(runs, rotations)
+    return {
+        "share": raw.overall, "share_per_dim": raw.per_dim, "aligned": aligned.overall,
+        "least_stable_order": np.argsort(-aligned.per_key_variance_scaled, kind="stable")[:10],
+        "inner": m.inner_product_noise_share(runs, first, second),
+        "knn": m.knn_overlap(runs, np.arange(30), 5),
+        "pip_relative": m.relative_pip_loss(grams),
+        "cka": m.pairwise_mean(grams, m.linear_cka),
+        "eig": m.pairwise_mean(grams, m.eigenspace_overlap),
+        "disp": m.semantic_displacement(runs, grams),
+    }
+
+
+def assert_same_metrics(got, expected):
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.filterwarnings("error")  # no RuntimeWarning (overflow, underflow, invalid) may escape
+@pytest.mark.parametrize("exponent", [1000, 997, 600, 450, -450, -997, -1000, -1040])
+def test_scale_invariant_metrics_are_exact_at_any_magnitude(exponent):
+    """Runs times 2^e (1e301 … 1e-313, the last ones subnormal): every scale-invariant metric
+    equals the one of the same values brought back to ordinary magnitude (exactly, by 2^-e)."""
+    runs = [np.ldexp(h, exponent) for h in random_runs(3)]
+    ordinary = [np.ldexp(h, -exponent) for h in runs]  # exact: what is left after any subnormal rounding
+    assert_same_metrics(invariant_metrics(runs), invariant_metrics(ordinary))
+
+
+@pytest.mark.filterwarnings("error")
+def test_scale_dependent_numbers_are_rescaled_back_when_finite():
+    runs = random_runs(4)
+    scale = 2.0**450  # values near 3e135: squares (1e271) fit, fourth powers of Gram entries do not
+    big = [h * scale for h in runs]
+    small_grams, big_grams = m.gram_blocks(runs), m.gram_blocks(big)
+    assert big_grams.scale > 1 and small_grams.scale == 1
+    assert m.pip_loss(big_grams, 0, 1) == pytest.approx(m.pip_loss(small_grams, 0, 1) * scale**2, rel=1e-9)
+    assert m.gram_norm(big_grams, 2) == pytest.approx(m.gram_norm(small_grams, 2) * scale**2, rel=1e-12)
+    np.testing.assert_allclose(m.noise_share(big).variance_per_dim, m.noise_share(runs).variance_per_dim * scale**2,
+                               rtol=1e-12)
+    np.testing.assert_allclose(big_grams.peaks, [np.abs(h).max() for h in big], rtol=0)
+    assert m.gram_blocks([h.astype(np.float32) for h in runs]).peaks is None  # float32: no per-chunk scan
+    # beyond float64's range they are inf (too large) or NaN (too small, not a false 0); JSON shows null
+    huge, tiny = m.gram_blocks([h * 1e300 for h in runs]), m.gram_blocks([h * 1e-300 for h in runs])
+    assert m.pip_loss(huge, 0, 1) == np.inf and np.isnan(m.pip_loss(tiny, 0, 1))
+    assert np.isinf(m.noise_share([h * 1e300 for h in runs]).variance_per_dim).all()
+    assert np.isnan(m.noise_share([h * 1e-300 for h in runs]).per_key_variance).all()
+
+
+@pytest.mark.filterwarnings("error")
+def test_noise_share_when_the_scale_grows_between_chunks(monkeypatch):
+    """Rows of 1e-300 first, then of 1e300: the accumulated sums shrink with the growing scale
+    and agree with the direct formula on the values divided by the final scale."""
+    monkeypatch.setattr(m, "CHUNK_ELEMENTS", 4 * D * 7)  # 7 rows per chunk
+    runs = random_runs(5)
+    for h in runs:
+        h[:20] *= 1e-300
+        h[20:40] *= 1.0
+        h[40:] *= 1e300
+    got = m.noise_share(runs)
+    scale = m.power_of_two_scale(max(np.abs(h).max() for h in runs))
+    share, per_dim, _ = direct_noise_share([h / scale for h in runs])
+    assert got.scale == scale and got.overall == pytest.approx(share, rel=1e-12)
+    np.testing.assert_allclose(got.per_dim, per_dim, rtol=1e-12)
+    grams = m.gram_blocks(runs)
+    direct = [[(a / scale).T @ (b / scale) for b in runs] for a in runs]
+    np.testing.assert_allclose(grams.G, direct, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.filterwarnings("error")
+def test_all_zero_and_identical_runs_give_finite_known_answers():
+    zeros = [np.zeros((N, D)) for _ in range(3)]
+    grams = m.gram_blocks(zeros)
+    assert (grams.peaks == 0).all() and grams.scale == 1 and grams.zero_runs() == [0, 1, 2]
+    live = random_runs(9)[:2]
+    assert m.gram_blocks([live[0], np.zeros((N, D)), live[1]]).zero_runs() == [1]
+    assert m.gram_blocks([h.astype(np.float32) for h in (live[0], np.zeros((N, D)), live[1])]).zero_runs() == [1]
+    tiny_among_huge = m.gram_blocks([live[0] * 1e300, live[1] * 1e-300])  # the tiny run's Gram underflows to 0
+    assert tiny_among_huge.zero_runs() == [] and not tiny_among_huge.G[1, 1].any()
+    assert m.noise_share(zeros).overall == 0 and m.relative_pip_loss(grams) is None
+    assert m.linear_cka(grams, 0, 1) == 0 and m.eigenspace_overlap(grams, 0, 1) == 0 and m.pip_loss(grams, 0, 1) == 0
+    assert m.semantic_displacement(zeros, grams) == 1.0  # zero rows have cosine 0 by convention
+    same = [random_runs(6)[0]] * 3
+    got = invariant_metrics(same)
+    assert got["share"] < 1e-20 and got["aligned"] < 1e-20 and got["inner"] < 1e-20 and (got["knn"] == 1).all()
+    assert got["cka"] == pytest.approx(1) and got["eig"] == pytest.approx(1) and got["disp"] == pytest.approx(0, abs=1e-12)
+    one_zero = random_runs(7)[:2] + [np.zeros((N, D))]  # one dead run among live ones: finite
+    assert all(np.isfinite(v).all() for v in invariant_metrics(one_zero).values())
+
+
+@pytest.mark.filterwarnings("error")
+def test_unit_rows_of_float64_rows_beyond_float32_and_subnormal():
+    x = np.random.default_rng(8).standard_normal((6, 5))
+    factors = [1e300, 1e-300, 1e-310, 1.0, 0.0, 2.0**1020]
+    scaled = x * np.array(factors)[:, None]
+    got = m.unit_rows(scaled)
+    assert got.dtype == np.float64
+    for row, factor in enumerate(factors):
+        if factor == 0:
+            np.testing.assert_array_equal(got[row], 0)
+            continue
+        exact = scaled[row] / factor  # the row's own values at ordinary magnitude (exact up to subnormal rounding)
+        np.testing.assert_allclose(got[row], exact / np.linalg.norm(exact), rtol=1e-12, atol=1e-15)
+    bad = scaled.copy()
+    bad[2, 1] = np.nan
+    assert (m.unit_rows(bad)[2] == 0).all()  # NaN rows give zero rows, as in float32

@@ -2,7 +2,6 @@
 
 import errno
 import re
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -261,3 +260,12 @@ def test_audit_plots_over_a_file_size_limit_leave_no_output_at_all(tmp_path):
         lines[0].endswith("cannot write (File too large)"), done.stderr
     assert "None" not in lines[0] and ".partial" not in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no r.json, r.md, plots or temporary
+
+
+def test_an_exists_ok_directory_is_never_replaced_through_the_plan(tmp_path):
+    runs = make_runset(tmp_path / "runs")
+    plan = OutputPlan()
+    plan.add(runs, "--out", kind="dir", exists_ok=True)
+    with pytest.raises(ValueError, match="written by its caller"):
+        plan.staging(runs)
+    assert (runs / "run-000" / "vectors.npy").read_bytes() == b"x"

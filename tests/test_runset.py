@@ -69,3 +69,87 @@ def test_runset_load_rejects_keys_that_do_not_match_rows(tmp_path):
     np.save(tmp_path / "run-000" / "vectors.npy", np.zeros((2, 2), dtype=np.float32))
     with pytest.raises(InputError, match=r"vectors\.npy: shape \(2, 2\) does not match 1 keys"):
         RunSet.open(tmp_path).load(0)
+
+
+@pytest.mark.parametrize("keys, message", [
+    (["a", "a"], "key 'a' occurs twice"), (["a", "b c"], "key 'b c' contains whitespace"),
+    (["a", "b\r"], "key 'b\\\\r' contains whitespace"), (["a", "b\nc"], "key 'b\\\\nc' contains whitespace"),
+    (["a", ""], "empty key"), (["a", "\t"], "contains whitespace"),
+])
+def test_write_run_refuses_keys_its_reader_would_reject(tmp_path, keys, message):
+    from stabcli.runset import write_run
+
+    with pytest.raises(InputError, match=message):
+        write_run(tmp_path, np.ones((2, 2)), keys, name="run-000")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_run_writes_what_runset_reads(tmp_path):
+    from stabcli.runset import KEYS, MANIFEST, write_run
+
+    (tmp_path / MANIFEST).write_text(json.dumps({"schema_version": 1, "runs": {}}))
+    (tmp_path / KEYS).write_text("a\nb\n")
+    (tmp_path / "run-000").mkdir()
+    (tmp_path / "run-001").mkdir()
+    write_run(tmp_path / "run-000", np.ones((2, 3)), ["a", "b"], shared_keys=["a", "b"], losses=[1.5, None], log="hi\n")
+    write_run(tmp_path / "run-001", np.zeros((1, 3)), ["z"], shared_keys=["a", "b"])
+    runset = RunSet.open(tmp_path)
+    assert not (tmp_path / "run-000" / KEYS).exists() and runset.load(1).keys == ["z"]
+    assert runset.load(0).vectors.dtype == np.float32 and runset.losses(0) == [1.5, None]
+    assert (tmp_path / "run-000" / "log.txt").read_text() == "hi\n"
+    with pytest.raises(InputError, match="non-finite"):
+        write_run(tmp_path / "run-001", np.ones((1, 3)), ["z"], losses=[float("nan")])
+    with pytest.raises(InputError, match="NaN or infinite"):
+        write_run(tmp_path / "run-001", np.full((1, 3), np.inf), ["z"])
+
+
+def test_atomic_path_leaves_the_target_on_failure(tmp_path):
+    from stabcli.atomic import atomic_path, is_temp_name
+
+    target = tmp_path / "t.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            assert is_temp_name(tmp.name)
+            raise RuntimeError
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
+    with atomic_path(target, suffix=".npz") as tmp:
+        assert tmp.name.endswith(".npz")
+        np.savez(tmp, a=np.ones(2))
+    assert np.load(target)["a"].tolist() == [1.0, 1.0]
+
+
+def test_remove_runset_refuses_foreign_files_and_removes_only_its_own(tmp_path):
+    from stabcli.runset import remove_runset
+
+    root = tmp_path / "phi"
+    (root / "run-000").mkdir(parents=True)
+    (root / "stabcli.json").write_text("{}")
+    (root / "mywork.txt").write_text("mine")
+    with pytest.raises(RunSetError, match="holds mywork.txt"):
+        remove_runset(root)
+    assert (root / "mywork.txt").read_text() == "mine" and (root / "run-000").is_dir()
+    (root / "mywork.txt").unlink()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("k")
+    (root / "run-000" / "link").symlink_to(outside)
+    remove_runset(root)
+    assert not root.exists() and (outside / "keep").read_text() == "k"
+
+
+def test_a_reader_follows_a_symlinked_run_but_a_writer_refuses_it(tmp_path):
+    from stabcli.runset import check_entries
+
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    np.save(elsewhere / "vectors.npy", np.ones((1, 2), np.float32))
+    (elsewhere / "keys.txt").write_text("a\n")
+    (root / "run-000").symlink_to(elsewhere)
+    assert RunSet.open(root).load(0).keys == ["a"]
+    with pytest.raises(RunSetError, match="symbolic link"):
+        check_entries(root)

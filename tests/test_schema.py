@@ -88,7 +88,7 @@ def test_audit_report_paths():
 
 def test_downstream_section_wraps_the_downstream_dict_and_keeps_its_json():
     raw = {"labels": "l.tsv", "task": "regression", "model": "ridge", "classes": None, "train": 8, "test": 2,
-           "skipped_keys": 0, "test_size": 0.2, "split_seed": 0, "reference": "run-000", "phi_seed": 0,
+           "skipped_keys": 0, "min_class_size": 5, "feature_scale": 1.0, "label_scale": 1.0, "test_size": 0.2, "split_seed": 0, "reference": "run-000", "phi_seed": 0,
            "majority_accuracy": None, "not_converged": 0,
            "variants": {"h": {"dim": 4, "source": "h", "sigma": None, "r2_mean": 0.5, "r2_std": None,
                               "r2_by_run": [0.5], "rmse_mean": 1.0, "rmse_std": None, "rmse_by_run": [1.0],

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stabcli.errors import RunSetError, UsageError
+from stabcli.errors import OptionError, RunSetError, UsageError
 from stabcli.runset import RunSet
 from stabcli.training import TrainConfig, parse_params, pretrain, script_argv
 
@@ -152,17 +152,23 @@ def test_out_that_is_not_a_run_set_is_refused(tmp_path, sessions_file):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"runs": 0}, "--runs must be at least 1"),
-    ({"seed": -1}, "--seed must be between"),
-    ({"config": TrainConfig(dim=0)}, "--dim must be at least 1"),
-    ({"config": TrainConfig(model="glove")}, "--model 'glove'"),
-    ({"config": TrainConfig(vary="jitter")}, "--vary 'jitter'"),
+    ({"runs": 0}, "runs: must be at least 1"),
+    ({"seed": -1}, "seed: must be between"),
 ])
 def test_bad_options(tmp_path, sessions_file, kwargs, message):
-    kwargs = {"config": SMALL, "runs": 1, **kwargs}
-    config = kwargs.pop("config")
     with pytest.raises(UsageError, match=message):
-        pretrain(tmp_path / "r", sessions_file, config, **kwargs)
+        pretrain(tmp_path / "r", sessions_file, SMALL, **{"runs": 1, **kwargs})
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"dim": 0}, "dim: must be at least 1"),
+    ({"model": "glove"}, "model: 'glove'"),
+    ({"vary": "jitter"}, "vary: 'jitter'"),
+])
+def test_train_config_validates_itself_on_construction(fields, message):
+    with pytest.raises(OptionError, match=message) as info:
+        TrainConfig(**fields)
+    assert info.value.param == next(iter(fields))
 
 
 def script_config(tmp_path: Path, body: str) -> TrainConfig:
@@ -224,7 +230,7 @@ def test_script_that_does_not_exist(tmp_path):
 
 
 def test_script_template_checks(tmp_path, sessions_file):
-    with pytest.raises(UsageError, match="--script must contain {out}"):
+    with pytest.raises(UsageError, match="script: must contain {out}"):
         pretrain(tmp_path / "r", None, TrainConfig(script="train --seed {seed}"), runs=1)
     with pytest.raises(UsageError, match="uses {corpus} but no CORPUS"):
         pretrain(tmp_path / "r", None, TrainConfig(script="train {corpus} {out}"), runs=1)
@@ -256,3 +262,90 @@ def test_sigkill_mid_pretrain_then_resume_equals_an_uninterrupted_run(tmp_path, 
         for rel in ("vectors.npy", "losses.json", "epochs/006.npy"):
             assert (killed / f"run-{i:03d}" / rel).read_bytes() == (full / f"run-{i:03d}" / rel).read_bytes()
     assert sorted(p.name for p in killed.iterdir()) == sorted(p.name for p in full.iterdir())
+
+
+def test_key_counts_and_the_corpus_summary_are_recorded(tmp_path, sessions_file):
+    from collections import Counter
+
+    result = pretrain(tmp_path / "r", sessions_file, SMALL, runs=1, jobs=1)
+    tokens = sessions_file.read_text().split()
+    assert result.corpus == {"format": "lines", "sequences": 120, "tokens": len(tokens), "distinct_keys": 40}
+    assert RunSet.open(tmp_path / "r").key_counts() == dict(Counter(tokens))
+
+
+def test_doc2vec_key_counts_are_the_tokens_of_each_tag(tmp_path, tagged_file):
+    pretrain(tmp_path / "r", tagged_file, TrainConfig(model="doc2vec", dim=4, epochs=1), runs=1, jobs=1)
+    counts = RunSet.open(tmp_path / "r").key_counts()
+    assert counts["doc0"] == 8 and len(counts) == 30
+
+
+@pytest.mark.parametrize("leftovers", [
+    ["keys.txt", "stabcli.lock"], ["keys.txt", ".corpus.txt", "stabcli.lock"], [".stabcli.json.tmp-99999"],
+    ["key_counts.txt", ".run-000.partial-123xabc"],
+])
+def test_a_kill_during_setup_before_the_manifest_exists_restarts_cleanly(tmp_path, sessions_file, leftovers):
+    root = tmp_path / "r"
+    root.mkdir()
+    for name in leftovers:
+        if "partial" in name:
+            (root / name).mkdir()
+        else:
+            (root / name).write_text("999999999\n" if name == "stabcli.lock" else "junk\n")
+    result = pretrain(root, sessions_file, SMALL, runs=2, jobs=1)
+    assert [r.status for r in result.runs] == ["complete", "complete"]
+    full = tmp_path / "full"
+    pretrain(full, sessions_file, SMALL, runs=2, jobs=1)
+    assert sorted(p.name for p in root.iterdir()) == sorted(p.name for p in full.iterdir())
+    assert vectors(root, 1).tobytes() == vectors(full, 1).tobytes()
+
+
+def test_parallel_runs_equal_sequential_runs_with_the_process_backend(tmp_path, sessions_file):
+    from stabcli.training import local_backend
+
+    seen = []
+
+    def recording(tasks, jobs):
+        seen.append((len(tasks), jobs))
+        yield from local_backend(tasks, jobs)
+
+    pretrain(tmp_path / "a", sessions_file, SMALL, runs=3, jobs=2, backend=recording)
+    pretrain(tmp_path / "b", sessions_file, SMALL, runs=3, jobs=1)
+    assert seen == [(3, 2)]
+    for i in range(3):
+        assert vectors(tmp_path / "a", i).tobytes() == vectors(tmp_path / "b", i).tobytes()
+
+
+def test_the_json_summary_names_the_corpus_reading(tmp_path, sessions_file):
+    from typer.testing import CliRunner
+
+    from stabcli.cli import app
+
+    result = CliRunner().invoke(app, ["pretrain", str(sessions_file), "--out", str(tmp_path / "r"), "--runs", "1",
+                                      "--dim", "4", "--epochs", "1", "--jobs", "1", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["corpus"] == {"format": "lines", "sequences": 120, "tokens": payload["corpus"]["tokens"],
+                                 "distinct_keys": 40}
+    assert payload["keys"] == 40 and result.stderr == ""
+    table = CliRunner().invoke(app, ["pretrain", str(sessions_file), "--out", str(tmp_path / "r"), "--runs", "1",
+                                     "--dim", "4", "--epochs", "1", "--jobs", "1"])
+    assert "corpus read as lines: 120 sequences" in table.stdout and "40 distinct keys" in table.stdout
+
+
+def test_a_worker_never_publishes_only_the_lock_holder_does(tmp_path, sessions_file):
+    """An orphaned worker of a killed pretrain runs `execute` to the end: its run stays in its
+    own partial directory, which the next pretrain (the lock holder) discards."""
+    from stabcli.runset import partial_dir
+    from stabcli.trainers import RunTask, execute
+
+    root = tmp_path / "r"
+    pretrain(root, sessions_file, SMALL, runs=1, jobs=1)
+    (root / ".corpus.txt").write_text(sessions_file.read_text())  # what the killed pretrain left
+    orphan_work = partial_dir(root, 1, "999x0rphan")
+    orphan_work.mkdir()
+    result = execute(RunTask(1, 1, SMALL, orphan_work, root / "keys.txt", root / ".corpus.txt", None))
+    assert result.status == "complete" and (orphan_work / "vectors.npy").is_file()
+    assert not (root / "run-001").exists()
+    pretrain(root, sessions_file, SMALL, runs=2, jobs=1)
+    assert not orphan_work.exists() and sorted(p.name for p in root.iterdir()) == [
+        "key_counts.txt", "keys.txt", "run-000", "run-001", "stabcli.json"]

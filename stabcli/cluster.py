@@ -1,0 +1,253 @@
+"""Running stabcli's independent tasks on a Dask cluster (``--scheduler``; extra ``stabcli[dask]``).
+
+stabcli does not schedule anything itself: each pretrain run (and each downstream fit) is
+one task for Dask's distributed scheduler. Workers read the corpus and write the run set
+through paths every worker sees (a shared filesystem); only the client, which holds the run
+set's lock, records results in the manifest.
+
+``--scheduler ADDRESS`` connects to a running scheduler (``tcp://host:8786``);
+``--scheduler local:N`` starts a ``LocalCluster`` of N single-threaded worker processes on
+this machine, for trying it out. ``STABCLI_SCHEDULER`` is the default for both commands.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+from stabcli.errors import OptionError, UsageError
+
+if TYPE_CHECKING:
+    from stabcli.trainers import RunResult, RunTask
+
+ENV_VAR = "STABCLI_SCHEDULER"
+INSTALL_HINT = "pip install 'stabcli[dask]'"
+CONNECT_TIMEOUT_S = 10
+_LOCAL_RE = re.compile(r"^local:(\d+)$")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def scheduler_address(option: str | None) -> str | None:
+    """The scheduler to use: the ``--scheduler`` option, else ``STABCLI_SCHEDULER``, else None (local)."""
+    value = option if option is not None else os.environ.get(ENV_VAR) or None
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        raise OptionError("scheduler", "empty address")
+    local = _LOCAL_RE.match(value)
+    if value.startswith("local") and (local is None or not 1 <= int(local.group(1)) <= 256):
+        raise OptionError("scheduler", f"{value!r}: expected local:N with N from 1 to 256 worker processes")
+    return value
+
+
+def _distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise UsageError(f"--scheduler needs Dask's distributed scheduler: {INSTALL_HINT}") from None
+    return distributed
+
+
+def _quiet_logs() -> None:
+    # distributed logs connection chatter and worker restarts at WARNING on stderr; stabcli's
+    # stderr is one line per problem, so only errors that end the command are shown (by us)
+    for name in ("distributed", "tornado", "asyncio", "bokeh"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def versions() -> dict[str, str]:
+    """The versions whose mismatch between client and workers could change a run's result."""
+    from importlib.metadata import version
+
+    import numpy
+
+    from stabcli import __version__
+
+    found = {"stabcli": __version__, "numpy": numpy.__version__}
+    try:
+        found["gensim"] = version("gensim")
+    except Exception:  # noqa: BLE001 - a worker without gensim: reported as a mismatch
+        found["gensim"] = "not installed"
+    return found
+
+
+@dataclass
+class Preflight:
+    """What every worker must be able to do before runs are sent to it."""
+
+    read: list[tuple[Path, str | None]]   # (path, sha256 or None) every worker reads
+    write: list[Path]                     # directories every worker writes into
+
+
+def _worker_preflight(read: list[tuple[str, str | None]], write: list[str], expected: dict[str, str]) -> list[str]:
+    """Runs on a worker: the problems it has with ``read``, ``write`` and the versions."""
+    from stabcli.corpus import file_sha256
+
+    problems = []
+    mine = versions()
+    for name, wanted in expected.items():
+        if mine.get(name) != wanted:
+            problems.append(f"{name} {mine.get(name)} (client has {wanted})")
+    for path, digest in read:
+        if not os.path.isfile(path):
+            problems.append(f"cannot read {path}")
+        elif digest is not None and file_sha256(Path(path)) != digest:
+            problems.append(f"{path} differs from the client's copy (sha256)")
+    for directory in write:
+        probe = Path(directory) / f".stabcli-preflight-{uuid.uuid4().hex}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            problems.append(f"cannot write into {directory} ({exc.strerror or exc})")
+    return problems
+
+
+class Cluster:
+    """A connection to a Dask scheduler (or a LocalCluster it started), used as a context manager."""
+
+    def __init__(self, address: str):
+        self.address = address
+        self._cluster: Any = None
+        self.client: Any = None
+
+    def __enter__(self) -> "Cluster":
+        distributed = _distributed()
+        _quiet_logs()
+        local = _LOCAL_RE.match(self.address)
+        try:
+            if local:
+                self._cluster = distributed.LocalCluster(
+                    n_workers=int(local.group(1)), threads_per_worker=1, processes=True,
+                    dashboard_address=":0", silence_logs=logging.CRITICAL,
+                )
+                self.client = distributed.Client(self._cluster, timeout=f"{CONNECT_TIMEOUT_S}s")
+            else:
+                self.client = distributed.Client(self.address, timeout=f"{CONNECT_TIMEOUT_S}s")
+        except (OSError, TimeoutError, ValueError) as exc:
+            self.__exit__(None, None, None)
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise OptionError("scheduler", f"cannot reach the Dask scheduler at {self.address} ({reason})") from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for closable in (self.client, self._cluster):
+            if closable is not None:
+                try:
+                    closable.close()
+                except Exception:  # noqa: BLE001 - closing a broken connection must not hide the real error
+                    pass
+        self.client = self._cluster = None
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The scheduler's dashboard, when it serves one (it needs bokeh)."""
+        if self._cluster is not None:
+            try:
+                import bokeh  # noqa: F401 - LocalCluster serves a dashboard only with bokeh
+            except ImportError:
+                return None
+        try:
+            link = self.client.dashboard_link
+        except Exception:  # noqa: BLE001 - no dashboard is not an error
+            return None
+        return link or None
+
+    def workers(self) -> list[str]:
+        return sorted(self.client.scheduler_info().get("workers", {}))
+
+    def threads(self) -> int:
+        """Worker threads in the whole cluster: how many tasks run at once."""
+        return max(1, sum(self.client.nthreads().values()))
+
+    def preflight(self, check: Preflight) -> None:
+        """Run the preflight on every worker; UsageError naming the first worker with a problem."""
+        if not self.workers():
+            raise OptionError("scheduler", f"the Dask scheduler at {self.address} has no workers")
+        read = [(str(path), digest) for path, digest in check.read]
+        write = [str(path) for path in check.write]
+        results = self.client.run(_worker_preflight, read, write, versions(), on_error="return")
+        for worker, problems in sorted(results.items()):
+            if isinstance(problems, BaseException):
+                raise UsageError(f"Dask worker {worker}: preflight failed ({type(problems).__name__}: {problems})")
+            if problems:
+                raise UsageError(f"Dask worker {worker}: {'; '.join(problems)}")
+
+    def map_unordered(self, function: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
+        """``function(task)`` for every task on the cluster, yielded as they finish.
+
+        Tasks are not pure (each writes its own directory), so Dask never deduplicates them;
+        a task whose worker dies is rescheduled on another worker by the scheduler. When the
+        caller stops early (an error, Ctrl-C, SIGTERM), the outstanding tasks are cancelled.
+        """
+        distributed = _distributed()
+        futures = [self.client.submit(function, task, pure=False, key=f"stabcli-{uuid.uuid4().hex}") for task in tasks]
+        try:
+            for future in distributed.as_completed(futures):
+                yield future.result()
+        finally:
+            pending = [f for f in futures if not f.done()]
+            if pending:
+                self.client.cancel(pending, force=True)
+
+
+def run_on_worker(task: "RunTask") -> "RunResult":
+    """Train one run on a Dask worker. When the scheduler retries a task whose worker died,
+    the dead attempt's files are still in the task's partial directory (the same seed wrote
+    them, but possibly only half): start from an empty directory."""
+    import shutil
+
+    from stabcli.trainers import execute
+
+    if task.work.is_dir():
+        for entry in task.work.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    return execute(task)
+
+
+def pretrain_backend(cluster: Cluster) -> Callable[[Sequence["RunTask"], int], Iterator["RunResult"]]:
+    """A ``stabcli.training`` execution backend: every run is one task on ``cluster``.
+
+    Before submitting, every worker proves it can read the corpus copy (by hash) and the
+    user's corpus, write into the run set, and that it runs the client's stabcli, gensim and
+    numpy. ``jobs`` is ignored: the cluster's worker threads decide the parallelism.
+    """
+
+    def backend(tasks: Sequence["RunTask"], jobs: int) -> Iterator["RunResult"]:
+        if not tasks:
+            return
+        from stabcli.corpus import file_sha256
+
+        read: list[tuple[Path, str | None]] = []
+        for path in {t.corpus_copy for t in tasks} | {t.corpus for t in tasks} | {t.keys_file for t in tasks}:
+            if path is not None:
+                read.append((path, file_sha256(path)))
+        cluster.preflight(Preflight(read=sorted(read), write=sorted({t.work.parent for t in tasks})))
+        yield from cluster.map_unordered(run_on_worker, tasks)
+
+    return backend
+
+
+@contextmanager
+def joblib_on(address: str | None) -> Iterator[Cluster | None]:
+    """Within the block, joblib's ``Parallel`` (the downstream fits) runs on the cluster."""
+    if address is None:
+        yield None
+        return
+    with Cluster(address) as cluster:
+        from joblib import parallel_config
+
+        with parallel_config(backend="dask"):
+            yield cluster

@@ -1,0 +1,665 @@
+"""``stabcli drift``: did a refresh really move these keys, or is it training noise?
+
+BEFORE and AFTER (embedding files, or run sets' ``--reference`` run) are compared on their
+common keys after orthogonal Procrustes of AFTER onto BEFORE. With a noise run set (seeded
+runs on BEFORE's data and configuration) every key gets its own noise band, and a key has
+moved when its change exceeds that band at level ``alpha`` (the statistic is in
+``stabcli.drift_math.noise_band``). The report is frozen dataclasses, one per section,
+converted to JSON by ``report_json`` only; ``--check`` paths are validated against the
+dataclass fields before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from stabcli import __version__
+from stabcli import drift_math as dm
+from stabcli import metrics as m
+from stabcli.embeddings import Embedding, keys_path_for, read_embedding, require_finite
+from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.runset import RunSet, is_runset
+
+if TYPE_CHECKING:
+    from stabcli.downstream import DownstreamOptions
+
+KNN_ALL_MAX_KEYS = 10_000   # k-NN overlap for every key up to this many keys (n² ≤ 1e8), else a seeded sample
+ADDED_REMOVED_LISTED = 20   # keys_added / keys_removed samples kept in the report
+
+
+# ------------------------------------------------------------------ options
+
+
+@dataclass(frozen=True)
+class DriftOptions:
+    """Options of a drift comparison; validated on construction (``OptionError`` names the parameter)."""
+
+    alpha: float = 0.01
+    align: bool = True
+    knn_k: int = 10
+    knn_queries: int = 1_000
+    top: int = 20
+    seed: int = 0
+    reference: int = 0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha) and 0 < self.alpha < 1):
+            raise OptionError("alpha", f"{self.alpha!r} must be a number strictly between 0 and 1")
+        for name, low in (("knn_k", 1), ("knn_queries", 1), ("top", 0), ("seed", 0), ("reference", 0)):
+            if getattr(self, name) < low:
+                raise OptionError(name, f"{getattr(self, name)} must be at least {low}")
+
+
+# ------------------------------------------------------------------ loading
+
+
+@dataclass
+class DriftInputs:
+    """BEFORE and AFTER restricted to their common keys (BEFORE's order), and the noise runs."""
+
+    before: str
+    after: str
+    keys: list[str]
+    b: np.ndarray
+    a: np.ndarray
+    added: list[str]
+    removed: list[str]
+    keyless: bool
+    noise: str | None = None
+    noise_runs: list[np.ndarray] | None = None
+    before_in_noise: bool | None = None
+    frequency: np.ndarray | None = None
+    input_paths: list[Path] = field(default_factory=list)
+
+    @property
+    def dim(self) -> int:
+        return int(self.b.shape[1])
+
+
+def _load_side(path: Path, reference: int) -> tuple[Embedding, RunSet | None, int | None]:
+    """An embedding file, or the ``reference`` run of a run set."""
+    if path.is_dir():
+        if not is_runset(path):
+            raise InputError(f"{path}: a directory but not a run set (no stabcli.json)")
+        runset = RunSet.open(path)
+        if not runset.runs:
+            raise InputError(f"{path}: the run set has no finished run")
+        if reference >= len(runset.runs):
+            raise OptionError("reference", f"{reference}: {path} has {len(runset.runs)} finished run(s) (0 to "
+                                           f"{len(runset.runs) - 1})")
+        index = runset.runs[reference]
+        return runset.load(index), runset, index
+    return read_embedding(path), None, None
+
+
+def input_paths(before: Path, after: Path, noise: Path | None, extra: Sequence[Path | None] = ()) -> list[Path]:
+    """Every path the command reads (files, keys files, run-set directories), for the output checks."""
+    paths = []
+    for p in (before, after, noise, *extra):
+        if p is None:
+            continue
+        paths.append(p)
+        if p.suffix.lower() == ".npy":
+            paths.append(keys_path_for(p))
+    return paths
+
+
+def load_inputs(before: str | Path, after: str | Path, noise: str | Path | None = None, reference: int = 0) -> DriftInputs:
+    """Read BEFORE, AFTER and the noise run set and match them on keys.
+
+    Raises ``InputError`` naming the file for mismatched dimensions, no common keys, NaN or
+    inf rows, keyless inputs mixed with keyed ones, a noise run set with too few runs or
+    without some of the compared keys.
+    """
+    before, after = Path(before), Path(after)
+    b_emb, b_set, b_index = _load_side(before, reference)
+    a_emb, a_set, _ = _load_side(after, reference)
+    if a_emb.dim != b_emb.dim:
+        raise InputError(f"{a_emb.source}: dimension {a_emb.dim}, but {b_emb.source} has {b_emb.dim}")
+    b_keyless, a_keyless = b_set is None and _keyless(b_emb), a_set is None and _keyless(a_emb)
+    if b_keyless != a_keyless:
+        keyless, keyed = (b_emb, a_emb) if b_keyless else (a_emb, b_emb)
+        raise InputError(f"{keyless.source}: has no keys file ({keys_path_for(keyless.source).name}) but "
+                         f"{keyed.source} has keys; rows cannot be matched to keys (add the keys file)")
+    if b_keyless and len(b_emb.keys) != len(a_emb.keys):
+        raise InputError(f"{a_emb.source}: {len(a_emb.keys):,} rows, but {b_emb.source} has {len(b_emb.keys):,}; "
+                         "keyless arrays are matched by row position and need the same number of rows")
+    keys, b_rows, a_rows, added, removed = _match(b_emb.keys, a_emb.keys)
+    if not keys:
+        raise InputError(f"{a_emb.source}: no keys in common with {b_emb.source}")
+    if len(keys) < 2:
+        raise InputError(f"{a_emb.source}: only 1 key in common with {b_emb.source}; drift needs at least 2")
+    b = _rows(b_emb, b_rows, keys)
+    a = _rows(a_emb, a_rows, keys)
+    inputs = DriftInputs(str(before), str(after), keys, b, a, added, removed, b_keyless)
+    frequency_set = b_set
+    if noise is not None:
+        noise = Path(noise)
+        if b_keyless:
+            raise InputError(f"{b_emb.source}: keyless arrays cannot be matched to the keyed runs of --noise {noise}")
+        runset = _noise_runset(noise)
+        runs = [runset.load(i) for i in runset.runs]
+        member_by_path = b_set is not None and b_set.root.resolve() == runset.root.resolve() and b_index in runset.runs
+        arrays = []
+        for emb in runs:
+            if emb.dim != b_emb.dim:
+                raise InputError(f"{emb.source}: dimension {emb.dim}, but {b_emb.source} has {b_emb.dim}")
+            arrays.append(_rows(emb, _cover(emb, keys, noise), keys))
+        member = member_by_path or any(np.array_equal(arr, b) for arr in arrays)
+        minimum = 3 if member else 4
+        if len(arrays) < minimum:
+            raise InputError(f"{noise}: {len(arrays)} finished run(s); a noise band needs at least {minimum} "
+                             f"({'BEFORE is one of them' if member else '4 when BEFORE is not one of them, 3 when it is'})")
+        inputs.noise, inputs.noise_runs, inputs.before_in_noise = str(noise), arrays, member
+        frequency_set = runset
+    if frequency_set is not None:
+        counts = frequency_set.key_counts()
+        if counts is not None:
+            inputs.frequency = np.array([counts.get(k, -1) for k in keys], dtype=np.float64)
+            inputs.frequency[inputs.frequency < 0] = np.nan
+    return inputs
+
+
+def _keyless(emb: Embedding) -> bool:
+    flag = getattr(emb, "keyless", None)
+    if flag is not None:
+        return bool(flag)
+    return emb.source.suffix.lower() == ".npy" and not keys_path_for(emb.source).is_file()
+
+
+def _noise_runset(noise: Path) -> RunSet:
+    if not noise.exists():
+        raise InputError(f"{noise}: no such run set (--noise)")
+    if not noise.is_dir() or not is_runset(noise):
+        raise InputError(f"{noise}: --noise needs a run set directory made by stabcli pretrain (no stabcli.json)")
+    return RunSet.open(noise)
+
+
+def _match(b_keys: list[str], a_keys: list[str]) -> tuple[list[str], np.ndarray | None, np.ndarray | None, list[str], list[str]]:
+    if b_keys == a_keys:
+        return b_keys, None, None, [], []
+    a_pos = {k: i for i, k in enumerate(a_keys)}
+    keys = [k for k in b_keys if k in a_pos]
+    b_set = set(b_keys)
+    b_pos = {k: i for i, k in enumerate(b_keys)}
+    b_rows = np.fromiter((b_pos[k] for k in keys), dtype=np.int64, count=len(keys))
+    a_rows = np.fromiter((a_pos[k] for k in keys), dtype=np.int64, count=len(keys))
+    added = [k for k in a_keys if k not in b_set]
+    removed = [k for k in b_keys if k not in a_pos]
+    return keys, b_rows, a_rows, added, removed
+
+
+def _cover(emb: Embedding, keys: list[str], noise: Path) -> np.ndarray | None:
+    """Row indices of ``keys`` in a noise run; InputError when some are missing."""
+    if emb.keys == keys:
+        return None
+    pos = {k: i for i, k in enumerate(emb.keys)}
+    missing = [k for k in keys if k not in pos]
+    if missing:
+        raise InputError(f"{noise}: {len(missing):,} of the {len(keys):,} compared keys are not in its run "
+                         f"{emb.source.parent.name} (e.g. {missing[0]!r}); the noise run set must be trained on "
+                         "BEFORE's data")
+    return np.fromiter((pos[k] for k in keys), dtype=np.int64, count=len(keys))
+
+
+def _rows(emb: Embedding, rows: np.ndarray | None, keys: list[str]) -> np.ndarray:
+    arr = emb.vectors if rows is None else np.asarray(emb.vectors[rows], dtype=np.float32)
+    if arr.dtype.kind != "f":
+        arr = np.asarray(arr, dtype=np.float64)
+    step = 1 << 16
+    for start in range(0, arr.shape[0], step):
+        require_finite(emb.source, keys, arr[start:start + step], start)
+    return arr
+
+
+def read_key_names(path: str | Path, known: set[str], encoding: str = "utf-8") -> dict[str, str]:
+    """Display names: ``key,name`` or ``key<TAB>name`` (header optional), or MovieLens
+    ``u.item`` / ``movies.dat`` / ``movies.csv`` (the title)."""
+    import csv
+
+    from stabcli.corpus import text_lines
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: key names file not found" if not path.exists() else f"{path}: not a file")
+    names: dict[str, str] = {}
+    delimiter = None
+    for lineno, line in text_lines(path, encoding):
+        if not line.strip():
+            continue
+        if delimiter is None:
+            delimiter = next((d for d in ("\t", "::", "|", ",") if d in line), None)
+            if delimiter is None:
+                raise InputError(f"{path}:{lineno}: expected key and name separated by a tab or a comma")
+        fields_ = line.split(delimiter) if delimiter in ("::", "|") else next(csv.reader([line], delimiter=delimiter))
+        if len(fields_) < 2:
+            raise InputError(f"{path}:{lineno}: expected a key and a name, found {len(fields_)} field(s)")
+        key, name = fields_[0].strip(), fields_[1].strip()
+        if not names and key not in known and lineno == 1:
+            continue  # a header
+        if key and name:
+            names.setdefault(key, name)
+    if not names:
+        raise InputError(f"{path}: no key names found")
+    if not known & names.keys():
+        raise InputError(f"{path}: none of its {len(names):,} keys is a compared key (e.g. {next(iter(names))!r})")
+    return names
+
+
+# ------------------------------------------------------------------ the report (typed)
+
+
+@dataclass(frozen=True)
+class TopKey:
+    key: str
+    name: Optional[str]
+    distance: float
+    cosine_distance: float
+    norm_change: float
+    knn_overlap: Optional[float]
+    frequency: Optional[float]
+    noise_scale: Optional[float]
+    noise_band: Optional[float]
+    ratio: Optional[float]
+    p_value: Optional[float]
+    q_value: Optional[float]
+
+
+@dataclass(frozen=True)
+class InputSection:
+    before: str
+    after: str
+    noise: Optional[str]
+    noise_runs: Optional[int]
+    before_in_noise: Optional[bool]
+    keys_compared: int
+    keys_added: int
+    keys_removed: int
+    added: list[str]
+    removed: list[str]
+    dim: int
+    aligned: bool
+    alignment_residual: Optional[float]
+    keyless: bool
+    key_names: Optional[str]
+
+
+NEEDS_NOISE = {"needs": "noise"}
+
+
+@dataclass(frozen=True)
+class DriftSection:
+    distance_median: float
+    distance_mean: float
+    distance_p90: float
+    distance_p99: float
+    cosine_distance_median: float
+    cosine_distance_p90: float
+    norm_change_median: float
+    relative_norm_change_median: float
+    dot_median: float
+    knn_overlap: float
+    knn_k: int
+    knn_keys: int
+    knn_sampled: bool
+    knn_chance: float
+    moved_count: Optional[int] = field(default=None, metadata=NEEDS_NOISE)
+    moved_share: Optional[float] = field(default=None, metadata=NEEDS_NOISE)
+    expected_false_positives: Optional[float] = field(default=None, metadata=NEEDS_NOISE)
+    discoveries: Optional[int] = field(default=None, metadata=NEEDS_NOISE)
+    top_by: str = "distance"
+    top: list[TopKey] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NoiseSection:
+    alpha: float
+    runs: int
+    pairs: int
+    null_samples: int
+    statistic: str
+    noise_median: float
+    drift_to_noise: float
+    global_ratio: float
+    level_factor: float
+    level_range_low: float
+    level_range_high: float
+    ratio_threshold: float
+
+
+@dataclass(frozen=True)
+class DownstreamSection:
+    labels: str
+    task: str
+    model: str
+    metric: str
+    train: int
+    test: int
+    skipped_keys: int
+    before: float
+    refit: float
+    stale_raw: float
+    stale_aligned: Optional[float]
+    drop_raw: float
+    drop_aligned: Optional[float]
+    churn_refit: float
+    churn_stale_aligned: Optional[float]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    path: str
+    op: str
+    value: Optional[float]
+    threshold: float
+    passed: bool
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    stabcli_version: str
+    input: InputSection
+    drift: DriftSection
+    noise: Optional[NoiseSection]
+    downstream: Optional[DownstreamSection]
+    checks: list[CheckResult] = field(default_factory=list)
+    passed: bool = True
+
+
+@dataclass
+class PerKey:
+    """Every compared key's measures, noise band and verdict (the ``--per-key`` table)."""
+
+    columns: dict[str, np.ndarray | list]
+
+    def frame(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.columns)
+
+
+def report_json(report: DriftReport) -> dict[str, Any]:
+    """The report as plain JSON types; NaN and inf become null."""
+    return _plain(report)
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+# ------------------------------------------------------------------ checks, validated on the types
+
+
+def _section_types() -> dict[str, type]:
+    hints = typing.get_type_hints(DriftReport)
+    return {name: _unwrap(hints[name]) for name in ("input", "drift", "noise", "downstream")}
+
+
+def _unwrap(hint: Any) -> Any:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
+
+
+def validate_checks(expressions: Sequence[str], has_noise: bool, has_labels: bool) -> list[tuple[str, str, str, float]]:
+    """Parse every ``--check`` and resolve its path against the report's dataclasses, before
+    any input is read: unknown paths, non-numeric fields and fields that need ``--noise`` or
+    ``--labels`` are ``UsageError``."""
+    from stabcli.audit import parse_check
+
+    sections = _section_types()
+    parsed = []
+    for expression in expressions:
+        path, op, threshold = parse_check(expression)
+        parts = path.split(".")
+        if len(parts) != 2 or parts[0] not in sections:
+            if parts[0] not in sections:
+                raise UsageError(f"--check {expression!r}: no {parts[0]!r} in the report (has: {', '.join(sections)})")
+            raise UsageError(f"--check {expression!r}: expected SECTION.FIELD, e.g. drift.moved_share")
+        section, name = parts
+        cls = sections[section]
+        by_name = {f.name: f for f in fields(cls)}
+        if name not in by_name:
+            numeric = [n for n, f in by_name.items() if _numeric(cls, n)]
+            raise UsageError(f"--check {expression!r}: no {name!r} in {section} (numbers: {', '.join(numeric)})")
+        if not _numeric(cls, name):
+            raise UsageError(f"--check {expression!r}: {path} is not a number")
+        if (section == "noise" or by_name[name].metadata.get("needs") == "noise") and not has_noise:
+            raise UsageError(f"--check {expression!r}: {path} needs --noise RUNSET")
+        if section == "downstream" and not has_labels:
+            raise UsageError(f"--check {expression!r}: {path} needs --labels FILE")
+        parsed.append((expression.strip(), path, op, threshold))
+    return parsed
+
+
+def _numeric(cls: type, name: str) -> bool:
+    hint = _unwrap(typing.get_type_hints(cls)[name])
+    return hint in (int, float)
+
+
+def evaluate_checks(report: DriftReport, parsed: Sequence[tuple[str, str, str, float]]) -> DriftReport:
+    """The report with its ``checks`` and ``passed`` filled in; a null value fails its check."""
+    from stabcli.audit import _OPS
+
+    results = []
+    for name, path, op, threshold in parsed:
+        section, field_name = path.split(".")
+        value = getattr(getattr(report, section), field_name)
+        number = None if value is None or (isinstance(value, float) and not math.isfinite(value)) else float(value)
+        passed = number is not None and _OPS[op](number, threshold)
+        results.append(CheckResult(name, path, op, number, threshold, passed))
+    return replace(report, checks=results, passed=all(c.passed for c in results))
+
+
+# ------------------------------------------------------------------ computing
+
+
+def compute_drift(inputs: DriftInputs, options: DriftOptions, downstream: DownstreamOptions | None = None,
+                  key_names: dict[str, str] | None = None, key_names_path: str | None = None,
+                  on_step: Callable[[str], None] | None = None) -> tuple[DriftReport, PerKey]:
+    """The drift report and the per-key table of one BEFORE→AFTER comparison."""
+    step = on_step or (lambda _: None)
+    n = len(inputs.keys)
+    if options.knn_k >= n:
+        raise OptionError("knn_k", f"{options.knn_k} must be less than the number of compared keys ({n})")
+    targets = None
+    if downstream is not None:  # a bad label file fails before the long computations
+        from stabcli.downstream import make_model, split, targets_for
+
+        targets = targets_for(inputs.keys, downstream)
+        model_name = downstream.model or ("logreg" if targets.task == "classification" else "ridge")
+        make_model(model_name, targets.task)
+        train, test = split(targets, downstream.test_size, downstream.split_seed)
+
+    step("alignment")
+    rotation = dm.alignment_rotation(inputs.b, inputs.a) if options.align else None
+    change = dm.key_change(inputs.b, inputs.a, rotation)
+    residual = None
+    if rotation is not None:
+        energy = float(np.sum(np.square(change.norm_before)))
+        residual = math.sqrt(float(np.sum(np.square(change.distance))) / energy) if energy > 0 else 0.0
+
+    columns: dict[str, Any] = {"key": inputs.keys}
+    if key_names is not None:
+        columns["name"] = [key_names.get(k, "") for k in inputs.keys]
+    columns["frequency"] = inputs.frequency if inputs.frequency is not None else np.full(n, np.nan)
+    columns.update(distance=change.distance, cosine_distance=change.cosine_distance, norm_before=change.norm_before,
+                   norm_after=change.norm_after, norm_change=change.norm_change, dot=change.dot)
+
+    noise_section = None
+    moved = {}
+    if inputs.noise_runs is not None:
+        step(f"noise band: {len(inputs.noise_runs) * (len(inputs.noise_runs) - 1) // 2} run pairs")
+        distances, pairs = dm.pair_distances(inputs.noise_runs)
+        band = dm.noise_band(distances, pairs, len(inputs.noise_runs), bool(inputs.before_in_noise))
+        del distances
+        raw_ratio = dm.ratio(change.distance, band.scale)
+        global_ratio, factor = band.level_factor(raw_ratio)
+        adjusted = raw_ratio / factor
+        p = dm.p_values(adjusted, band.null_ratios)
+        q = dm.benjamini_hochberg(p)
+        threshold = dm.null_quantile(band.null_ratios, options.alpha)
+        flagged = p < options.alpha
+        discovered = q <= options.alpha
+        columns.update(noise_scale=band.scale, noise_median=band.pair_median, noise_band=band.scale * factor * threshold,
+                       ratio=adjusted, p_value=p, q_value=q, moved=flagged, discovered=discovered)
+        noise_median = float(np.median(band.scale))
+        noise_section = NoiseSection(
+            alpha=options.alpha, runs=band.runs, pairs=band.pairs, null_samples=len(band.null_ratios),
+            statistic="pooled scale-family: distance / key's RMS noise pair distance, level-adjusted, "
+                      "empirical p-value against the pooled leave-out null (exponential tail beyond it)",
+            noise_median=noise_median,
+            drift_to_noise=float(np.median(change.distance)) / noise_median if noise_median > 0 else math.inf,
+            global_ratio=global_ratio, level_factor=factor, level_range_low=band.level_range[0],
+            level_range_high=band.level_range[1], ratio_threshold=threshold)
+        moved = dict(moved_count=int(flagged.sum()), moved_share=float(flagged.mean()),
+                     expected_false_positives=options.alpha * n, discoveries=int(discovered.sum()))
+        order = np.lexsort((-adjusted, p))  # smallest p first, then largest ratio
+        top_idx = [i for i in order[: options.top] if discovered[i]]
+        top_by = "p_value"
+    else:
+        order = np.argsort(-change.distance, kind="stable")
+        top_idx = list(order[: options.top])
+        top_by = "distance"
+
+    step("nearest neighbours")
+    if n <= KNN_ALL_MAX_KEYS:
+        queries = np.arange(n)
+        sampled = False
+    else:
+        rng = np.random.default_rng(options.seed)
+        queries = np.sort(rng.choice(n, size=min(options.knn_queries, n), replace=False))
+        sampled = True
+    extra = np.setdiff1d(np.asarray(top_idx, dtype=np.int64), queries) if sampled else np.empty(0, dtype=np.int64)
+    overlaps = m.knn_overlap([inputs.b, inputs.a], np.concatenate([queries, extra]), options.knn_k)
+    knn = np.full(n, np.nan)
+    knn[queries] = overlaps[: len(queries)]
+    knn[extra] = overlaps[len(queries):]
+    columns["knn_overlap"] = knn
+
+    def opt(column: str, i: int) -> float | None:
+        return float(columns[column][i]) if column in columns and not np.isnan(columns[column][i]) else None
+
+    top = [TopKey(key=inputs.keys[i], name=key_names.get(inputs.keys[i]) if key_names else None,
+                  distance=float(change.distance[i]), cosine_distance=float(change.cosine_distance[i]),
+                  norm_change=float(change.norm_change[i]), knn_overlap=opt("knn_overlap", i),
+                  frequency=opt("frequency", i), noise_scale=opt("noise_scale", i), noise_band=opt("noise_band", i),
+                  ratio=opt("ratio", i), p_value=opt("p_value", i), q_value=opt("q_value", i)) for i in top_idx]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        relative_norm = np.where(change.norm_before > 0, change.norm_change / change.norm_before, np.nan)
+    drift_section = DriftSection(
+        distance_median=float(np.median(change.distance)), distance_mean=float(np.mean(change.distance)),
+        distance_p90=float(np.quantile(change.distance, 0.9)), distance_p99=float(np.quantile(change.distance, 0.99)),
+        cosine_distance_median=float(np.median(change.cosine_distance)),
+        cosine_distance_p90=float(np.quantile(change.cosine_distance, 0.9)),
+        norm_change_median=float(np.median(change.norm_change)),
+        relative_norm_change_median=float(np.nanmedian(relative_norm)) if np.isfinite(relative_norm).any() else math.nan,
+        dot_median=float(np.median(change.dot)),
+        knn_overlap=float(np.mean(overlaps[: len(queries)])), knn_k=options.knn_k, knn_keys=len(queries),
+        knn_sampled=sampled, knn_chance=options.knn_k / (n - 1), top_by=top_by, top=top, **moved)
+
+    downstream_section = None
+    if targets is not None:
+        step("downstream")
+        downstream_section = _downstream(inputs, rotation, targets, model_name, train, test, downstream)
+
+    input_section = InputSection(
+        before=inputs.before, after=inputs.after, noise=inputs.noise,
+        noise_runs=len(inputs.noise_runs) if inputs.noise_runs is not None else None,
+        before_in_noise=inputs.before_in_noise, keys_compared=n, keys_added=len(inputs.added),
+        keys_removed=len(inputs.removed), added=inputs.added[:ADDED_REMOVED_LISTED],
+        removed=inputs.removed[:ADDED_REMOVED_LISTED], dim=inputs.dim, aligned=options.align,
+        alignment_residual=residual, keyless=inputs.keyless, key_names=key_names_path)
+    report = DriftReport(__version__, input_section, drift_section, noise_section, downstream_section)
+    return report, PerKey(columns)
+
+
+def _downstream(inputs: DriftInputs, rotation: np.ndarray | None, targets: Any, model_name: str, train: np.ndarray,
+                test: np.ndarray, options: DownstreamOptions) -> DownstreamSection:
+    """The model fit on BEFORE applied unchanged to AFTER (raw and aligned) against a model
+    refit on AFTER, on the split ``audit --labels`` uses."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from stabcli.downstream import _scores, make_model
+
+    rows = targets.rows
+    xb = np.asarray(inputs.b[rows], dtype=np.float64)
+    xa = np.asarray(inputs.a[rows], dtype=np.float64)
+    y = targets.y
+    classification = targets.task == "classification"
+    metric = "accuracy" if classification else "r2"
+
+    def fit(x: np.ndarray) -> Any:
+        model = make_model(model_name, targets.task)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            model.fit(x[train], y[train])
+        return model
+
+    def score(pred: np.ndarray) -> float:
+        return _scores(targets.task, y[test], pred, targets.classes)[metric]
+
+    def churn(p1: np.ndarray, p2: np.ndarray) -> float:
+        return float(np.mean(p1 != p2)) if classification else float(np.sqrt(np.mean((p1 - p2) ** 2)))
+
+    old = fit(xb)
+    new = fit(xa)
+    pred_before = old.predict(xb[test])
+    pred_refit = new.predict(xa[test])
+    pred_raw = old.predict(xa[test])
+    pred_aligned = old.predict(xa[test] @ rotation) if rotation is not None else None
+    before, refit, raw = score(pred_before), score(pred_refit), score(pred_raw)
+    aligned = score(pred_aligned) if pred_aligned is not None else None
+    return DownstreamSection(
+        labels=str(options.labels), task=targets.task, model=model_name, metric=metric, train=len(train),
+        test=len(test), skipped_keys=int(targets.skipped), before=before, refit=refit, stale_raw=raw,
+        stale_aligned=aligned, drop_raw=refit - raw, drop_aligned=None if aligned is None else refit - aligned,
+        churn_refit=churn(pred_before, pred_refit),
+        churn_stale_aligned=None if pred_aligned is None else churn(pred_before, pred_aligned))
+
+
+def move_items(sessions: Sequence[Sequence[str]], group_of: dict[str, str], items: set[str], into: str,
+               seed: int = 0) -> list[list[str]]:
+    """A simulated refresh: ``items`` leave every session and reappear (1 or 2 of them, drawn
+    uniformly) in the sessions whose most frequent group is ``into``; all else is unchanged.
+
+    Used by the demo and the power test: exactly ``items`` change their context, and the
+    items of ``into`` and of the items' own group see their co-occurrences change too.
+    """
+    rng = np.random.default_rng(seed)
+    pool = sorted(items)
+    refreshed = []
+    for session in sessions:
+        groups = [group_of.get(t) for t in session]
+        counts: dict[str, int] = {}
+        for g in groups:
+            if g is not None:
+                counts[g] = counts.get(g, 0) + 1
+        dominant = max(counts, key=counts.get) if counts else None
+        kept = [t for t in session if t not in items]
+        if dominant == into and pool:
+            for item in rng.choice(pool, size=int(rng.integers(1, 3))):
+                kept.insert(int(rng.integers(0, len(kept) + 1)), str(item))
+        if kept:
+            refreshed.append(kept)
+    return refreshed

@@ -1,0 +1,221 @@
+"""The numerics of ``stabcli drift``: per-key change between two embeddings, each key's own
+noise band from a run set, and the pooled scale-family test that decides which keys moved.
+
+Arrays in, arrays out; no IO. Memory is O(n·d) for the inputs plus O(P·n) float32 for the
+P = R(R−1)/2 noise pair distances; nothing n×n.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from stabcli import metrics as m
+
+
+@dataclass(frozen=True)
+class KeyChange:
+    """Per-key feature-drift measures between BEFORE ``b`` and (aligned) AFTER ``a``."""
+
+    distance: np.ndarray         # ‖b − a‖
+    cosine_distance: np.ndarray  # 1 − cos(b, a); 0 for a zero row
+    norm_before: np.ndarray      # ‖b‖
+    norm_after: np.ndarray       # ‖a‖
+    dot: np.ndarray              # ⟨b, a⟩: the new vector's product with the old one
+
+    @property
+    def norm_change(self) -> np.ndarray:
+        """‖a‖ − ‖b‖."""
+        return self.norm_after - self.norm_before
+
+
+def alignment_rotation(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Orthogonal Q minimizing ``‖after·Q − before‖_F`` (Procrustes on the rows, O(n·d²))."""
+    cross = np.zeros((after.shape[1], before.shape[1]))
+    for _, stack in m._chunks([after, before]):
+        cross += stack[0].T @ stack[1]
+    return m.procrustes_rotation(cross)
+
+
+def key_change(before: np.ndarray, after: np.ndarray, rotation: np.ndarray | None = None) -> KeyChange:
+    """The measures of :class:`KeyChange` for every row, AFTER first multiplied by ``rotation``.
+
+    Computed in float64 row chunks; ``cosine_distance`` is 0 where either row is zero
+    (no direction to compare), and then ``distance`` still tells how far it moved.
+    """
+    n = before.shape[0]
+    out = {name: np.empty(n) for name in ("distance", "cosine_distance", "norm_before", "norm_after", "dot")}
+    for rows, stack in m._chunks([before, after]):
+        b, a = stack[0], stack[1] if rotation is None else stack[1] @ rotation
+        nb, na = m.row_norms(b), m.row_norms(a)
+        dot = np.einsum("cd,cd->c", b, a)
+        denom = nb * na
+        cos = np.divide(dot, denom, out=np.ones_like(dot), where=denom > 0)
+        out["distance"][rows] = m.row_norms(b - a)
+        out["cosine_distance"][rows] = np.clip(1.0 - cos, 0.0, 2.0)
+        out["norm_before"][rows], out["norm_after"][rows], out["dot"][rows] = nb, na, dot
+    return KeyChange(**out)
+
+
+def _wide_chunks(runs: Sequence[np.ndarray]) -> Iterator[tuple[slice, np.ndarray]]:
+    """Row chunks of the runs side by side, float32 ``[c, R·d]`` (about 16 MB each)."""
+    n, d = runs[0].shape
+    step = max(1, m.CHUNK_ELEMENTS // (len(runs) * d))
+    for start in range(0, n, step):
+        rows = slice(start, min(n, start + step))
+        yield rows, np.concatenate([np.asarray(h[rows], dtype=np.float32) for h in runs], axis=1)
+
+
+def pair_distances(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """``D[p, i] = ‖H_r[i] − H_s[i]·Q_rs‖`` for every run pair p = (r, s), r < s, with
+    ``Q_rs`` the orthogonal Procrustes rotation of run s onto run r over all rows.
+
+    Two passes over the rows: the cross-Gram blocks ``H_sᵀH_r`` (one float32 product per
+    chunk, accumulated in float64, O(R²·n·d²)), then per chunk one product of each run with
+    the rotations of all its pairs side by side, and the distances. Returns float32 [P, n].
+    """
+    R = len(runs)
+    n, d = runs[0].shape
+    pairs = list(combinations(range(R), 2))
+    joint = np.zeros((R * d, R * d))
+    for _, wide in _wide_chunks(runs):
+        joint += wide.T @ wide  # numpy uses BLAS syrk for this symmetric product
+    blocks = joint.reshape(R, d, R, d)
+    partners = {s: [r for r in range(s)] for s in range(1, R)}
+    side_by_side = {s: np.concatenate([m.procrustes_rotation(blocks[s, :, r, :]) for r in rs], axis=1).astype(np.float32)
+                    for s, rs in partners.items()}
+    index = {pair: p for p, pair in enumerate(pairs)}
+    out = np.empty((len(pairs), n), dtype=np.float32)
+    for rows, wide in _wide_chunks(runs):
+        for s, rs in partners.items():
+            rotated = wide[:, s * d:(s + 1) * d] @ side_by_side[s]  # [c, len(rs)·d]
+            for j, r in enumerate(rs):
+                diff = wide[:, r * d:(r + 1) * d] - rotated[:, j * d:(j + 1) * d]
+                out[index[r, s], rows] = np.sqrt(np.einsum("cd,cd->c", diff, diff))
+    return out, pairs
+
+
+@dataclass(frozen=True)
+class NoiseBand:
+    """Every key's noise scale and the pooled null distribution of the drift ratio."""
+
+    scale: np.ndarray        # RMS over run pairs of the key's aligned pair distance
+    pair_median: np.ndarray  # median over run pairs of the key's pair distance
+    null_ratios: np.ndarray  # sorted pooled null sample of the level-adjusted ratio (float32)
+    typical_level: float     # median over null samples of their median ratio over keys
+    level_range: tuple[float, float]  # smallest and largest level factor among the null samples
+    runs: int
+    pairs: int
+    before_in_noise: bool
+
+    def level_factor(self, ratios: np.ndarray) -> tuple[float, float]:
+        """(global ratio, applied factor) of a BEFORE→AFTER comparison: its median ratio over
+        keys relative to the typical noise pair, and that clipped to the range the noise
+        pairs themselves show."""
+        level = _level(ratios)
+        global_ratio = level / self.typical_level if self.typical_level > 0 else 1.0
+        return global_ratio, float(np.clip(global_ratio, *self.level_range))
+
+
+def _level(ratios: np.ndarray) -> float:
+    finite = ratios[np.isfinite(ratios)]
+    return float(np.median(finite)) if finite.size else 0.0
+
+
+def noise_band(distances: np.ndarray, pairs: list[tuple[int, int]], runs: int, before_in_noise: bool) -> NoiseBand:
+    """Per-key noise scale and the pooled, leave-out, level-adjusted null of the drift ratio.
+
+    A key's scale is the RMS of its distances over all run pairs. The BEFORE→AFTER ratio of
+    a key compares a new run (AFTER) with a scale AFTER did not enter; each null sample
+    mirrors that: pair (r, s) divided by the scale of the runs without s (when BEFORE is
+    itself one of the noise runs, r stays in, as BEFORE does) or without r and s (when it
+    is not). Runs differ as a whole (measured: one word2vec run lies up to 1.5× farther from
+    all others than a typical run), so every null sample is divided by its level (its
+    median ratio over keys, relative to the typical sample's) and a comparison by its own
+    level clipped to the range the noise pairs show. Pooling the adjusted ratios over keys
+    gives a scale-family null: averaged over keys the test holds its level exactly,
+    whatever each key's own noise shape.
+    """
+    sq = np.square(distances, dtype=np.float64)
+    total = sq.sum(axis=0)
+    per_run = np.zeros((runs, distances.shape[1]))
+    for p, (r, s) in enumerate(pairs):
+        per_run[r] += sq[p]
+        per_run[s] += sq[p]
+    samples = []
+    if before_in_noise:
+        count = (runs - 1) * (runs - 2) / 2
+        for p, (r, s) in enumerate(pairs):
+            for left_out in (s, r):  # (r as BEFORE, s as AFTER) and the other way round
+                samples.append(ratio(distances[p], np.sqrt(np.maximum(total - per_run[left_out], 0) / count)))
+    else:
+        count = (runs - 2) * (runs - 3) / 2
+        for p, (r, s) in enumerate(pairs):
+            rest = np.maximum(total - per_run[r] - per_run[s] + sq[p], 0)
+            samples.append(ratio(distances[p], np.sqrt(rest / count)))
+    levels = np.array([_level(t) for t in samples])
+    typical = float(np.median(levels))
+    factors = levels / typical if typical > 0 else np.ones_like(levels)
+    factors[factors <= 0] = 1.0
+    null = np.sort(np.concatenate([t / f for t, f in zip(samples, factors)]).astype(np.float32))
+    return NoiseBand(np.sqrt(total / len(pairs)), np.median(distances, axis=0), null, typical,
+                     (float(factors.min()), float(factors.max())), runs, len(pairs), before_in_noise)
+
+
+def ratio(distance: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """distance / scale; 0 when both are 0, inf when only the scale is 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.asarray(distance, dtype=np.float64) / scale
+    out[(scale == 0) & (distance == 0)] = 0.0
+    return out
+
+
+TAIL_MIN_SAMPLES = 50     # the exponential tail is fitted to at least this many of the largest null samples
+TAIL_SHARE = 0.001        # … or to the largest 0.1% of them, whichever is more
+
+
+def p_values(ratios: np.ndarray, null_sorted: np.ndarray) -> np.ndarray:
+    """Right-tail p-value of each ratio against the sorted null sample.
+
+    Up to the largest K null samples (K = max(50, 0.1% of N)) it is the empirical
+    ``(1 + #{null ≥ t}) / (1 + N)``; beyond, an exponential tail fitted to those K samples,
+    ``K/(1 + N) · exp(−(t − u)/m)`` with u the (K+1)-th largest and m their mean excess over
+    u. The empirical value alone cannot go below 1/(1 + N), so with n keys a single moved key
+    could never reach a Benjamini–Hochberg q below n/(1 + N) ≈ 1/(R(R−1)); the exponential
+    tail is conservative for distance ratios, whose tails are lighter.
+    """
+    N = len(null_sorted)
+    t = np.asarray(ratios, dtype=np.float64)
+    greater_equal = N - np.searchsorted(null_sorted, t.astype(np.float32), side="left")
+    p = (1.0 + greater_equal) / (1.0 + N)
+    k = max(TAIL_MIN_SAMPLES, int(N * TAIL_SHARE))
+    if N > k:
+        u = float(null_sorted[N - k - 1])
+        mean_excess = float(np.mean(null_sorted[N - k:].astype(np.float64) - u))
+        beyond = t > u
+        if mean_excess > 0 and beyond.any():
+            with np.errstate(over="ignore"):
+                tail = k / (1.0 + N) * np.exp(-(t[beyond] - u) / mean_excess)
+            p[beyond] = np.minimum(p[beyond], tail)
+    return p
+
+
+def null_quantile(null_sorted: np.ndarray, alpha: float) -> float:
+    """The ratio above which a key is flagged at level ``alpha`` (the null's 1 − alpha quantile)."""
+    return float(np.quantile(null_sorted, 1.0 - alpha))
+
+
+def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
+    """BH adjusted p-values (q-values): ``q_(i) = min_{j ≥ i} p_(j)·n/j`` (Benjamini & Hochberg 1995)."""
+    n = len(p)
+    if n == 0:
+        return p.copy()
+    order = np.argsort(p, kind="stable")
+    adjusted = p[order] * n / np.arange(1, n + 1)
+    adjusted = np.minimum.accumulate(adjusted[::-1])[::-1]
+    q = np.empty(n)
+    q[order] = np.minimum(adjusted, 1.0)
+    return q

@@ -1,0 +1,232 @@
+"""Read gensim ``save()`` files without running code from them.
+
+gensim's ``SaveLoad.load`` is ``pickle.load`` followed by ``_load_specials`` (attach the
+arrays stored beside the file as ``NAME.ATTR.npy``). A pickle can call any importable
+function while it loads (``os.system``, ``sys.exit``...), so stabcli replicates both steps
+itself: an unpickler that admits only the globals a gensim 4 ``save()`` of KeyedVectors,
+Word2Vec, Doc2Vec or FastText references (listed by saving real objects and recording
+every ``find_class`` call), and that builds gensim objects only through ``__new__``
+(never calling a constructor with arguments from the file, never modifying a real
+class); then the separately stored
+arrays, read with ``numpy.load(allow_pickle=False)`` and only from attribute names that
+are plain identifiers. The idea is ``torch.load(weights_only=True)``.
+
+``trusted=True`` (the CLI's ``--trust-pickle``) uses the ordinary unpickler: the file can
+then run any code. Even so, an exception of any kind raised while loading (``SystemExit``
+included) becomes an ``InputError``, so a data file cannot end stabcli with exit 0.
+"""
+
+from __future__ import annotations
+
+import _compat_pickle
+import pickle
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from stabcli.errors import InputError
+
+# gensim objects: created only by NEWOBJ (cls.__new__(cls)) and filled by BUILD
+MODEL_CLASSES: frozenset[tuple[str, str]] = frozenset({
+    ("gensim.models.keyedvectors", "KeyedVectors"),
+    ("gensim.models.word2vec", "Word2Vec"),
+    ("gensim.models.doc2vec", "Doc2Vec"),
+    ("gensim.models.fasttext", "FastText"),
+    ("gensim.models.fasttext", "FastTextKeyedVectors"),
+})
+
+# everything else a gensim 4.x save() references; none of them can touch files or run code
+HELPERS: frozenset[tuple[str, str]] = frozenset({
+    ("gensim.utils", "call_on_class_only"),  # stored as the instances' `load` attribute
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "_reconstruct"),  # files written under numpy 1.x
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy.random._pickle", "__randomstate_ctor"),
+    ("numpy.random._pickle", "__bit_generator_ctor"),
+    ("numpy.random._pickle", "__generator_ctor"),
+    ("numpy.random._mt19937", "MT19937"),
+    ("collections", "defaultdict"),
+    ("collections", "OrderedDict"),
+    ("builtins", "int"),
+    ("builtins", "float"),
+    ("builtins", "hash"),  # Word2Vec.hashfxn
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
+    ("builtins", "slice"),
+})
+
+ALLOWED: frozenset[tuple[str, str]] = MODEL_CLASSES | HELPERS
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_MAX_DEPTH = 4  # KeyedVectors inside a model: depth 1
+
+
+def printable(text: str, limit: int = 80) -> str:
+    """``text`` on one line: non-printable characters escaped, at most ``limit`` characters."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return shown if len(shown) <= limit else shown[:limit] + "…"
+
+
+class RefusedGlobal(pickle.UnpicklingError):
+    """The pickle references a global outside the allow-list."""
+
+    def __init__(self, module: str, name: str, why: str = "not part of a gensim save() file"):
+        super().__init__(f"{module}.{name}")
+        self.qualname = printable(f"{module}.{name}")
+        self.why = why
+
+
+def _bit_generator_ctor(bit_generator: Any = "MT19937") -> Any:
+    """numpy's ``__bit_generator_ctor`` for numpy's own bit generators (by name or class)
+    only; numpy's calls any class it is given."""
+    from numpy.random import _pickle as numpy_pickle
+
+    known = numpy_pickle.BitGenerators  # name -> class
+    if isinstance(bit_generator, str) and bit_generator in known:
+        return known[bit_generator]()
+    if any(bit_generator is cls for cls in known.values()):
+        return bit_generator()
+    raise RefusedGlobal("numpy.random._pickle", "__bit_generator_ctor", "asked for an unknown bit generator")
+
+
+def _random_ctor(make: Callable[[Any], Any]) -> Callable[..., Any]:
+    """numpy's ``__randomstate_ctor`` / ``__generator_ctor``, which call their second
+    argument: only ``_bit_generator_ctor`` is accepted there."""
+
+    def ctor(bit_generator_name: Any = "MT19937", bit_generator_ctor: Any = _bit_generator_ctor) -> Any:
+        from numpy.random.bit_generator import BitGenerator
+
+        if bit_generator_ctor is not _bit_generator_ctor:
+            raise RefusedGlobal("numpy.random._pickle", "__randomstate_ctor", "given a callable other than numpy's")
+        if isinstance(bit_generator_name, BitGenerator):
+            return make(bit_generator_name)
+        return make(_bit_generator_ctor(bit_generator_name))
+
+    return ctor
+
+
+def _guarded() -> dict[tuple[str, str], Any]:
+    return {
+        ("numpy.random._pickle", "__bit_generator_ctor"): _bit_generator_ctor,
+        ("numpy.random._pickle", "__randomstate_ctor"): _random_ctor(np.random.RandomState),
+        ("numpy.random._pickle", "__generator_ctor"): _random_ctor(np.random.Generator),
+    }
+
+
+def _stand_in(cls: type, module: str, name: str) -> type:
+    """A subclass of gensim's ``cls`` for one unpickling: objects are created only by
+    ``__new__`` (a saved object), never by calling the class (a constructor could train, or
+    read a ``corpus_file``), and a file that sets attributes on the class changes only this
+    throwaway subclass."""
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise RefusedGlobal(module, name, "called as a constructor (not a saved object)")
+
+    return type(name, (cls,), {"__init__": refuse, "__module__": module, "__qualname__": name})
+
+
+def _call_on_class_only(*args: Any, **kwargs: Any) -> None:
+    """Stands in for ``gensim.utils.call_on_class_only`` (gensim stores it as each
+    instance's ``load``): a file can neither call nor modify gensim's own."""
+    raise AttributeError("This method should be called on a class object.")
+
+
+class _AllowListUnpickler(pickle.Unpickler):
+    """``find_class`` admits only ``ALLOWED``, gensim classes as stand-ins (``_stand_in``),
+    numpy's random helpers and gensim's function as guarded copies; builtins and numpy
+    types cannot be modified. (The C unpickler: several times faster than a Python one.)"""
+
+    def __init__(self, file: Any):
+        super().__init__(file, encoding="latin1")  # gensim's own unpickle() uses latin1
+        self.stand_ins: dict[tuple[str, str], Any] = {
+            **_guarded(), ("gensim.utils", "call_on_class_only"): _call_on_class_only}
+
+    def find_class(self, module: str, name: str) -> Any:
+        # Python 2 names (protocols 0-2), as pickle itself maps them, so the check sees real names
+        module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
+        if (module, name) not in ALLOWED:
+            raise RefusedGlobal(module, name)
+        if (module, name) not in self.stand_ins:
+            found = super().find_class(module, name)
+            self.stand_ins[(module, name)] = _stand_in(found, module, name) if (module, name) in MODEL_CLASSES else found
+        return self.stand_ins[(module, name)]
+
+    def made(self, obj: Any) -> bool:
+        """Whether ``obj`` is an instance of one of the gensim stand-ins."""
+        return any(type(obj) is self.stand_ins.get(key) for key in MODEL_CLASSES)
+
+
+def load_gensim(path: Path, trusted: bool = False) -> Any:
+    """The object a gensim ``save()`` wrote to ``path``, with its separately saved arrays
+    attached (memory-mapped, read-only).
+
+    Raises
+    ------
+    InputError
+        A global outside the allow-list (naming it), a file that is not a pickle, a
+        missing or malformed companion ``.npy``, or any exception raised while loading.
+    """
+    name = str(path)
+    if name.endswith((".gz", ".bz2")):
+        raise InputError(f"{path}: compressed gensim files are not supported; decompress it first")
+    unpickler = None
+    try:
+        with open(path, "rb") as fh:
+            if trusted:
+                obj = pickle.load(fh, encoding="latin1")
+            else:
+                unpickler = _AllowListUnpickler(fh)
+                obj = unpickler.load()
+    except RefusedGlobal as exc:
+        raise InputError(f"{path}: refusing to load {exc.qualname}: {exc.why}; "
+                         "pass --trust-pickle only for a file you trust (it can run any code)") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    except MemoryError:
+        raise InputError(f"{path}: not a gensim save() file (it asks for more memory than there is)") from None
+    except BaseException as exc:  # a data file must not end stabcli, SystemExit included
+        if isinstance(exc, KeyboardInterrupt) and not trusted:
+            raise
+        raise InputError(f"{path}: not a readable gensim save() file ({type(exc).__name__} while unpickling)") from None
+    if unpickler is not None and not unpickler.made(obj):
+        raise InputError(f"{path}: not a gensim save() file (it holds a {printable(type(obj).__name__)})")
+    attach_arrays(obj, path, name, 0)
+    return obj
+
+
+def attach_arrays(obj: Any, path: Path, prefix: str, depth: int) -> None:
+    """gensim's ``_load_specials`` without its ``__scipys`` unpickling: set every attribute
+    listed in ``__numpys`` from ``PREFIX.ATTR.npy`` and recurse into ``__recursive_saveloads``."""
+    state = getattr(obj, "__dict__", None)
+    if not isinstance(state, dict):
+        return
+    if depth > _MAX_DEPTH:
+        raise InputError(f"{path}: gensim objects nested more than {_MAX_DEPTH} deep")
+    if state.get("__scipys"):
+        raise InputError(f"{path}: holds scipy sparse matrices, which stabcli does not read")
+    for attrib in _names(path, state.get("__recursive_saveloads", ())):
+        child = state.get(attrib)
+        if child is None:
+            raise InputError(f"{path}: lists {attrib!r} as saved separately but does not hold it")
+        attach_arrays(child, path, f"{prefix}.{attrib}", depth + 1)
+    for attrib in _names(path, state.get("__numpys", ())):
+        array_path = Path(f"{prefix}.{attrib}.npy")
+        if not array_path.is_file():
+            raise InputError(f"{array_path}: missing (gensim saved {attrib!r} of {path.name} there; "
+                             "keep the .npy files beside the model)")
+        try:
+            state[attrib] = np.load(array_path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise InputError(f"{array_path}: not a readable .npy file ({printable(str(exc))})") from None
+
+
+def _names(path: Path, names: Any) -> list[str]:
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and _IDENTIFIER.match(n) for n in names):
+        raise InputError(f"{path}: malformed list of separately saved attributes")
+    return list(names)

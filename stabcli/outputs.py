@@ -244,6 +244,9 @@ class OutputPlan:
         if kind not in ("file", "dir", "append"):
             raise ValueError(f"kind {kind!r}: expected file, dir or append")
         output = _Output(Path(path), label, kind, owned, exists_ok)
+        if not output.path.name:  # '', '.', '/': a directory spelled without a name to write
+            what = "directory" if kind == "dir" else "file"
+            raise UsageError(f"{output.name}: has no {what} name; give a path that ends in one")
         self._outputs.append(output)
         return output.path
 

@@ -228,3 +228,33 @@ def test_a_summary_on_a_pipe_is_still_appended(tmp_path):
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert "# " in result.stdout and '"passed": true' in result.stdout
+
+
+# -- outputs spelled as a bare directory ('', '.', '/') --------------------------------------
+
+@pytest.mark.parametrize("option", ["--json", "--markdown", "--per-key", "--plots"])
+@pytest.mark.parametrize("spelling", ["", ".", "/", "./", "sub/.."])
+def test_audit_outputs_without_a_name_are_one_line(tmp_path, monkeypatch, option, spelling):
+    """``--json .`` or ``--json ''`` ended in "ValueError: PosixPath('.') has an empty name"."""
+    monkeypatch.chdir(tmp_path)
+    make_runset(tmp_path / "runs")
+    (tmp_path / "sub").mkdir()
+    before = files_state(tmp_path)
+    result = invoke("audit", "runs", *AUDIT_FAST, option, spelling, "--force")
+    assert_bad_input(result, f"{option} ", tmp_path, before)
+    assert "name" in result.stderr or "contains the input" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("source", ["a.npy", "runs"])
+@pytest.mark.parametrize("option", ["--out", "--save-transform"])
+@pytest.mark.parametrize("spelling", ["", ".", "/"])
+def test_featurize_outputs_without_a_name_are_one_line(tmp_path, monkeypatch, source, option, spelling):
+    monkeypatch.chdir(tmp_path)
+    save_npy(tmp_path / "a.npy")
+    make_runset(tmp_path / "runs")
+    before = files_state(tmp_path)
+    args = ["--out", spelling] if option == "--out" else ["--out", "o.npy" if source == "a.npy" else "o",
+                                                         "--save-transform", spelling]
+    result = invoke("featurize", source, *args, "--dim", "4", "--force")
+    assert_bad_input(result, f"{option} ", tmp_path, before)
+    assert "name" in result.stderr or "contains the input" in result.stderr, result.stderr

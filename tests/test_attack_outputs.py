@@ -258,3 +258,34 @@ def test_featurize_outputs_without_a_name_are_one_line(tmp_path, monkeypatch, so
     result = invoke("featurize", source, *args, "--dim", "4", "--force")
     assert_bad_input(result, f"{option} ", tmp_path, before)
     assert "name" in result.stderr or "contains the input" in result.stderr, result.stderr
+
+
+# -- names with line breaks or escape sequences stay one visible line ------------------------
+
+@pytest.mark.parametrize("name, shown", [
+    ("no\nsuch", "no\\nsuch"),
+    ("x\r\x1b[31mred", "x\\r\\x1b[31mred"),
+    ("rtl\u200fmark\u2028", "rtl\\u200fmark\\u2028"),
+])
+def test_an_input_name_with_a_line_break_is_one_escaped_line(tmp_path, monkeypatch, name, shown):
+    monkeypatch.chdir(tmp_path)
+    assert_bad_input(invoke("audit", name), f"{shown}: ")
+
+
+def test_an_output_directory_with_a_newline_is_one_escaped_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save_npy(tmp_path / "a.npy")
+    before = files_state(tmp_path)
+    assert_bad_input(invoke("featurize", "a.npy", "--out", "x\ny/o.npy", "--dim", "4"),
+                     "--out x\\ny/o.npy: directory x\\ny does not exist", tmp_path, before)
+
+
+def test_a_stray_file_with_a_newline_is_named_on_one_line(tmp_path, monkeypatch):
+    """pretrain's "is not a run set (it holds …)" printed the raw name across two lines."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "a\nb").write_text("mine")
+    (tmp_path / "c.txt").write_text("t1 t2 t3\nt2 t3 t1\n")
+    before = files_state(tmp_path)
+    result = invoke("pretrain", "c.txt", "--out", "out", "--runs", "2", "--epochs", "1", "--dim", "4", "--jobs", "1")
+    assert_bad_input(result, "a\\nb", tmp_path, before)

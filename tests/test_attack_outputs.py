@@ -289,3 +289,40 @@ def test_a_stray_file_with_a_newline_is_named_on_one_line(tmp_path, monkeypatch)
     before = files_state(tmp_path)
     result = invoke("pretrain", "c.txt", "--out", "out", "--runs", "2", "--epochs", "1", "--dim", "4", "--jobs", "1")
     assert_bad_input(result, "a\\nb", tmp_path, before)
+
+
+# -- drift's outputs follow the same rule --------------------------------------------------
+
+def drift_pair(tmp_path):
+    for name, seed in (("before", 1), ("after", 2)):
+        save_npy(tmp_path / f"{name}.npy", seed)
+        (tmp_path / f"{name}.keys.txt").write_text("".join(f"k{i}\n" for i in range(12)))
+
+
+def test_drift_json_hard_linked_to_an_input_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    drift_pair(tmp_path)
+    os.link(tmp_path / "after.npy", tmp_path / "same.npy")
+    before = files_state(tmp_path)
+    assert_bad_input(invoke("drift", "before.npy", "after.npy", "--knn-k", "2", "--json", "same.npy", "--force"),
+                     "--json same.npy: is the input after.npy", tmp_path, before)
+
+
+def test_drift_of_run_files_never_writes_into_their_run_set(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make_runset(tmp_path / "runs", runs=3, n=12)
+    before = files_state(tmp_path)
+    result = invoke("drift", "runs/run-000/vectors.npy", "runs/run-001/vectors.npy", "--knn-k", "2",
+                    "--json", "runs/run-002/vectors.npy", "--force")
+    assert_bad_input(result, "--json runs/run-002/vectors.npy: lies inside the run set runs", tmp_path, before)
+
+
+def test_drift_never_replaces_a_fifo(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in").mkdir()
+    drift_pair(tmp_path / "in")
+    os.mkfifo(tmp_path / "pipe")
+    before = files_state(tmp_path / "in")
+    result = invoke("drift", "in/before.npy", "in/after.npy", "--knn-k", "2", "--markdown", "pipe", "--force")
+    assert_bad_input(result, "--markdown pipe: is not a regular file", tmp_path / "in", before)
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "pipe").st_mode)

@@ -146,6 +146,22 @@ def remove_stabcli_entries(root: Path, *, keep: Iterable[str] = ()) -> None:
         _remove(path)
 
 
+def check_input_outside(root: Path, path: str | Path, what: str) -> None:
+    """UsageError (naming both) when the input ``path``, symlinks resolved, is or lies in an
+    entry stabcli writes or removes in the run set ``root`` (``keys.txt``, ``run-000/``...):
+    the run would overwrite or delete its own input. An input under a name of the user's
+    inside the run set is fine: stabcli never touches it."""
+    real_root = Path(root).resolve()
+    try:
+        relative = Path(path).resolve().relative_to(real_root)
+    except ValueError:
+        return
+    if not relative.parts or entry_kind(relative.parts[0]) is not None:
+        entry = Path(root, *relative.parts[:1])
+        raise UsageError(f"{path}: the {what} lies at {entry}, which stabcli writes or removes in {root}; "
+                         "move it out or choose another --out")
+
+
 def check_removable_runset(root: Path) -> None:
     """RunSetError (naming one such file) unless ``root`` is absent or holds only what stabcli writes."""
     if not root.exists() and not root.is_symlink():

@@ -25,7 +25,8 @@ from stabcli.corpus import Corpus, CorpusOptions, file_sha256, read_corpus
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.processes import cpu_count, kill_pool_workers, live_groups, worker_init
 from stabcli.resources import require_disk, require_memory
-from stabcli.runset import KEYS, PROGRESS, RunSetWriter, check_keys, complete_runs, read_losses, run_name
+from stabcli.runset import (KEYS, PROGRESS, RunSetWriter, check_input_outside, check_keys, complete_runs, read_losses,
+                            run_name)
 from stabcli.trainers import PLACEHOLDERS, RunResult, RunTask, execute, script_argv
 
 __all__ = ["MODELS", "VARY", "PLACEHOLDERS", "TrainConfig", "RunResult", "RunTask", "Progress", "PretrainResult",
@@ -274,6 +275,8 @@ def pretrain(
     """
     root = Path(out)
     _validate(config, runs, seed, timeout, corpus_path)
+    if corpus_path is not None:
+        check_input_outside(root, corpus_path, "corpus")
     jobs = jobs or cpu_count()
     corpus: Corpus | None = None
     vocabulary: list[str] = []

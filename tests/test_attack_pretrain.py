@@ -97,3 +97,65 @@ def test_pickle_that_sets_del_on_a_class_prints_nothing_at_exit(tmp_path, good):
     proc = subprocess.run([sys.executable, "-m", "stabcli", "audit", str(good), str(bad)], capture_output=True,
                           text=True, timeout=120, check=False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+# --- the corpus where pretrain writes or removes ---------------------------------------
+
+SMALL = ["--runs", "2", "--dim", "4", "--epochs", "1", "--jobs", "1", "--min-count", "1"]
+
+
+def _pretrain(*args) -> object:
+    return runner.invoke(app, ["pretrain", *[str(a) for a in args]])
+
+
+@pytest.mark.parametrize("name", ["keys.txt", ".corpus.txt", "key_counts.txt", "stabcli.lock", "stabcli.json",
+                                  ".keys.txt.tmp-123"])
+def test_corpus_under_a_name_stabcli_writes_is_refused(tmp_path, sessions_file, name):
+    """``pretrain R/keys.txt --out R``: exit 0, the user's corpus replaced by the key list
+    (or, as ``R/.corpus.txt``, deleted)."""
+    out = tmp_path / "R"
+    out.mkdir()
+    corpus = out / name
+    corpus.write_bytes(sessions_file.read_bytes())
+    before = files_state(tmp_path)
+    result = _pretrain(corpus, "--out", out, *SMALL)
+    assert_bad_input(result, f"{corpus}: the corpus lies at {out / name}, which stabcli writes or removes in {out}",
+                     tmp_path, before)
+
+
+@pytest.mark.parametrize("where", ["run-000/corpus.txt", "run-001.failed/corpus.txt", ".run-000.partial-1x2/c.txt"])
+def test_corpus_inside_a_run_directory_survives_force(tmp_path, sessions_file, where):
+    """``pretrain R/run-000/mycorpus.txt --out R --force`` (other config): exit 0 and the
+    corpus deleted with run-000."""
+    out = tmp_path / "R"
+    assert _pretrain(sessions_file, "--out", out, *SMALL).exit_code == 0
+    corpus = out / where
+    corpus.parent.mkdir(exist_ok=True)
+    corpus.write_bytes(sessions_file.read_bytes())
+    before = files_state(tmp_path)
+    result = _pretrain(corpus, "--out", out, *SMALL, "--dim", "5", "--force")
+    assert_bad_input(result, f"{corpus}: the corpus lies at {out / where.split('/')[0]}, which stabcli writes or "
+                     f"removes in {out}", tmp_path, before)
+
+
+def test_corpus_linked_to_a_stabcli_name_is_refused(tmp_path, sessions_file):
+    """A symlink outside the run set pointing at ``R/keys.txt`` is the same file."""
+    out = tmp_path / "R"
+    out.mkdir()
+    (out / "keys.txt").write_bytes(sessions_file.read_bytes())
+    link = tmp_path / "corpus-link.txt"
+    link.symlink_to(out / "keys.txt")
+    before = files_state(tmp_path)
+    result = _pretrain(link, "--out", out, *SMALL)
+    assert_bad_input(result, f"{link}: the corpus lies at {out / 'keys.txt'}", tmp_path, before)
+
+
+def test_user_corpus_inside_the_run_set_is_kept(tmp_path, sessions_file):
+    """A corpus under a name of the user's own inside the run set is fine, and survives --force."""
+    out = tmp_path / "R"
+    assert _pretrain(sessions_file, "--out", out, *SMALL).exit_code == 0
+    corpus = out / "my-corpus.txt"
+    corpus.write_bytes(sessions_file.read_bytes())
+    assert _pretrain(corpus, "--out", out, *SMALL).exit_code == 0  # same corpus bytes: resumed
+    assert _pretrain(corpus, "--out", out, *SMALL, "--dim", "5", "--force").exit_code == 0
+    assert corpus.read_bytes() == sessions_file.read_bytes()

@@ -24,7 +24,7 @@ import numpy as np
 
 from stabcli.embeddings import Embedding, is_embedding_file, read_embedding
 from stabcli.errors import StabcliError, UsageError
-from stabcli.processes import kill_group, live_groups, script_preexec
+from stabcli.processes import SCRIPT_TOKEN, kill_script, live_groups, new_script_token, script_preexec
 from stabcli.runset import EPOCHS, LOG, PROGRESS, checkpoint_path, read_losses, run_name, write_run
 
 if TYPE_CHECKING:
@@ -254,16 +254,18 @@ def train_script(task: RunTask) -> float | None:
         log.write(("$ " + shlex.join(argv) + "\n").encode())
         log.flush()
         read_end, write_end = os.pipe()
+        token = new_script_token()
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=write_end, stderr=write_end,
-                                    start_new_session=True, preexec_fn=script_preexec)
+                                    start_new_session=True, preexec_fn=script_preexec,
+                                    env={**os.environ, SCRIPT_TOKEN: token})
         except OSError as exc:
             os.close(read_end)
             problem = "command not found" if isinstance(exc, FileNotFoundError) else "cannot run"
             raise RunFailed(f"{problem}: {argv[0]}" + ("" if isinstance(exc, FileNotFoundError) else f" ({exc.strerror})")) from None
         finally:
             os.close(write_end)
-        live_groups.add(proc.pid)
+        live_groups.add(proc.pid, token)
         pump = LogPump(read_end, log)
         pump.start()
         try:
@@ -271,7 +273,7 @@ def train_script(task: RunTask) -> float | None:
         except subprocess.TimeoutExpired:
             code = None
         finally:
-            kill_group(proc.pid)  # the script's children go with it, however it ended
+            kill_script(proc.pid, token)  # the script's descendants go with it, however it ended
             live_groups.discard(proc.pid)
             proc.wait()
             pump.finish()

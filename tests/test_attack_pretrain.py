@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 import sys
@@ -159,3 +160,81 @@ def test_user_corpus_inside_the_run_set_is_kept(tmp_path, sessions_file):
     assert _pretrain(corpus, "--out", out, *SMALL).exit_code == 0  # same corpus bytes: resumed
     assert _pretrain(corpus, "--out", out, *SMALL, "--dim", "5", "--force").exit_code == 0
     assert corpus.read_bytes() == sessions_file.read_bytes()
+
+
+# --- script descendants that leave the script's process group --------------------------
+
+ESCAPING_SCRIPT = """
+import os, subprocess, sys, time
+import numpy as np
+mode, pids = sys.argv[2], sys.argv[3]
+if mode == "setsid":
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    open(os.path.join(pids, str(child.pid)), "w").close()
+else:  # daemonize: fork, setsid, fork, the parent of the daemon exits at once
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            open(os.path.join(pids, str(os.getpid())), "w").close()
+            time.sleep(60)
+        os._exit(0)
+    os.wait()
+while len(os.listdir(pids)) < 1:
+    time.sleep(0.05)
+if mode != "hang":
+    np.save(os.path.join(sys.argv[1], "vectors.npy"), np.ones((2, 2)))
+else:
+    time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _gone_within(pids: list[int], seconds: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    return not any(_alive(p) for p in pids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("mode, jobs, code", [("setsid", "1", 0), ("daemon", "1", 0), ("daemon", "2", 0),
+                                             ("hang", "1", 2)])
+def test_script_descendants_that_left_its_group_stop_with_it(tmp_path, mode, jobs, code):
+    """A script's child in its own session (or a double-forked daemon) outlived pretrain:
+    killing the script's process group does not reach it, and it has no parent-death signal."""
+    from conftest import REPO
+
+    script = tmp_path / "train.py"
+    script.write_text(ESCAPING_SCRIPT)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    runs = "2" if jobs == "2" else "1"
+    args = [sys.executable, "-m", "stabcli", "pretrain", "--script",
+            f"{sys.executable} {script} {{out}} {mode} {pids}",
+            "--runs", runs, "--jobs", jobs, "--out", str(tmp_path / "r")]
+    if mode == "hang":
+        args += ["--timeout", "3"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    try:
+        result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert result.returncode == code, result.stderr
+        assert "Traceback" not in result.stderr
+        escaped = [int(p.name) for p in pids.iterdir()]
+        assert len(escaped) == int(runs)
+        assert _gone_within(escaped, 3), "a script's descendant outlived pretrain"
+    finally:
+        for p in pids.iterdir():
+            try:
+                os.kill(int(p.name), 9)
+            except OSError:
+                pass

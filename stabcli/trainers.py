@@ -78,6 +78,8 @@ def execute(task: RunTask) -> RunResult:
             raise RunFailed(f"cannot write {exc.filename or task.work} ({exc.strerror or exc})") from None
         except StabcliError as exc:  # write_run refusing keys or values its reader would reject
             raise RunFailed(str(exc)) from None
+        except MemoryError as exc:  # what the resource guard's estimate missed: this run fails, the others go on
+            raise RunFailed(f"out of memory ({str(exc)[:200] or 'MemoryError'})") from None
     except RunFailed as exc:
         return RunResult(task.index, task.seed, "failed", round(time.perf_counter() - start, 3), None,
                          f"{run_name(task.index)}: {exc}")

@@ -238,3 +238,40 @@ def test_script_descendants_that_left_its_group_stop_with_it(tmp_path, mode, job
                 os.kill(int(p.name), 9)
             except OSError:
                 pass
+
+
+# --- memory gensim allocates beyond the key matrix ---------------------------------------
+
+def _wide_tagged(path: Path, tags: int = 2, words: int = 25_000) -> Path:
+    """Few tags (the keys) but many distinct words: gensim's word matrices dwarf the tag matrix."""
+    path.write_text("".join(f"doc{d}\t" + " ".join(f"w{d}_{i}" for i in range(words)) + "\n" for d in range(tags)),
+                    encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("params", [["--param", "dm_concat=1", "--param", "dm_tag_count=1000", "--cbow", "--dim", "1000"],
+                                    ["--dim", "200000", "--sg"]],
+                         ids=["dm_concat", "words-not-tags"])
+def test_doc2vec_memory_counts_words_and_the_concatenated_layer(tmp_path, params):
+    """doc2vec with 2 tags, 50,000 words and dm_concat (hidden layer (dm_tag_count + 2
+    window) × dim wide): the guard counted 2 tags × dim, gensim asked for 187 GiB and
+    pretrain ended in a MemoryError traceback (exit 1)."""
+    corpus = _wide_tagged(tmp_path / "wide.tsv")
+    before = files_state(tmp_path)
+    result = _pretrain(corpus, "--model", "doc2vec", "--out", tmp_path / "W", "--runs", "1", "--jobs", "1",
+                       "--epochs", "1", *params)
+    assert_bad_input(result, "--dim: ", tmp_path, before)
+    assert "needs about" in result.stderr and "50,000 words" in result.stderr
+
+
+def test_memory_error_in_a_run_is_a_failed_run_not_a_traceback(tmp_path, sessions_file, monkeypatch):
+    """Whatever the estimate misses: a MemoryError while training fails that run with one line."""
+    import stabcli.trainers as trainers
+
+    def exhausted(task):
+        raise MemoryError("Unable to allocate 187. GiB for an array with shape (50001, 1006000) and data type float32")
+
+    monkeypatch.setitem(trainers.TRAINERS, "gensim", exhausted)
+    result = _pretrain(sessions_file, "--out", tmp_path / "R", *SMALL)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "run-000: out of memory" in result.stderr, result.stderr

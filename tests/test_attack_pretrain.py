@@ -275,3 +275,51 @@ def test_memory_error_in_a_run_is_a_failed_run_not_a_traceback(tmp_path, session
     result = _pretrain(sessions_file, "--out", tmp_path / "R", *SMALL)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and "run-000: out of memory" in result.stderr, result.stderr
+
+
+# --- the run-set lock ---------------------------------------------------------------------
+
+def test_a_stale_lock_whose_pid_was_reused_is_taken_over(tmp_path, sessions_file):
+    """``kill -9`` of a pretrain, then its pid reused by an unrelated process: every rerun
+    said "another stabcli (pid N) is writing this run set" until the lock was removed by hand."""
+    out = tmp_path / "R"
+    assert _pretrain(sessions_file, "--out", out, *SMALL, "--runs", "1").exit_code == 0
+    unrelated = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / "stabcli.lock").write_text(f"{unrelated.pid}\n")
+        result = _pretrain(sessions_file, "--out", out, *SMALL)
+        assert result.exit_code == 0, result.stderr
+        assert sorted(p.name for p in out.iterdir() if p.name.startswith("run-")) == ["run-000", "run-001"]
+        assert not (out / "stabcli.lock").exists()
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from stabcli.runset import RunSetLock
+with RunSetLock(Path(sys.argv[1])):
+    Path(sys.argv[1], "stabcli.lock").write_text("")  # as between creating the lock and writing its pid
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_lock_being_created_by_a_live_pretrain_is_not_stale(tmp_path, sessions_file):
+    """A lock without a pid yet was taken as stale and removed: two writers in one run set."""
+    from conftest import REPO
+
+    out = tmp_path / "R"
+    assert _pretrain(sessions_file, "--out", out, *SMALL, "--runs", "1").exit_code == 0
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = files_state(tmp_path)
+        result = _pretrain(sessions_file, "--out", out, *SMALL)
+        assert_bad_input(result, f"{out}: another stabcli is writing this run set", tmp_path, before)
+    finally:
+        holder.kill()
+        holder.wait()

@@ -323,3 +323,27 @@ def test_a_lock_being_created_by_a_live_pretrain_is_not_stale(tmp_path, sessions
     finally:
         holder.kill()
         holder.wait()
+
+
+# --- demo ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("user_file", ["notes.txt", "thesis/chapter1.tex"])
+def test_demo_refuses_a_directory_with_files_it_did_not_write(tmp_path, user_file):
+    """``demo --out ~/work`` replaced ~/work/audit.md, audit.json, drift.md, drift.json and
+    sessions-refreshed.txt (written with force), whoever had written them."""
+    out = tmp_path / "work"
+    (out / user_file).parent.mkdir(parents=True, exist_ok=True)
+    (out / user_file).write_text("mine")
+    (out / "audit.md").write_text("my own audit notes")
+    before = files_state(tmp_path)
+    result = runner.invoke(app, ["demo", "--out", str(out), "--jobs", "1"])
+    assert_bad_input(result, f"--out {out}: holds {user_file.split('/')[0]}, which the demo did not write", tmp_path,
+                     before)
+
+
+def test_demo_out_that_is_a_file_is_refused(tmp_path):
+    out = tmp_path / "file"
+    out.write_text("mine")
+    before = files_state(tmp_path)
+    result = runner.invoke(app, ["demo", "--out", str(out), "--jobs", "1"])
+    assert_bad_input(result, f"--out {out}: exists and is not a directory", tmp_path, before)

@@ -7,7 +7,9 @@
 * A descendant can leave that group (``setsid``, a double-forked daemon) and has no
   parent-death signal (a fork clears it), so each script also gets a token in its
   environment (``STABCLI_SCRIPT``), which every descendant inherits: when the script ends,
-  every process carrying its token is killed too (Linux, through ``/proc``).
+  every process carrying its token is killed too (Linux, through ``/proc``). They also
+  carry ``STABCLI_RUN_SET``: the next pretrain of that run set kills what a ``kill -9`` of
+  stabcli left running.
 * ``live_groups`` remembers the groups of scripts running in this process, so the
   orchestrator can kill them from the main thread on Ctrl-C / SIGTERM.
 """
@@ -90,9 +92,12 @@ def new_script_token() -> str:
     return secrets.token_hex(8)
 
 
-def _marked(token: str) -> list[int]:
-    """Processes (other than this one) whose environment carries ``STABCLI_SCRIPT=token``."""
-    needle, found = f"{SCRIPT_TOKEN}={token}".encode(), []
+RUN_SET_VAR = "STABCLI_RUN_SET"  # environment variable naming the run set a script process works for
+
+
+def _marked(token: str, var: str = SCRIPT_TOKEN) -> list[int]:
+    """Processes (other than this one) whose environment carries ``var=token``."""
+    needle, found = f"{var}={token}".encode(), []
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -110,12 +115,12 @@ def _marked(token: str) -> list[int]:
     return found
 
 
-def kill_marked(token: str, rounds: int = 20) -> None:
+def kill_marked(token: str, rounds: int = 20, var: str = SCRIPT_TOKEN) -> None:
     """SIGKILL every process descended from the script started with ``token``, including
     those that left its process group; repeated while a scan still finds one (a daemon
     may fork between the scan and the kill)."""
     for _ in range(rounds):
-        pids = _marked(token)
+        pids = _marked(token, var)
         if not pids:
             return
         for pid in pids:
@@ -124,6 +129,13 @@ def kill_marked(token: str, rounds: int = 20) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.01)
+
+
+def kill_orphans_of(run_set: str) -> None:
+    """SIGKILL what is left of the scripts of an earlier pretrain of ``run_set`` (a resolved
+    path) that was killed too hard to stop them (``kill -9``): call it holding the run set's
+    lock, when no live pretrain works for it."""
+    kill_marked(run_set, var=RUN_SET_VAR)
 
 
 def kill_script(pgid: int, token: str) -> None:

@@ -44,6 +44,7 @@ import numpy as np
 from stabcli.atomic import atomic_path, is_temp_name, write_json_atomic, write_text_atomic
 from stabcli.embeddings import Embedding, keys_text, load_npy, read_keys, require_real_dtype
 from stabcli.errors import InputError, RunSetError, UsageError
+from stabcli.processes import kill_orphans_of
 
 SCHEMA_VERSION = 1
 MANIFEST = "stabcli.json"
@@ -423,6 +424,7 @@ class RunSetWriter:
     def __enter__(self) -> "RunSetWriter":
         prepare_out_dir(self.root)
         self.lock.__enter__()
+        kill_orphans_of(str(self.root.resolve()))  # scripts of a pretrain killed by kill -9
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from stabcli.embeddings import Embedding, is_embedding_file, read_embedding
 from stabcli.errors import StabcliError, UsageError
-from stabcli.processes import SCRIPT_TOKEN, kill_script, live_groups, new_script_token, script_preexec
+from stabcli.processes import RUN_SET_VAR, SCRIPT_TOKEN, kill_script, live_groups, new_script_token, script_preexec
 from stabcli.runset import EPOCHS, LOG, PROGRESS, checkpoint_path, read_losses, run_name, write_run
 
 if TYPE_CHECKING:
@@ -260,7 +260,7 @@ def train_script(task: RunTask) -> float | None:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=write_end, stderr=write_end,
                                     start_new_session=True, preexec_fn=script_preexec,
-                                    env={**os.environ, SCRIPT_TOKEN: token})
+                                    env={**os.environ, SCRIPT_TOKEN: token, RUN_SET_VAR: str(work.parent.resolve())})
         except OSError as exc:
             os.close(read_end)
             problem = "command not found" if isinstance(exc, FileNotFoundError) else "cannot run"

@@ -347,3 +347,53 @@ def test_demo_out_that_is_a_file_is_refused(tmp_path):
     before = files_state(tmp_path)
     result = runner.invoke(app, ["demo", "--out", str(out), "--jobs", "1"])
     assert_bad_input(result, f"--out {out}: exists and is not a directory", tmp_path, before)
+
+
+DAEMON_THEN_WAIT = """
+import os, subprocess, sys, time
+pids = sys.argv[2]
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+open(os.path.join(pids, str(child.pid)), "w").close()
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_rerun_after_kill_9_stops_what_the_dead_pretrains_scripts_left(tmp_path):
+    """``kill -9`` of pretrain: the script dies by its parent-death signal, but a child it
+    put in its own session has none and ran on; the rerun left it running too."""
+    import signal
+    import time
+
+    from conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    script, pids, out = tmp_path / "train.py", tmp_path / "pids", tmp_path / "r"
+    script.write_text(DAEMON_THEN_WAIT)
+    pids.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "stabcli", "pretrain", "--script",
+                             f"{sys.executable} {script} {{out}} {pids}", "--runs", "1", "--jobs", "1", "--out", str(out)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not list(pids.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        daemon = int(next(pids.iterdir()).name)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert _alive(daemon)
+        fast = tmp_path / "fast.py"
+        fast.write_text("import sys, numpy as np\nnp.save(sys.argv[1] + '/vectors.npy', np.ones((2, 2)))\n")
+        rerun = subprocess.run([sys.executable, "-m", "stabcli", "pretrain", "--script", f"{sys.executable} {fast} {{out}}",
+                                "--runs", "1", "--jobs", "1", "--out", str(out), "--force"], env=env, capture_output=True,
+                               text=True, timeout=60, check=False)
+        assert rerun.returncode == 0, rerun.stderr
+        assert _gone_within([daemon], 3), "the dead pretrain's script child outlived the rerun"
+    finally:
+        proc.kill()
+        for p in pids.iterdir():
+            try:
+                os.kill(int(p.name), 9)
+            except OSError:
+                pass

@@ -395,7 +395,9 @@ def _key_problem(key: object) -> str | None:
         return None
     if isinstance(key, int) and not isinstance(key, bool):
         return None if -2**63 <= key < 2**63 else f"an integer of {key.bit_length()} bits, not a Doc2Vec tag"
-    return f"{printable(repr(key), 40)}, not a string"
+    if key is None or isinstance(key, (bool, float, bytes)):
+        return f"{printable(repr(key), 40)}, not a string"
+    return f"a {printable(type(key).__name__)}, not a string"  # not its repr: a list may nest 100,000 deep
 
 
 def _fasttext_word_vectors(path: Path, kv: object) -> None:

@@ -397,3 +397,12 @@ def test_rerun_after_kill_9_stops_what_the_dead_pretrains_scripts_left(tmp_path)
                 os.kill(int(p.name), 9)
             except OSError:
                 pass
+
+
+def test_key_that_is_a_deeply_nested_list_is_named_by_type(tmp_path, good):
+    """A key [[[[...]]]] 200,000 deep: its repr in the message raised RecursionError (traceback, exit 1)."""
+    depth = 200_000
+    bad = _crafted_kv(tmp_path / "deep.kv", _keyed_vectors(b"]" + b"]" * depth + b"a" * depth))
+    before = files_state(tmp_path)
+    result = runner.invoke(app, ["audit", str(good), str(bad)])
+    assert_bad_input(result, "deep.kv: vectors: key #1 is a list, not a string", tmp_path, before)

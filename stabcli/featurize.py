@@ -25,14 +25,14 @@ from stabcli import __version__
 from stabcli.corpus import file_sha256
 from stabcli.embeddings import (
     WRITE_FORMATS, Embedding, ReadOptions, check_keys_writable, format_for, keys_path_for, keys_text, match_inputs,
-    require_finite, write_embedding,
+    fits_float32, require_finite, write_embedding,
 )
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fourier import (
     check_output_dim, check_seed, check_sigma, choose_dimension, draw_directions, fourier_features, procrustes_rotation,
     rahimi_recht_dimension,
 )
-from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms
+from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
 from stabcli.outputs import OutputPlan, runset_owned, with_companions
 from stabcli.resources import require_memory
 from stabcli.runset import KEY_COUNTS, KEYS, MANIFEST, RunSet, is_runset
@@ -211,9 +211,13 @@ def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.
         else:
             with np.errstate(over="ignore", invalid="ignore"):
                 carries = bool(np.isfinite(block.sum()))  # a sum that overflows only costs the float64 path
+        if carries and raw.dtype != np.float32 and not fits_float32(raw):
+            carries = False  # float32 would flush 1e-300 rows to zero (or 1e300 to inf): float64 path
         if not carries:
             require_finite(emb.source, emb.keys, raw, start)  # raises, unless float32 is the problem
             block = np.asarray(raw, dtype=np.float64)
+            if directions is not None and options.normalize:
+                block = unit_rows(block)  # any magnitude (1e300 rows): ‖x‖² would overflow float64
         if rotation is not None and rotation32 is not None:
             block = block @ (rotation32 if block.dtype == np.float32 else rotation)
         if directions is not None:

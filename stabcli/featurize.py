@@ -215,7 +215,7 @@ def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.
             carries = False  # float32 would flush 1e-300 rows to zero (or 1e300 to inf): float64 path
         if not carries:
             require_finite(emb.source, emb.keys, raw, start)  # raises, unless float32 is the problem
-            block = np.asarray(raw, dtype=np.float64)
+            block, inverse, finite = np.asarray(raw, dtype=np.float64), None, False
             if directions is not None and options.normalize:
                 block = unit_rows(block)  # any magnitude (1e300 rows): ‖x‖² would overflow float64
         if rotation is not None and rotation32 is not None:

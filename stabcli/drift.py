@@ -5,15 +5,14 @@ common keys after orthogonal Procrustes of AFTER onto BEFORE. With a noise run s
 runs on BEFORE's data and configuration) every key gets its own noise band, and a key has
 moved when its change exceeds that band at level ``alpha`` (the statistic is in
 ``stabcli.drift_math.noise_band``). The report is frozen dataclasses, one per section,
-converted to JSON by ``report_json`` only; ``--check`` paths are validated against the
-dataclass fields before anything is loaded.
+with ``schema.doc`` fields, converted to JSON by ``schema.to_json``; ``--check`` paths are
+validated against the types before anything is loaded (``schema.validate_checks``).
 """
 
 from __future__ import annotations
 
 import math
-import typing
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
@@ -23,8 +22,10 @@ from stabcli import __version__
 from stabcli import drift_math as dm
 from stabcli import metrics as m
 from stabcli.embeddings import Embedding, keys_path_for, read_embedding, require_finite
-from stabcli.errors import InputError, OptionError, UsageError
+from stabcli import schema
+from stabcli.errors import InputError, OptionError
 from stabcli.runset import RunSet, is_runset
+from stabcli.schema import Check, doc, to_json
 
 if TYPE_CHECKING:
     from stabcli.downstream import DownstreamOptions
@@ -257,120 +258,111 @@ def read_key_names(path: str | Path, known: set[str], encoding: str = "utf-8") -
 
 @dataclass(frozen=True)
 class TopKey:
-    key: str
-    name: Optional[str]
-    distance: float
-    cosine_distance: float
-    norm_change: float
-    knn_overlap: Optional[float]
-    frequency: Optional[float]
-    noise_scale: Optional[float]
-    noise_band: Optional[float]
-    ratio: Optional[float]
-    p_value: Optional[float]
-    q_value: Optional[float]
+    key: str = doc("the key")
+    name: Optional[str] = doc("its display name (--key-names), or null")
+    distance: float = doc("‖b − a‖ (AFTER aligned unless --no-align)")
+    cosine_distance: float = doc("1 − cos(b, a)")
+    norm_change: float = doc("‖a‖ − ‖b‖")
+    knn_overlap: Optional[float] = doc("share of its k nearest neighbours kept BEFORE → AFTER")
+    frequency: Optional[float] = doc("its count in the run set's corpus, or null")
+    noise_scale: Optional[float] = doc("its RMS distance between two noise runs (null without --noise)")
+    noise_band: Optional[float] = doc("the distance flagged at alpha for this key (null without --noise)")
+    ratio: Optional[float] = doc("distance / noise scale, level-adjusted (null without --noise)")
+    p_value: Optional[float] = doc("against the pooled noise null (null without --noise)")
+    q_value: Optional[float] = doc("Benjamini–Hochberg q (null without --noise)")
 
 
 @dataclass(frozen=True)
 class InputSection:
-    before: str
-    after: str
-    noise: Optional[str]
-    noise_runs: Optional[int]
-    before_in_noise: Optional[bool]
-    keys_compared: int
-    keys_added: int
-    keys_removed: int
-    added: list[str]
-    removed: list[str]
-    dim: int
-    aligned: bool
-    alignment_residual: Optional[float]
-    keyless: bool
-    key_names: Optional[str]
+    before: str = doc("BEFORE as given")
+    after: str = doc("AFTER as given")
+    noise: Optional[str] = doc("the --noise run set, or null")
+    noise_runs: Optional[int] = doc("finished runs in the noise set, or null")
+    before_in_noise: Optional[bool] = doc("whether BEFORE is one of the noise runs, or null")
+    keys_compared: int = doc("keys in both BEFORE and AFTER")
+    keys_added: int = doc("keys only in AFTER")
+    keys_removed: int = doc("keys only in BEFORE")
+    added: list[str] = doc(f"the first {ADDED_REMOVED_LISTED} added keys")
+    removed: list[str] = doc(f"the first {ADDED_REMOVED_LISTED} removed keys")
+    dim: int = doc("dimensions")
+    aligned: bool = doc("AFTER rotated onto BEFORE (orthogonal Procrustes); false with --no-align")
+    alignment_residual: Optional[float] = doc("‖AFTER·Q − BEFORE‖_F / ‖BEFORE‖_F, or null with --no-align")
+    keyless: bool = doc("rows matched by position (keyless arrays)")
+    key_names: Optional[str] = doc("the --key-names file, or null")
 
 
-NEEDS_NOISE = {"needs": "noise"}
+NEEDS_NOISE = ("noise", "drift.moved_count", "drift.moved_share", "drift.expected_false_positives", "drift.discoveries")
 
 
 @dataclass(frozen=True)
 class DriftSection:
-    distance_median: float
-    distance_mean: float
-    distance_p90: float
-    distance_p99: float
-    cosine_distance_median: float
-    cosine_distance_p90: float
-    norm_change_median: float
-    relative_norm_change_median: float
-    dot_median: float
-    knn_overlap: float
-    knn_k: int
-    knn_keys: int
-    knn_sampled: bool
-    knn_chance: float
-    moved_count: Optional[int] = field(default=None, metadata=NEEDS_NOISE)
-    moved_share: Optional[float] = field(default=None, metadata=NEEDS_NOISE)
-    expected_false_positives: Optional[float] = field(default=None, metadata=NEEDS_NOISE)
-    discoveries: Optional[int] = field(default=None, metadata=NEEDS_NOISE)
-    top_by: str = "distance"
-    top: list[TopKey] = field(default_factory=list)
+    distance_median: float = doc("median over keys of ‖b − a‖")
+    distance_mean: float = doc("mean of ‖b − a‖")
+    distance_p90: float = doc("90th percentile of ‖b − a‖")
+    distance_p99: float = doc("99th percentile of ‖b − a‖")
+    cosine_distance_median: float = doc("median of 1 − cos(b, a)")
+    cosine_distance_p90: float = doc("90th percentile of 1 − cos(b, a)")
+    norm_change_median: float = doc("median of ‖a‖ − ‖b‖")
+    relative_norm_change_median: float = doc("median of (‖a‖ − ‖b‖) / ‖b‖")
+    dot_median: float = doc("median of ⟨b, a⟩")
+    knn_overlap: float = doc("mean k-NN overlap BEFORE vs AFTER over knn_keys keys")
+    knn_k: int = doc("k of the k-NN overlap (--knn-k)")
+    knn_keys: int = doc("keys the overlap is averaged over")
+    knn_sampled: bool = doc("a seeded sample of keys (above 10,000 keys), not every key")
+    knn_chance: float = doc("the overlap expected by chance, k/(n−1)")
+    moved_count: Optional[int] = doc("keys with p < alpha (null without --noise)", default=None)
+    moved_share: Optional[float] = doc("moved_count / keys compared (null without --noise)", default=None)
+    expected_false_positives: Optional[float] = doc("alpha × keys compared (null without --noise)", default=None)
+    discoveries: Optional[int] = doc("keys with Benjamini–Hochberg q ≤ alpha (null without --noise)", default=None)
+    top_by: str = doc("order of top: p_value (with --noise) or distance", default="distance")
+    top: list[TopKey] = doc("the moved keys listed (at most --top; without --noise the largest changes)",
+                            default_factory=list)
 
 
 @dataclass(frozen=True)
 class NoiseSection:
-    alpha: float
-    runs: int
-    pairs: int
-    null_samples: int
-    statistic: str
-    noise_median: float
-    drift_to_noise: float
-    global_ratio: float
-    level_factor: float
-    level_range_low: float
-    level_range_high: float
-    ratio_threshold: float
+    alpha: float = doc("level of the per-key test and of the FDR (--alpha)")
+    runs: int = doc("noise runs")
+    pairs: int = doc("noise run pairs")
+    null_samples: int = doc("samples of the pooled null distribution")
+    statistic: str = doc("the statistic, in words")
+    noise_median: float = doc("median over keys of the key's RMS noise pair distance")
+    drift_to_noise: float = doc("median drift / median noise")
+    global_ratio: float = doc("this refresh's typical ratio relative to a noise pair's (1 = moves like a seed change)")
+    level_factor: float = doc("the level applied (global ratio clipped to the noise pairs' range)")
+    level_range_low: float = doc("lowest level of a noise pair")
+    level_range_high: float = doc("highest level of a noise pair")
+    ratio_threshold: float = doc("the null's 1 − alpha quantile of the level-adjusted ratio")
 
 
 @dataclass(frozen=True)
 class DownstreamSection:
-    labels: str
-    task: str
-    model: str
-    metric: str
-    train: int
-    test: int
-    skipped_keys: int
-    before: float
-    refit: float
-    stale_raw: float
-    stale_aligned: Optional[float]
-    drop_raw: float
-    drop_aligned: Optional[float]
-    churn_refit: float
-    churn_stale_aligned: Optional[float]
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    path: str
-    op: str
-    value: Optional[float]
-    threshold: float
-    passed: bool
+    labels: str = doc("the --labels file")
+    task: str = doc("classification or regression")
+    model: str = doc("logreg, knn or ridge")
+    metric: str = doc("accuracy or r2")
+    train: int = doc("training keys")
+    test: int = doc("test keys")
+    skipped_keys: int = doc("labeled keys not compared (not in both embeddings)")
+    before: float = doc("BEFORE's model on BEFORE")
+    refit: float = doc("a model refit on AFTER")
+    stale_raw: float = doc("BEFORE's model on raw AFTER")
+    stale_aligned: Optional[float] = doc("BEFORE's model on aligned AFTER (null with --no-align)")
+    drop_raw: float = doc("refit − stale_raw")
+    drop_aligned: Optional[float] = doc("refit − stale_aligned (null with --no-align)")
+    churn_refit: float = doc("share of test predictions the refit model changes (RMS difference for regression)")
+    churn_stale_aligned: Optional[float] = doc("the same for BEFORE's model on aligned AFTER (null with --no-align)")
 
 
 @dataclass(frozen=True)
 class DriftReport:
-    stabcli_version: str
-    input: InputSection
-    drift: DriftSection
-    noise: Optional[NoiseSection]
-    downstream: Optional[DownstreamSection]
-    checks: list[CheckResult] = field(default_factory=list)
-    passed: bool = True
+    stabcli_version: str = doc("version that wrote the report")
+    input: InputSection = doc("what was compared")
+    drift: DriftSection = doc("per-key change BEFORE → AFTER")
+    noise: Optional[NoiseSection] = doc("the noise band (null without --noise)")
+    downstream: Optional[DownstreamSection] = doc("BEFORE's model on AFTER (null without --labels)")
+    checks: list[Check] = doc("the --check results, in the order given", default_factory=list)
+    passed: bool = doc("true when every check passed (true without checks)", default=True)
 
 
 @dataclass
@@ -386,86 +378,33 @@ class PerKey:
 
 
 def report_json(report: DriftReport) -> dict[str, Any]:
-    """The report as plain JSON types; NaN and inf become null."""
-    return _plain(report)
+    """The report as plain JSON types (``schema.to_json``); NaN and inf become null."""
+    return to_json(report)
 
 
-def _plain(value: Any) -> Any:
-    if is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    return value
+# ------------------------------------------------------------------ checks (schema's, one implementation)
 
 
-# ------------------------------------------------------------------ checks, validated on the types
-
-
-def _section_types() -> dict[str, type]:
-    hints = typing.get_type_hints(DriftReport)
-    return {name: _unwrap(hints[name]) for name in ("input", "drift", "noise", "downstream")}
-
-
-def _unwrap(hint: Any) -> Any:
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
+def _needs(path: str, has_noise: bool, has_labels: bool) -> str | None:
+    if not has_noise and any(path == p or path.startswith(p + ".") for p in NEEDS_NOISE):
+        return f"{path} needs --noise RUNSET"
+    if not has_labels and (path == "downstream" or path.startswith("downstream.")):
+        return f"{path} needs --labels FILE"
+    return None
 
 
 def validate_checks(expressions: Sequence[str], has_noise: bool, has_labels: bool) -> list[tuple[str, str, str, float]]:
-    """Parse every ``--check`` and resolve its path against the report's dataclasses, before
-    any input is read: unknown paths, non-numeric fields and fields that need ``--noise`` or
-    ``--labels`` are ``UsageError``."""
-    from stabcli.audit import parse_check
-
-    sections = _section_types()
-    parsed = []
-    for expression in expressions:
-        path, op, threshold = parse_check(expression)
-        parts = path.split(".")
-        if len(parts) != 2 or parts[0] not in sections:
-            if parts[0] not in sections:
-                raise UsageError(f"--check {expression!r}: no {parts[0]!r} in the report (has: {', '.join(sections)})")
-            raise UsageError(f"--check {expression!r}: expected SECTION.FIELD, e.g. drift.moved_share")
-        section, name = parts
-        cls = sections[section]
-        by_name = {f.name: f for f in fields(cls)}
-        if name not in by_name:
-            numeric = [n for n, f in by_name.items() if _numeric(cls, n)]
-            raise UsageError(f"--check {expression!r}: no {name!r} in {section} (numbers: {', '.join(numeric)})")
-        if not _numeric(cls, name):
-            raise UsageError(f"--check {expression!r}: {path} is not a number")
-        if (section == "noise" or by_name[name].metadata.get("needs") == "noise") and not has_noise:
-            raise UsageError(f"--check {expression!r}: {path} needs --noise RUNSET")
-        if section == "downstream" and not has_labels:
-            raise UsageError(f"--check {expression!r}: {path} needs --labels FILE")
-        parsed.append((expression.strip(), path, op, threshold))
-    return parsed
-
-
-def _numeric(cls: type, name: str) -> bool:
-    hint = _unwrap(typing.get_type_hints(cls)[name])
-    return hint in (int, float)
+    """Parse every ``--check`` and resolve its path against ``DriftReport`` before any input
+    is read (``schema.validate_checks``): unknown paths, non-numeric fields and fields that
+    need ``--noise`` or ``--labels`` are ``UsageError``. Returns (expression, path, op, threshold)."""
+    parsed = schema.validate_checks(DriftReport, expressions, lambda path: _needs(path, has_noise, has_labels))
+    return [(expression.strip(), *triple) for expression, triple in zip(expressions, parsed)]
 
 
 def evaluate_checks(report: DriftReport, parsed: Sequence[tuple[str, str, str, float]]) -> DriftReport:
-    """The report with its ``checks`` and ``passed`` filled in; a null value fails its check."""
-    from stabcli.audit import _OPS
-
-    results = []
-    for name, path, op, threshold in parsed:
-        section, field_name = path.split(".")
-        value = getattr(getattr(report, section), field_name)
-        number = None if value is None or (isinstance(value, float) and not math.isfinite(value)) else float(value)
-        passed = number is not None and _OPS[op](number, threshold)
-        results.append(CheckResult(name, path, op, number, threshold, passed))
+    """The report with its ``checks`` and ``passed`` filled in (``schema.evaluate_checks``);
+    a null value fails its check."""
+    results = schema.evaluate_checks(report, [expression for expression, *_ in parsed], DriftReport)
     return replace(report, checks=results, passed=all(c.passed for c in results))
 
 

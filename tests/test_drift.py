@@ -215,7 +215,7 @@ def test_check_paths_are_validated_against_the_report_types():
         ("nope.x<1", True, True, "no 'nope' in the report"),
         ("drift.top<1", True, True, "not a number"),
         ("input.before<1", True, True, "not a number"),
-        ("drift<1", True, True, "SECTION.FIELD"),
+        ("drift<1", True, True, "drift is not a number"),
     ]:
         with pytest.raises(UsageError, match=fragment.replace("(", r"\(")):
             validate_checks([expression], has_noise, has_labels)

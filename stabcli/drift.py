@@ -523,7 +523,7 @@ def _downstream(inputs: DriftInputs, rotation: np.ndarray | None, targets: Any, 
 
     from sklearn.exceptions import ConvergenceWarning
 
-    from stabcli.downstream import _scores, make_model
+    from stabcli.downstream import make_model, prediction_scores
 
     rows = targets.rows
     xb = np.asarray(inputs.b[rows], dtype=np.float64)
@@ -540,7 +540,7 @@ def _downstream(inputs: DriftInputs, rotation: np.ndarray | None, targets: Any, 
         return model
 
     def score(pred: np.ndarray) -> float:
-        return _scores(targets.task, y[test], pred, targets.classes)[metric]
+        return prediction_scores(targets.task, y[test], pred, targets.classes)[metric]
 
     def churn(p1: np.ndarray, p2: np.ndarray) -> float:
         return float(np.mean(p1 != p2)) if classification else float(np.sqrt(np.mean((p1 - p2) ** 2)))

@@ -163,7 +163,45 @@ CASES = {
                         "exists and is not a directory"),
     "json is an existing directory with force": (lambda t: [*base(t), "--force", "--json", str((t / "dj").mkdir() or t / "dj")],
                                                  "is a directory"),
+    # the shared foundations: embeddings.ReadOptions / match_inputs, outputs.OutputPlan
+    "keys with keyed inputs": (lambda t: [*base(t), "--keys", str(labels_file(t, "".join(k + "\n" for k in KEYS)))],
+                               "--keys:"),
+    "keys file missing": (lambda t: keyless_pair(t, "--keys", str(t / "nokeys.txt")), "nokeys.txt: no such keys file"),
+    "keys file too short": (lambda t: keyless_pair(t, "--keys", str(labels_file(t, "k0\nk1\n"))), "2 keys for 30 rows"),
+    "keyless before, keyed after, no --keys": (lambda t: ["drift", str(raw_npy(t, "r1.npy")), str(emb(t, "a.npy"))],
+                                               "Give --keys FILE"),
+    "input format unknown": (lambda t: [*base(t), "--input-format", "xlsx"], "--input-format: unknown format 'xlsx'"),
+    "input format npy on a text file": (lambda t: ["drift", str(emb(t, "b.vec")), str(emb(t, "a.vec", seed=1)),
+                                                   "--input-format", "npy"], "b.vec"),
+    "json is the --keys file": (lambda t: keyless_pair(t, "--keys", str(labels_file(t, "".join(k + "\n" for k in KEYS))),
+                                                       "--json", str(t / "labels.tsv")), "is the input"),
+    "json is the noise run set": (lambda t: with_noise(t, "--force", "--json", str(t / "noise")), "is the input"),
+    "plots dir holds the before input": (lambda t: [*base(t), "--plots", str(t)], "contains the input"),
+    "markdown is the key names file": (lambda t: [*base(t), "--key-names", str(labels_file(t, "k1\tOne\n")),
+                                                  "--markdown", str(t / "labels.tsv")], "is the input"),
+    "per-key is the labels file with force": (lambda t: [*base(t), "--force", "--labels", str(labels_file(t, "k1\ta\nk2\tb\n")),
+                                                         "--per-key", str(t / "labels.tsv")], "is the input"),
+    "per-key exists without force": (lambda t: [*base(t), "--per-key", str((t / "k.csv").write_text("x") and t / "k.csv")],
+                                     "already exists; pass --force"),
+    "plots exist without force": (lambda t: [*base(t), "--plots", str((t / "figs").mkdir() or t / "figs")],
+                                  "already exists; pass --force"),
+    "plots dir with a symlink, even with force": (
+        lambda t: [*base(t), "--force", "--plots", str((t / "figs").mkdir() or (t / "figs" / "x.png").symlink_to(t / "b.npy")
+                                                       or t / "figs")], "which stabcli did not write"),
+    "per-key and json the same file": (lambda t: [*base(t), "--json", str(t / "r.csv"), "--per-key", str(t / "r.csv")],
+                                       "is also --per-key"),
+    "markdown in a file, not a directory": (lambda t: [*base(t), "--markdown", str(t / "b.npy" / "r.md")], "is not a directory"),
 }
+
+
+def raw_npy(t: Path, name: str, n: int = N) -> Path:
+    """An .npy without a keys file (keyless: its keys are row numbers)."""
+    np.save(t / name, vectors(7, n))
+    return t / name
+
+
+def keyless_pair(t: Path, *extra: str) -> list[str]:
+    return ["drift", str(raw_npy(t, "r1.npy")), str(raw_npy(t, "r2.npy")), *extra]
 
 
 @pytest.mark.parametrize("name", list(CASES))

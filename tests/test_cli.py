@@ -124,6 +124,17 @@ def test_demo_trains_the_sample(tmp_path):
     drift = json.loads((tmp_path / "demo" / "drift.json").read_text())  # the drift step: 12 items moved
     assert drift["input"]["before_in_noise"] and 10 <= drift["drift"]["discoveries"] <= 14
     assert "listed keys are the 12 moved Horror items" in result.output
+    # rerun (issue 12 §1): the demo replaces or resumes only what it wrote; a user's files stay
+    demo = tmp_path / "demo"
+    (demo / "notes.txt").write_text("mine")
+    (demo / "my-figures").mkdir()
+    (demo / "my-figures" / "fig.png").write_bytes(b"mine")
+    first = {name: (demo / name).read_bytes() for name in ("drift.json", "drift.md", "sessions-refreshed.txt")}
+    again = invoke("demo", "--out", demo)
+    assert again.exit_code == 0, again.output
+    assert (demo / "notes.txt").read_text() == "mine" and (demo / "my-figures" / "fig.png").read_bytes() == b"mine"
+    assert {name: (demo / name).read_bytes() for name in first} == first  # same numbers: resumed runs, same report
+    assert not [p for p in demo.iterdir() if ".tmp-" in p.name or ".partial-" in p.name]
 
 
 @pytest.fixture

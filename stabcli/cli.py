@@ -341,8 +341,6 @@ def _write_report_outputs(plan: OutputPlan, text: str, markdown: Callable[[], st
     """Write a report command's outputs (``_report_outputs``) all or nothing: the JSON
     ``text``, the Markdown (also appended to GITHUB_STEP_SUMMARY), the figures
     ``write_plots(directory)`` draws and the per-key table ``frame()``; names the figures."""
-    from stabcli.keytable import write_per_key
-
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     written: list[Path] = []
     with plan:  # all or nothing: every output appears together, or none on any failure
@@ -356,6 +354,8 @@ def _write_report_outputs(plan: OutputPlan, text: str, markdown: Callable[[], st
         if plots:
             written = [plots / path.name for path in write_plots(plan.staging(plots))]
         if per_key:
+            from stabcli.keytable import write_per_key  # pandas (60 MB, a second): only when asked
+
             write_per_key(frame(), per_key, plan.staging(per_key))
     for path in written:
         err.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
@@ -689,7 +689,6 @@ def drift_cmd(
     """
     from stabcli.drift import DriftOptions, compute_drift, evaluate_checks, load_inputs, read_key_names, validate_checks
     from stabcli.drift_report import render_markdown, render_terminal, write_plots
-    from stabcli.keytable import per_key_format
     from stabcli.report import require_plots
     from stabcli.schema import dumps
 
@@ -714,8 +713,11 @@ def drift_cmd(
     parsed = validate_checks(check, has_noise=noise is not None, has_labels=labels is not None)
     if plots:
         require_plots()
+    per_key_csv = False
     if per_key:
-        per_key_format(per_key)
+        from stabcli.keytable import per_key_format
+
+        per_key_csv = per_key_format(per_key) == "csv"
     plan = _report_outputs([before, after, *([noise] if noise else [])], downstream, json_path, markdown_path, plots,
                            per_key, key_names, force)
     if keys is not None:
@@ -730,7 +732,7 @@ def drift_cmd(
     text = dumps(report)
     _write_report_outputs(plan, text, lambda: render_markdown(report), json_path, markdown_path, plots,
                           lambda directory: write_plots(report, table, directory), per_key,
-                          lambda: table.frame(compact=per_key_format(per_key) == "csv" if per_key else False))
+                          lambda: table.frame(compact=per_key_csv))
     if fmt == "json":
         sys.stdout.write(text)
         sys.stdout.flush()

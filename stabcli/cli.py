@@ -659,15 +659,16 @@ def drift_cmd(
     split_seed: int = typer.Option(0, "--split-seed", help="Seed of the train/test split."),
     encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of --labels and --key-names."),
     per_key: Optional[Path] = typer.Option(None, "--per-key", help="Every key's measures, noise band and verdict "
-                                           "(.csv or .parquet)."),
+                                           "(.csv, .tsv or .parquet)."),
     check: list[str] = typer.Option([], "--check", help="CI gate 'PATH OP VALUE' (repeatable), e.g. "
                                     "'drift.moved_share<0.05'. A failure exits 1."),
     fmt: str = typer.Option("table", "--format", help="table (terminal) or json (stdout)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the JSON report here."),
     markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report here."),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures into this new directory."),
-    force: bool = typer.Option(False, "--force", help="Replace existing output files (and a plots directory "
-                               "holding only stabcli's figures; never an input)."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures (drift against noise, their "
+                                         "distributions) into this directory."),
+    force: bool = typer.Option(False, "--force", help="Replace existing --json/--markdown/--per-key files and a --plots "
+                               "directory holding only stabcli's figures (never an input)."),
     input_format: Optional[str] = INPUT_FORMAT_OPTION,
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     keys: Optional[Path] = KEYS_OPTION,

@@ -198,32 +198,15 @@ def _rows(emb: Embedding, rows: np.ndarray | None, keys: list[str]) -> np.ndarra
 
 
 def read_key_names(path: str | Path, known: set[str], encoding: str = "utf-8") -> dict[str, str]:
-    """Display names: ``key,name`` or ``key<TAB>name`` (header optional), or MovieLens
-    ``u.item`` / ``movies.dat`` / ``movies.csv`` (the title)."""
-    import csv
-
-    from stabcli.corpus import text_lines
+    """Display names (``keytable.read_key_names``, the reader audit uses: ``key,name`` or
+    ``key<TAB>name``, MovieLens ``u.item`` / ``movies.dat`` / ``movies.csv``); InputError when
+    none of its keys is a compared key."""
+    from stabcli.keytable import read_key_names as read_names
 
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: key names file not found" if not path.exists() else f"{path}: not a file")
-    names: dict[str, str] = {}
-    delimiter = None
-    for lineno, line in text_lines(path, encoding):
-        if not line.strip():
-            continue
-        if delimiter is None:
-            delimiter = next((d for d in ("\t", "::", "|", ",") if d in line), None)
-            if delimiter is None:
-                raise InputError(f"{path}:{lineno}: expected key and name separated by a tab or a comma")
-        fields_ = line.split(delimiter) if delimiter in ("::", "|") else next(csv.reader([line], delimiter=delimiter))
-        if len(fields_) < 2:
-            raise InputError(f"{path}:{lineno}: expected a key and a name, found {len(fields_)} field(s)")
-        key, name = fields_[0].strip(), fields_[1].strip()
-        if not names and key not in known and lineno == 1:
-            continue  # a header
-        if key and name:
-            names.setdefault(key, name)
+    names = {key: name for key, name in read_names(path, encoding).items() if key and name}
     if not names:
         raise InputError(f"{path}: no key names found")
     if not known & names.keys():

@@ -282,6 +282,10 @@ TRUST_PICKLE_OPTION = typer.Option(
     False, "--trust-pickle", help="Load gensim files (.kv, .wv, .model) with Python's unrestricted unpickler. "
     "RISK: such a file can run any code on this machine; use only for files you made or trust. Without it, "
     "only the classes gensim's own save() writes are loaded.")
+# --force of the report commands (audit, drift): the rule is stabcli.outputs.OutputPlan's
+REPORT_FORCE_OPTION = typer.Option(
+    False, "--force", help="Replace existing --json/--markdown/--per-key files and a --plots directory holding only "
+    "stabcli's figures (never an input).")
 KEYS_OPTION = typer.Option(
     None, "--keys", metavar="FILE", help="Keys (one per line) for the .npy inputs that have no NAME.keys.txt; without it, "
     "keyless and keyed inputs cannot be mixed.")
@@ -428,8 +432,7 @@ def audit(
                                              "u.item (id|title|…) or a 2-column CSV/TSV."),
     per_key: Optional[Path] = typer.Option(None, "--per-key", help="Write every key's frequency, norm, aligned variance, "
                                            "relative instability, displacement and k-NN overlap (.csv, .tsv or .parquet)."),
-    force: bool = typer.Option(False, "--force", help="Replace existing --json/--markdown/--per-key files and a --plots "
-                               "directory holding only stabcli's figures (never an input)."),
+    force: bool = REPORT_FORCE_OPTION,
     input_format: Optional[str] = INPUT_FORMAT_OPTION,
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     keys: Optional[Path] = KEYS_OPTION,
@@ -667,8 +670,7 @@ def drift_cmd(
     markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report here."),
     plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures (drift against noise, their "
                                          "distributions) into this directory."),
-    force: bool = typer.Option(False, "--force", help="Replace existing --json/--markdown/--per-key files and a --plots "
-                               "directory holding only stabcli's figures (never an input)."),
+    force: bool = REPORT_FORCE_OPTION,
     input_format: Optional[str] = INPUT_FORMAT_OPTION,
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     keys: Optional[Path] = KEYS_OPTION,

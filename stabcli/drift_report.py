@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -114,8 +115,8 @@ def downstream_rows(report: DriftReport) -> list[tuple[str, str]]:
 def render_terminal(report: DriftReport, console: Console) -> None:
     inp = report.input
     console.print(Text(verdict(report), style="bold"), soft_wrap=True)
-    console.print(f"{inp.before} → {inp.after}: {inp.keys_compared:,} keys × {inp.dim} dims"
-                  + (f" · noise: {inp.noise} ({inp.noise_runs} runs"
+    console.print(f"{escape(inp.before)} → {escape(inp.after)}: {inp.keys_compared:,} keys × {inp.dim} dims"
+                  + (f" · noise: {escape(inp.noise)} ({inp.noise_runs} runs"
                      + (", BEFORE is one of them)" if inp.before_in_noise else ")") if inp.noise else "")
                   + (" · rows matched by position (keyless arrays)" if inp.keyless else ""), highlight=False, soft_wrap=True)
     table = Table(title="Drift", title_justify="left")
@@ -130,13 +131,13 @@ def render_terminal(report: DriftReport, console: Console) -> None:
         for i, header in enumerate(_top_headers(report)):
             top.add_column(header, justify="left" if header in ("key", "name") else "right")
         for row in _top_rows(report):
-            top.add_row(*row)
+            top.add_row(*map(escape, row))  # keys and names are data, not markup
         console.print(top)
     elif report.noise is not None:
         console.print(f"no key moved beyond its noise band at FDR {report.noise.alpha:g}", highlight=False)
     if report.downstream is not None:
         ds = report.downstream
-        table = Table(title=f"Downstream: {ds.model} on {Path(ds.labels).name} ({ds.task}, {ds.train:,} train / "
+        table = Table(title=f"Downstream: {ds.model} on {escape(Path(ds.labels).name)} ({ds.task}, {ds.train:,} train / "
                             f"{ds.test:,} test keys)", title_justify="left")
         table.add_column("model")
         table.add_column("value", justify="right")
@@ -145,7 +146,7 @@ def render_terminal(report: DriftReport, console: Console) -> None:
         console.print(table)
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
         mark = "[green]PASS[/]" if check.passed else "[bold red]FAIL[/]"
-        console.print(f"{mark} {check.name} (value {_num(check.value)})", highlight=False)
+        console.print(f"{mark} {escape(check.name)} (value {_num(check.value)})", highlight=False)
 
 
 def render_markdown(report: DriftReport) -> str:

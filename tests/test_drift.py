@@ -500,3 +500,19 @@ def test_step_summary_is_appended_with_the_markdown(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.stderr
     text = summary.read_text()
     assert text.startswith("earlier step\n") and "## stabcli drift" in text
+
+
+def test_keys_and_paths_with_rich_markup_are_shown_verbatim(tmp_path):
+    """Keys, display names and paths are data: '[bold]' in them is printed, not interpreted."""
+    keys = [f"[k{i}]" for i in range(30)]
+    b = rng_matrix(n=30)
+    a = b.copy()
+    a[0] += 5.0
+    folder = tmp_path / "[red]x"
+    folder.mkdir()
+    write_embedding(folder / "b.vec", keys, b)
+    write_embedding(folder / "a.vec", keys, a)
+    result = runner.invoke(app, ["drift", str(folder / "b.vec"), str(folder / "a.vec"), "--knn-k", "3", "--no-align",
+                                 "--top", "1"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.stderr
+    assert str(folder / "b.vec") in result.stdout and "[k0]" in result.stdout

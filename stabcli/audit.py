@@ -8,8 +8,6 @@ Markdown and plots.
 from __future__ import annotations
 
 import math
-import operator
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -22,8 +20,9 @@ from stabcli.embeddings import Embedding, ReadOptions, match_inputs, require_fin
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.resources import require_memory
 from stabcli.runset import RunSet, is_runset
-from stabcli.schema import check_path, to_json
-from stabcli.sections import (AuditReport, Check, DownstreamSection, EpochRow, Histogram, InputSection, Quantiles,
+from stabcli import schema
+from stabcli.schema import Check, parse_check  # noqa: F401 (parse_check: re-exported)
+from stabcli.sections import (AuditReport, DownstreamSection, EpochRow, Histogram, InputSection, Quantiles,
                               RepresentationSection, TrainingSection, UnstableKey)
 
 if TYPE_CHECKING:  # downstream imports scikit-learn (seconds); only an audit with labels needs it
@@ -403,80 +402,18 @@ def _finite(value: float) -> float | None:
 
 # ---------------------------------------------------------------- CI checks
 
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt,
-}
-_CHECK_RE = re.compile(r"^\s*([^\s<>=]+)\s*(<=|>=|==|<|>)\s*([^\s<>=]+)\s*$")
-
-
-def parse_check(expression: str) -> tuple[str, str, float]:
-    """``'representation.knn_overlap>=0.6'`` → (path, op, threshold); UsageError if malformed."""
-    match = _CHECK_RE.match(expression)
-    if not match:
-        raise UsageError(f"--check {expression!r}: expected PATH OP VALUE with OP one of < <= > >= ==")
-    path, op, raw = match.groups()
-    try:
-        threshold = float(raw)
-    except ValueError:
-        raise UsageError(f"--check {expression!r}: {raw!r} is not a number") from None
-    if not math.isfinite(threshold):
-        raise UsageError(f"--check {expression!r}: the threshold must be a finite number")
-    return path, op, threshold
-
-
 def validate_checks(expressions: Sequence[str], labels: bool) -> list[tuple[str, str, float]]:
     """Parse every expression and resolve its path against the report's types, before any
     input is read: a typo or a ``downstream`` path without ``--labels`` fails at once."""
-    parsed = [parse_check(expression) for expression in expressions]
-    for path, _, _ in parsed:
-        if path.split(".")[0] == "downstream" and not labels:
-            raise UsageError(f"--check {path}: the downstream section needs --labels FILE")
-        check_path(AuditReport, path)
-    return parsed
+    return schema.validate_checks(AuditReport, expressions,
+                               lambda path: "the downstream section needs --labels FILE" if path.split(".")[0] == "downstream" and not labels else None)
 
 
 def resolve(report: Any, path: str) -> float | None:
-    """The number at dotted ``path`` in the report (its JSON value); UsageError naming the
-    first bad part. None for a null (non-finite or unavailable) value.
-
-    A key may itself contain dots (variant ``phi:64@0.5``): at each level the longest run
-    of parts that is a key wins.
-    """
-    node: Any = to_json(report)
-    parts = path.split(".")
-    walked: list[str] = []
-    while parts:
-        for size in range(len(parts), 0, -1):
-            name = ".".join(parts[:size])
-            if isinstance(node, dict) and name in node:
-                node = node[name]
-                break
-            if size == 1 and isinstance(node, list) and name.isdigit() and int(name) < len(node):
-                node = node[int(name)]
-                break
-        else:
-            where = ".".join(walked) or "the report"
-            if isinstance(node, list):
-                raise UsageError(f"--check {path}: {where} has {len(node)} entries, no {parts[0]!r}")
-            options = ", ".join(sorted(node)) if isinstance(node, dict) else "no named fields"
-            raise UsageError(f"--check: no {parts[0]!r} in {where} (has: {options})")
-        walked.append(name)
-        parts = parts[size:]
-    if node is None:  # a number that is null (NaN, unavailable) fails its check; a null section is an error
-        check_path(AuditReport, path)
-        return None
-    if isinstance(node, bool) or not isinstance(node, (int, float)):
-        raise UsageError(f"--check: {path} is not a number (it is {type(node).__name__})")
-    return float(node)
+    """``schema.resolve`` on an audit report (or its JSON)."""
+    return schema.resolve(report, path, AuditReport)
 
 
 def evaluate_checks(report: Any, expressions: Sequence[str]) -> list[Check]:
-    """Every check expression evaluated on ``report`` (an ``AuditReport`` or its JSON);
-    a check whose value is null (NaN, unavailable) fails."""
-    results = []
-    for expression in expressions:
-        path, op, threshold = parse_check(expression)
-        value = resolve(report, path)
-        passed = value is not None and _OPS[op](value, threshold)
-        results.append(Check(name=expression.strip(), path=path, op=op, value=value, threshold=threshold, passed=passed))
-    return results
+    """``schema.evaluate_checks`` on an audit report (or its JSON)."""
+    return schema.evaluate_checks(report, expressions, AuditReport)

@@ -10,7 +10,7 @@ import threading
 from contextlib import nullcontext
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import click
 import typer
@@ -21,7 +21,6 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from stabcli import __version__
-from stabcli.atomic import write_text_atomic
 from stabcli.corpus import CorpusOptions
 from stabcli.embeddings import ReadOptions
 from stabcli.errors import Interrupted, OptionError, StabcliError, UsageError
@@ -352,6 +351,10 @@ TRUST_PICKLE_OPTION = typer.Option(
     False, "--trust-pickle", help="Load gensim files (.kv, .wv, .model) with Python's unrestricted unpickler. "
     "RISK: such a file can run any code on this machine; use only for files you made or trust. Without it, "
     "only the classes gensim's own save() writes are loaded.")
+# --force of the report commands (audit, drift): the rule is stabcli.outputs.OutputPlan's
+REPORT_FORCE_OPTION = typer.Option(
+    False, "--force", help="Replace existing --json/--markdown/--per-key files and a --plots directory holding only "
+    "stabcli's figures (never an input).")
 KEYS_OPTION = typer.Option(
     None, "--keys", metavar="FILE", help="Keys (one per line) for the .npy inputs that have no NAME.keys.txt; without it, "
     "keyless and keyed inputs cannot be mixed.")
@@ -364,7 +367,7 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
                       read: Optional[ReadOptions] = None) -> AuditReport:
     """Validate, load, compute, write every requested rendering; returns the report."""
     from stabcli.audit import build_report, load_runs, validate_checks
-    from stabcli.keytable import per_key_format, per_key_frame, read_key_names, write_per_key
+    from stabcli.keytable import per_key_format, per_key_frame, read_key_names
     from stabcli.report import render_markdown, render_terminal, require_plots, write_plots
     from stabcli.schema import dumps
 
@@ -373,7 +376,7 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
         require_plots()
     if per_key:
         per_key_format(per_key)
-    plan = _audit_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
+    plan = _report_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
     if read is not None and read.keys_file is not None:
         plan.add_input(read.keys_file)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
@@ -388,25 +391,14 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
                               downstream=downstream, checks=checks, key_names=names, per_key=per_key is not None,
                               on_warning=warn)
     text = dumps(report)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    written: list[Path] = []
-    with plan:  # all or nothing: every output appears together, or none on any failure
-        if json_path:
-            plan.write_text(json_path, text)
-        markdown = render_markdown(report) if markdown_path or summary else ""
-        if markdown_path:
-            plan.write_text(markdown_path, markdown)
-        if summary:
-            plan.write_text(summary, markdown)
-        if plots:
-            written = [plots / path.name for path in write_plots(report, plan.staging(plots))]
-        if per_key:
-            stats = report.key_stats
-            write_per_key(per_key_frame(stats.keys, names, stats.frequency, stats.norm, stats.aligned_variance,
-                                        stats.relative_instability, stats.displacement, stats.knn_overlap),
-                          per_key, plan.staging(per_key))
-    for path in written:
-        err.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
+
+    def frame() -> Any:
+        stats = report.key_stats
+        return per_key_frame(stats.keys, names, stats.frequency, stats.norm, stats.aligned_variance,
+                             stats.relative_instability, stats.displacement, stats.knn_overlap)
+
+    _write_report_outputs(plan, text, lambda: render_markdown(report), json_path, markdown_path,
+                          plots, lambda directory: write_plots(report, directory), per_key, frame)
     if fmt == "json":
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -415,10 +407,39 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
     return report
 
 
-def _audit_outputs(inputs: list[Path], downstream: Optional[DownstreamOptions], json_path: Optional[Path],
-                   markdown_path: Optional[Path], plots: Optional[Path], per_key: Optional[Path],
-                   key_names: Optional[Path], force: bool) -> OutputPlan:
-    """Every output of an audit (--json, --markdown, --plots, --per-key, GITHUB_STEP_SUMMARY) against every input."""
+def _write_report_outputs(plan: OutputPlan, text: str, markdown: Callable[[], str], json_path: Optional[Path],
+                          markdown_path: Optional[Path], plots: Optional[Path],
+                          write_plots: Callable[[Path], list[Path]], per_key: Optional[Path],
+                          frame: Callable[[], Any]) -> None:
+    """Write a report command's outputs (``_report_outputs``) all or nothing: the JSON
+    ``text``, the Markdown (also appended to GITHUB_STEP_SUMMARY), the figures
+    ``write_plots(directory)`` draws and the per-key table ``frame()``; names the figures."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    written: list[Path] = []
+    with plan:  # all or nothing: every output appears together, or none on any failure
+        if json_path:
+            plan.write_text(json_path, text)
+        rendered = markdown() if markdown_path or summary else ""
+        if markdown_path:
+            plan.write_text(markdown_path, rendered)
+        if summary:
+            plan.write_text(summary, rendered)
+        if plots:
+            written = [plots / path.name for path in write_plots(plan.staging(plots))]
+        if per_key:
+            from stabcli.keytable import write_per_key  # pandas (60 MB, a second): only when asked
+
+            write_per_key(frame(), per_key, plan.staging(per_key))
+    for path in written:
+        err.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
+
+
+def _report_outputs(inputs: list[Path], downstream: Optional[DownstreamOptions], json_path: Optional[Path],
+                    markdown_path: Optional[Path], plots: Optional[Path], per_key: Optional[Path],
+                    key_names: Optional[Path], force: bool) -> OutputPlan:
+    """Every output of an audit or a drift (--json, --markdown, --plots, --per-key,
+    GITHUB_STEP_SUMMARY) against every input (``inputs`` with their companion keys files,
+    --labels, --key-names)."""
     from stabcli.outputs import OutputPlan, plots_owned, with_companions
 
     plan = OutputPlan([companion for path in inputs for companion in with_companions(path)], force=force)
@@ -482,8 +503,7 @@ def audit(
                                              "u.item (id|title|…) or a 2-column CSV/TSV."),
     per_key: Optional[Path] = typer.Option(None, "--per-key", help="Write every key's frequency, norm, aligned variance, "
                                            "relative instability, displacement and k-NN overlap (.csv, .tsv or .parquet)."),
-    force: bool = typer.Option(False, "--force", help="Replace existing --json/--markdown/--per-key files and a --plots "
-                               "directory holding only stabcli's figures (never an input)."),
+    force: bool = REPORT_FORCE_OPTION,
     input_format: Optional[str] = INPUT_FORMAT_OPTION,
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     keys: Optional[Path] = KEYS_OPTION,
@@ -652,8 +672,8 @@ def demo(
 
 
 # everything the demo writes in its --out, and replaces when it runs again
-DEMO_OUTPUTS = frozenset({"runs", "runs-phi64", "runs-refreshed", "audit.json", "audit.md", "plots",
-                          "sessions-refreshed.txt", "drift.json", "drift.md"})
+DEMO_OUTPUTS = frozenset({"runs", "runs-phi64", "runs-phi64.featurize.json", "runs-refreshed", "audit.json", "audit.md",
+                          "plots", "sessions-refreshed.txt", "drift.json", "drift.md"})
 
 
 def _check_demo_out(out_dir: Path) -> None:
@@ -678,7 +698,9 @@ def _demo_drift(out_dir: Path, config: TrainConfig, jobs: Optional[int]) -> None
     from collections import Counter
 
     from stabcli.drift import DriftOptions, compute_drift, load_inputs, move_items
-    from stabcli.drift_report import Outputs, render_terminal, write_outputs
+    from stabcli.drift_report import render_markdown, render_terminal
+    from stabcli.outputs import OutputPlan
+    from stabcli.schema import dumps
 
     sessions = [line.split() for line in sample_path("sessions.txt").read_text(encoding="utf-8").splitlines() if line]
     rows = [line.split("\t") for line in sample_path("item_genres.tsv").read_text(encoding="utf-8").splitlines()[1:]]
@@ -687,15 +709,24 @@ def _demo_drift(out_dir: Path, config: TrainConfig, jobs: Optional[int]) -> None
     ranked = [item for item, _ in counts.most_common()]
     moved = {ranked[i] for i in DEMO_MOVED_RANKS}
     refreshed = out_dir / "sessions-refreshed.txt"
-    write_text_atomic(refreshed, "".join(" ".join(s) + "\n" for s in move_items(sessions, genre, moved, DEMO_INTO_GENRE, 0)))
+    # the demo's own files: replaced atomically on a rerun; a directory or an input of that name is refused
+    plan = OutputPlan([sample_path("sessions.txt"), sample_path("item_genres.tsv"), out_dir / "runs"], force=True)
+    plan.add(refreshed, "demo")
+    with plan:
+        plan.write_text(refreshed, "".join(" ".join(s) + "\n" for s in move_items(sessions, genre, moved, DEMO_INTO_GENRE, 0)))
     err.print(f"stabcli drift: a refresh where {len(moved)} {DEMO_MOVED_GENRE} items (frequency ranks "
               f"{DEMO_MOVED_RANKS[0] + 1}-{DEMO_MOVED_RANKS[-1] + 1}) appear in {DEMO_INTO_GENRE} sessions; one run on "
               f"it → {out_dir / 'runs-refreshed'}", highlight=False)
     _run_pretrain(out_dir / "runs-refreshed", refreshed, config, runs=1, seed=100, jobs=jobs, force=False,
                   corpus_options=CorpusOptions(format="lines"), timeout=None)
     inputs = load_inputs(out_dir / "runs", out_dir / "runs-refreshed", out_dir / "runs")
-    report, table = compute_drift(inputs, DriftOptions(top=15))
-    write_outputs(Outputs(json=out_dir / "drift.json", markdown=out_dir / "drift.md", force=True), report, table)
+    report, _ = compute_drift(inputs, DriftOptions(top=15))
+    plan = OutputPlan([out_dir / "runs", out_dir / "runs-refreshed"], force=True)
+    plan.add(out_dir / "drift.json", "demo")
+    plan.add(out_dir / "drift.md", "demo")
+    with plan:
+        plan.write_text(out_dir / "drift.json", dumps(report))
+        plan.write_text(out_dir / "drift.md", render_markdown(report))
     render_terminal(report, out)
     found = sum(t.key in moved for t in report.drift.top)
     out.print(f"{found} of the {len(report.drift.top)} listed keys are the {len(moved)} moved {DEMO_MOVED_GENRE} items "
@@ -728,15 +759,18 @@ def drift_cmd(
     split_seed: int = typer.Option(0, "--split-seed", help="Seed of the train/test split."),
     encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of --labels and --key-names."),
     per_key: Optional[Path] = typer.Option(None, "--per-key", help="Every key's measures, noise band and verdict "
-                                           "(.csv or .parquet)."),
+                                           "(.csv, .tsv or .parquet)."),
     check: list[str] = typer.Option([], "--check", help="CI gate 'PATH OP VALUE' (repeatable), e.g. "
                                     "'drift.moved_share<0.05'. A failure exits 1."),
     fmt: str = typer.Option("table", "--format", help="table (terminal) or json (stdout)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the JSON report here."),
     markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report here."),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures into this new directory."),
-    force: bool = typer.Option(False, "--force", help="Replace existing output files (and a plots directory "
-                               "holding only drift's figures)."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures (drift against noise, their "
+                                         "distributions) into this directory."),
+    force: bool = REPORT_FORCE_OPTION,
+    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+    keys: Optional[Path] = KEYS_OPTION,
 ) -> None:
     """Which keys did a refresh really move, and which only changed by training noise?
 
@@ -753,14 +787,16 @@ def drift_cmd(
 
         stabcli drift runs/ml ml-new.npy --noise runs/ml --key-names ml-100k/u.item --per-key drift.csv --plots figs
     """
-    from stabcli.drift import DriftOptions, compute_drift, evaluate_checks, input_paths, load_inputs, \
-        read_key_names, report_json, validate_checks
-    from stabcli.drift_report import Outputs, check_outputs, render_terminal, write_outputs
+    from stabcli.drift import DriftOptions, compute_drift, evaluate_checks, load_inputs, read_key_names, validate_checks
+    from stabcli.drift_report import render_markdown, render_terminal, write_plots
+    from stabcli.report import require_plots
+    from stabcli.schema import dumps
 
     if fmt not in ("table", "json"):
         raise OptionError("fmt", f"{fmt!r}: choose table or json")
     options = DriftOptions(alpha=alpha, align=align, knn_k=knn_k, knn_queries=knn_queries, top=top, seed=seed,
                            reference=reference)
+    read = ReadOptions(input_format, trust_pickle, keys)
     downstream = None
     if labels is None:
         given = {"--task": task if task != "auto" else None, "--model": model}
@@ -775,20 +811,31 @@ def drift_cmd(
         if not 0 < test_size < 1:
             raise OptionError("test_size", f"{test_size:g} must be between 0 and 1")
     parsed = validate_checks(check, has_noise=noise is not None, has_labels=labels is not None)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    outputs = Outputs(json_path, markdown_path, per_key, plots, Path(summary) if summary else None, force)
-    check_outputs(outputs, input_paths(before, after, noise, [labels, key_names]))
-    inputs = load_inputs(before, after, noise, reference)
+    if plots:
+        require_plots()
+    per_key_csv = False
+    if per_key:
+        from stabcli.keytable import per_key_format
+
+        per_key_csv = per_key_format(per_key) == "csv"
+    plan = _report_outputs([before, after, *([noise] if noise else [])], downstream, json_path, markdown_path, plots,
+                           per_key, key_names, force)
+    if keys is not None:
+        plan.add_input(keys)
+    plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
+    inputs = load_inputs(before, after, noise, reference, read)
     names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
     with err.status("drift", spinner="dots") if err.is_terminal else nullcontext() as status:
         report, table = compute_drift(inputs, options, downstream, names, str(key_names) if key_names else None,
                                       on_step=(lambda s: status.update(f"drift: {s}")) if status else None)
     report = evaluate_checks(report, parsed)
-    for path in write_outputs(outputs, report, table):
-        if path.suffix == ".png":
-            err.print(f"wrote {path}", highlight=False)
+    text = dumps(report)
+    _write_report_outputs(plan, text, lambda: render_markdown(report), json_path, markdown_path, plots,
+                          lambda directory: write_plots(report, table, directory), per_key,
+                          lambda: table.frame(compact=per_key_csv))
     if fmt == "json":
-        sys.stdout.write(json.dumps(report_json(report), indent=2, allow_nan=False) + "\n")
+        sys.stdout.write(text)
+        sys.stdout.flush()
     else:
         render_terminal(report, out)
     if not report.passed:

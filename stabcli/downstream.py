@@ -322,9 +322,10 @@ def _fit_predict(model_name: str, task: str, x: np.ndarray, transform: _Transfor
     return predictions, model if keep_model else None, converged
 
 
-def _scores(task: str, y_true: np.ndarray, y_pred: np.ndarray, classes: list[str],
-            scale: float = 1.0) -> dict[str, float]:
-    """Test metrics; regression labels divided by ``scale`` give the RMSE back in label units."""
+def prediction_scores(task: str, y_true: np.ndarray, y_pred: np.ndarray, classes: list[str],
+                      scale: float = 1.0) -> dict[str, float]:
+    """Test-split metrics of predictions (accuracy and macro F1, or R² and RMSE; audit and
+    drift); regression labels divided by ``scale`` give the RMSE back in label units."""
     if task == "classification":
         return {"accuracy": float(accuracy_score(y_true, y_pred)),
                 "f1_macro": float(f1_score(y_true, y_pred, labels=classes, average="macro", zero_division=0))}
@@ -463,7 +464,7 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
     results: dict[str, dict[str, Any]] = {}
     for v in variants:
         predictions = [f.predictions for f in fits[v.name]]
-        scores = [_scores(targets.task, y[test], pred, targets.classes, targets.scale) for pred in predictions]
+        scores = [prediction_scores(targets.task, y[test], pred, targets.classes, targets.scale) for pred in predictions]
         entry: dict[str, Any] = {"dim": v.phi_dim or dim, "source": v.source, "sigma": v.sigma if v.phi_dim else None}
         for metric in scores[0]:
             values = [s[metric] for s in scores]
@@ -523,7 +524,7 @@ def _stale(fits: list[_Fit], refit: list[float], test: np.ndarray, targets: Targ
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             predicted = reference.predict(f.transform(f.x[test]))
-        metric = _scores(targets.task, truth, predicted, targets.classes, targets.scale)[primary]
+        metric = prediction_scores(targets.task, truth, predicted, targets.classes, targets.scale)[primary]
         stale.append(metric)
         drops.append(refit_metric - metric)
     return float(np.mean(stale)), float(np.mean(drops))

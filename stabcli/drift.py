@@ -5,15 +5,14 @@ common keys after orthogonal Procrustes of AFTER onto BEFORE. With a noise run s
 runs on BEFORE's data and configuration) every key gets its own noise band, and a key has
 moved when its change exceeds that band at level ``alpha`` (the statistic is in
 ``stabcli.drift_math.noise_band``). The report is frozen dataclasses, one per section,
-converted to JSON by ``report_json`` only; ``--check`` paths are validated against the
-dataclass fields before anything is loaded.
+with ``schema.doc`` fields, converted to JSON by ``schema.to_json``; ``--check`` paths are
+validated against the types before anything is loaded (``schema.validate_checks``).
 """
 
 from __future__ import annotations
 
 import math
-import typing
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
@@ -22,9 +21,11 @@ import numpy as np
 from stabcli import __version__
 from stabcli import drift_math as dm
 from stabcli import metrics as m
-from stabcli.embeddings import Embedding, keys_path_for, read_embedding, require_finite
-from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli import schema
+from stabcli.errors import InputError, OptionError
 from stabcli.runset import RunSet, is_runset
+from stabcli.schema import Check, doc, to_json
 
 if TYPE_CHECKING:
     from stabcli.downstream import DownstreamOptions
@@ -82,7 +83,7 @@ class DriftInputs:
         return int(self.b.shape[1])
 
 
-def _load_side(path: Path, reference: int) -> tuple[Embedding, RunSet | None, int | None]:
+def _load_side(path: Path, reference: int, read: ReadOptions) -> tuple[Embedding, RunSet | None, int | None]:
     """An embedding file, or the ``reference`` run of a run set."""
     if path.is_dir():
         if not is_runset(path):
@@ -95,41 +96,26 @@ def _load_side(path: Path, reference: int) -> tuple[Embedding, RunSet | None, in
                                            f"{len(runset.runs) - 1})")
         index = runset.runs[reference]
         return runset.load(index), runset, index
-    return read_embedding(path), None, None
+    return read.read(path), None, None
 
 
-def input_paths(before: Path, after: Path, noise: Path | None, extra: Sequence[Path | None] = ()) -> list[Path]:
-    """Every path the command reads (files, keys files, run-set directories), for the output checks."""
-    paths = []
-    for p in (before, after, noise, *extra):
-        if p is None:
-            continue
-        paths.append(p)
-        if p.suffix.lower() == ".npy":
-            paths.append(keys_path_for(p))
-    return paths
-
-
-def load_inputs(before: str | Path, after: str | Path, noise: str | Path | None = None, reference: int = 0) -> DriftInputs:
-    """Read BEFORE, AFTER and the noise run set and match them on keys.
+def load_inputs(before: str | Path, after: str | Path, noise: str | Path | None = None, reference: int = 0,
+                read: ReadOptions | None = None) -> DriftInputs:
+    """Read BEFORE, AFTER (with ``read``: ``--input-format``, ``--trust-pickle``, ``--keys``)
+    and the noise run set and match them on keys (``embeddings.match_inputs`` for keyless arrays).
 
     Raises ``InputError`` naming the file for mismatched dimensions, no common keys, NaN or
     inf rows, keyless inputs mixed with keyed ones, a noise run set with too few runs or
     without some of the compared keys.
     """
     before, after = Path(before), Path(after)
-    b_emb, b_set, b_index = _load_side(before, reference)
-    a_emb, a_set, _ = _load_side(after, reference)
+    read = read or ReadOptions()
+    b_emb, b_set, b_index = _load_side(before, reference, read)
+    a_emb, a_set, _ = _load_side(after, reference, read)
     if a_emb.dim != b_emb.dim:
         raise InputError(f"{a_emb.source}: dimension {a_emb.dim}, but {b_emb.source} has {b_emb.dim}")
-    b_keyless, a_keyless = b_set is None and _keyless(b_emb), a_set is None and _keyless(a_emb)
-    if b_keyless != a_keyless:
-        keyless, keyed = (b_emb, a_emb) if b_keyless else (a_emb, b_emb)
-        raise InputError(f"{keyless.source}: has no keys file ({keys_path_for(keyless.source).name}) but "
-                         f"{keyed.source} has keys; rows cannot be matched to keys (add the keys file)")
-    if b_keyless and len(b_emb.keys) != len(a_emb.keys):
-        raise InputError(f"{a_emb.source}: {len(a_emb.keys):,} rows, but {b_emb.source} has {len(b_emb.keys):,}; "
-                         "keyless arrays are matched by row position and need the same number of rows")
+    b_emb, a_emb = match_inputs([b_emb, a_emb], read.keys_file)
+    b_keyless = b_emb.keyless
     keys, b_rows, a_rows, added, removed = _match(b_emb.keys, a_emb.keys)
     if not keys:
         raise InputError(f"{a_emb.source}: no keys in common with {b_emb.source}")
@@ -164,13 +150,6 @@ def load_inputs(before: str | Path, after: str | Path, noise: str | Path | None 
             inputs.frequency = np.array([counts.get(k, -1) for k in keys], dtype=np.float64)
             inputs.frequency[inputs.frequency < 0] = np.nan
     return inputs
-
-
-def _keyless(emb: Embedding) -> bool:
-    flag = getattr(emb, "keyless", None)
-    if flag is not None:
-        return bool(flag)
-    return emb.source.suffix.lower() == ".npy" and not keys_path_for(emb.source).is_file()
 
 
 def _noise_runset(noise: Path) -> RunSet:
@@ -219,32 +198,15 @@ def _rows(emb: Embedding, rows: np.ndarray | None, keys: list[str]) -> np.ndarra
 
 
 def read_key_names(path: str | Path, known: set[str], encoding: str = "utf-8") -> dict[str, str]:
-    """Display names: ``key,name`` or ``key<TAB>name`` (header optional), or MovieLens
-    ``u.item`` / ``movies.dat`` / ``movies.csv`` (the title)."""
-    import csv
-
-    from stabcli.corpus import text_lines
+    """Display names (``keytable.read_key_names``, the reader audit uses: ``key,name`` or
+    ``key<TAB>name``, MovieLens ``u.item`` / ``movies.dat`` / ``movies.csv``); InputError when
+    none of its keys is a compared key."""
+    from stabcli.keytable import read_key_names as read_names
 
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: key names file not found" if not path.exists() else f"{path}: not a file")
-    names: dict[str, str] = {}
-    delimiter = None
-    for lineno, line in text_lines(path, encoding):
-        if not line.strip():
-            continue
-        if delimiter is None:
-            delimiter = next((d for d in ("\t", "::", "|", ",") if d in line), None)
-            if delimiter is None:
-                raise InputError(f"{path}:{lineno}: expected key and name separated by a tab or a comma")
-        fields_ = line.split(delimiter) if delimiter in ("::", "|") else next(csv.reader([line], delimiter=delimiter))
-        if len(fields_) < 2:
-            raise InputError(f"{path}:{lineno}: expected a key and a name, found {len(fields_)} field(s)")
-        key, name = fields_[0].strip(), fields_[1].strip()
-        if not names and key not in known and lineno == 1:
-            continue  # a header
-        if key and name:
-            names.setdefault(key, name)
+    names = {key: name for key, name in read_names(path, encoding).items() if key and name}
     if not names:
         raise InputError(f"{path}: no key names found")
     if not known & names.keys():
@@ -257,120 +219,111 @@ def read_key_names(path: str | Path, known: set[str], encoding: str = "utf-8") -
 
 @dataclass(frozen=True)
 class TopKey:
-    key: str
-    name: Optional[str]
-    distance: float
-    cosine_distance: float
-    norm_change: float
-    knn_overlap: Optional[float]
-    frequency: Optional[float]
-    noise_scale: Optional[float]
-    noise_band: Optional[float]
-    ratio: Optional[float]
-    p_value: Optional[float]
-    q_value: Optional[float]
+    key: str = doc("the key")
+    name: Optional[str] = doc("its display name (--key-names), or null")
+    distance: float = doc("‖b − a‖ (AFTER aligned unless --no-align)")
+    cosine_distance: float = doc("1 − cos(b, a)")
+    norm_change: float = doc("‖a‖ − ‖b‖")
+    knn_overlap: Optional[float] = doc("share of its k nearest neighbours kept BEFORE → AFTER")
+    frequency: Optional[float] = doc("its count in the run set's corpus, or null")
+    noise_scale: Optional[float] = doc("its RMS distance between two noise runs (null without --noise)")
+    noise_band: Optional[float] = doc("the distance flagged at alpha for this key (null without --noise)")
+    ratio: Optional[float] = doc("distance / noise scale, level-adjusted (null without --noise)")
+    p_value: Optional[float] = doc("against the pooled noise null (null without --noise)")
+    q_value: Optional[float] = doc("Benjamini–Hochberg q (null without --noise)")
 
 
 @dataclass(frozen=True)
 class InputSection:
-    before: str
-    after: str
-    noise: Optional[str]
-    noise_runs: Optional[int]
-    before_in_noise: Optional[bool]
-    keys_compared: int
-    keys_added: int
-    keys_removed: int
-    added: list[str]
-    removed: list[str]
-    dim: int
-    aligned: bool
-    alignment_residual: Optional[float]
-    keyless: bool
-    key_names: Optional[str]
+    before: str = doc("BEFORE as given")
+    after: str = doc("AFTER as given")
+    noise: Optional[str] = doc("the --noise run set, or null")
+    noise_runs: Optional[int] = doc("finished runs in the noise set, or null")
+    before_in_noise: Optional[bool] = doc("whether BEFORE is one of the noise runs, or null")
+    keys_compared: int = doc("keys in both BEFORE and AFTER")
+    keys_added: int = doc("keys only in AFTER")
+    keys_removed: int = doc("keys only in BEFORE")
+    added: list[str] = doc(f"the first {ADDED_REMOVED_LISTED} added keys")
+    removed: list[str] = doc(f"the first {ADDED_REMOVED_LISTED} removed keys")
+    dim: int = doc("dimensions")
+    aligned: bool = doc("AFTER rotated onto BEFORE (orthogonal Procrustes); false with --no-align")
+    alignment_residual: Optional[float] = doc("‖AFTER·Q − BEFORE‖_F / ‖BEFORE‖_F, or null with --no-align")
+    keyless: bool = doc("rows matched by position (keyless arrays)")
+    key_names: Optional[str] = doc("the --key-names file, or null")
 
 
-NEEDS_NOISE = {"needs": "noise"}
+NEEDS_NOISE = ("noise", "drift.moved_count", "drift.moved_share", "drift.expected_false_positives", "drift.discoveries")
 
 
 @dataclass(frozen=True)
 class DriftSection:
-    distance_median: float
-    distance_mean: float
-    distance_p90: float
-    distance_p99: float
-    cosine_distance_median: float
-    cosine_distance_p90: float
-    norm_change_median: float
-    relative_norm_change_median: float
-    dot_median: float
-    knn_overlap: float
-    knn_k: int
-    knn_keys: int
-    knn_sampled: bool
-    knn_chance: float
-    moved_count: Optional[int] = field(default=None, metadata=NEEDS_NOISE)
-    moved_share: Optional[float] = field(default=None, metadata=NEEDS_NOISE)
-    expected_false_positives: Optional[float] = field(default=None, metadata=NEEDS_NOISE)
-    discoveries: Optional[int] = field(default=None, metadata=NEEDS_NOISE)
-    top_by: str = "distance"
-    top: list[TopKey] = field(default_factory=list)
+    distance_median: float = doc("median over keys of ‖b − a‖")
+    distance_mean: float = doc("mean of ‖b − a‖")
+    distance_p90: float = doc("90th percentile of ‖b − a‖")
+    distance_p99: float = doc("99th percentile of ‖b − a‖")
+    cosine_distance_median: float = doc("median of 1 − cos(b, a)")
+    cosine_distance_p90: float = doc("90th percentile of 1 − cos(b, a)")
+    norm_change_median: float = doc("median of ‖a‖ − ‖b‖")
+    relative_norm_change_median: float = doc("median of (‖a‖ − ‖b‖) / ‖b‖")
+    dot_median: float = doc("median of ⟨b, a⟩")
+    knn_overlap: float = doc("mean k-NN overlap BEFORE vs AFTER over knn_keys keys")
+    knn_k: int = doc("k of the k-NN overlap (--knn-k)")
+    knn_keys: int = doc("keys the overlap is averaged over")
+    knn_sampled: bool = doc("a seeded sample of keys (above 10,000 keys), not every key")
+    knn_chance: float = doc("the overlap expected by chance, k/(n−1)")
+    moved_count: Optional[int] = doc("keys with p < alpha (null without --noise)", default=None)
+    moved_share: Optional[float] = doc("moved_count / keys compared (null without --noise)", default=None)
+    expected_false_positives: Optional[float] = doc("alpha × keys compared (null without --noise)", default=None)
+    discoveries: Optional[int] = doc("keys with Benjamini–Hochberg q ≤ alpha (null without --noise)", default=None)
+    top_by: str = doc("order of top: p_value (with --noise) or distance", default="distance")
+    top: list[TopKey] = doc("the moved keys listed (at most --top; without --noise the largest changes)",
+                            default_factory=list)
 
 
 @dataclass(frozen=True)
 class NoiseSection:
-    alpha: float
-    runs: int
-    pairs: int
-    null_samples: int
-    statistic: str
-    noise_median: float
-    drift_to_noise: float
-    global_ratio: float
-    level_factor: float
-    level_range_low: float
-    level_range_high: float
-    ratio_threshold: float
+    alpha: float = doc("level of the per-key test and of the FDR (--alpha)")
+    runs: int = doc("noise runs")
+    pairs: int = doc("noise run pairs")
+    null_samples: int = doc("samples of the pooled null distribution")
+    statistic: str = doc("the statistic, in words")
+    noise_median: float = doc("median over keys of the key's RMS noise pair distance")
+    drift_to_noise: float = doc("median drift / median noise")
+    global_ratio: float = doc("this refresh's typical ratio relative to a noise pair's (1 = moves like a seed change)")
+    level_factor: float = doc("the level applied (global ratio clipped to the noise pairs' range)")
+    level_range_low: float = doc("lowest level of a noise pair")
+    level_range_high: float = doc("highest level of a noise pair")
+    ratio_threshold: float = doc("the null's 1 − alpha quantile of the level-adjusted ratio")
 
 
 @dataclass(frozen=True)
 class DownstreamSection:
-    labels: str
-    task: str
-    model: str
-    metric: str
-    train: int
-    test: int
-    skipped_keys: int
-    before: float
-    refit: float
-    stale_raw: float
-    stale_aligned: Optional[float]
-    drop_raw: float
-    drop_aligned: Optional[float]
-    churn_refit: float
-    churn_stale_aligned: Optional[float]
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    path: str
-    op: str
-    value: Optional[float]
-    threshold: float
-    passed: bool
+    labels: str = doc("the --labels file")
+    task: str = doc("classification or regression")
+    model: str = doc("logreg, knn or ridge")
+    metric: str = doc("accuracy or r2")
+    train: int = doc("training keys")
+    test: int = doc("test keys")
+    skipped_keys: int = doc("labeled keys not compared (not in both embeddings)")
+    before: float = doc("BEFORE's model on BEFORE")
+    refit: float = doc("a model refit on AFTER")
+    stale_raw: float = doc("BEFORE's model on raw AFTER")
+    stale_aligned: Optional[float] = doc("BEFORE's model on aligned AFTER (null with --no-align)")
+    drop_raw: float = doc("refit − stale_raw")
+    drop_aligned: Optional[float] = doc("refit − stale_aligned (null with --no-align)")
+    churn_refit: float = doc("share of test predictions the refit model changes (RMS difference for regression)")
+    churn_stale_aligned: Optional[float] = doc("the same for BEFORE's model on aligned AFTER (null with --no-align)")
 
 
 @dataclass(frozen=True)
 class DriftReport:
-    stabcli_version: str
-    input: InputSection
-    drift: DriftSection
-    noise: Optional[NoiseSection]
-    downstream: Optional[DownstreamSection]
-    checks: list[CheckResult] = field(default_factory=list)
-    passed: bool = True
+    stabcli_version: str = doc("version that wrote the report")
+    input: InputSection = doc("what was compared")
+    drift: DriftSection = doc("per-key change BEFORE → AFTER")
+    noise: Optional[NoiseSection] = doc("the noise band (null without --noise)")
+    downstream: Optional[DownstreamSection] = doc("BEFORE's model on AFTER (null without --labels)")
+    checks: list[Check] = doc("the --check results, in the order given", default_factory=list)
+    passed: bool = doc("true when every check passed (true without checks)", default=True)
 
 
 @dataclass
@@ -379,93 +332,46 @@ class PerKey:
 
     columns: dict[str, np.ndarray | list]
 
-    def frame(self) -> Any:
+    def frame(self, compact: bool = False) -> Any:
+        """The table as a DataFrame; ``compact`` stores float columns as float32 for CSV (their
+        shortest repr is exact for the float32 vectors and ten times faster to write than a
+        float_format: 200,000 keys in 2 s instead of 30 s)."""
         import pandas as pd
 
-        return pd.DataFrame(self.columns)
+        frame = pd.DataFrame(self.columns)
+        if compact:
+            frame = frame.astype({c: np.float32 for c in frame.select_dtypes("float64").columns})
+        return frame
 
 
 def report_json(report: DriftReport) -> dict[str, Any]:
-    """The report as plain JSON types; NaN and inf become null."""
-    return _plain(report)
+    """The report as plain JSON types (``schema.to_json``); NaN and inf become null."""
+    return to_json(report)
 
 
-def _plain(value: Any) -> Any:
-    if is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    return value
+# ------------------------------------------------------------------ checks (schema's, one implementation)
 
 
-# ------------------------------------------------------------------ checks, validated on the types
-
-
-def _section_types() -> dict[str, type]:
-    hints = typing.get_type_hints(DriftReport)
-    return {name: _unwrap(hints[name]) for name in ("input", "drift", "noise", "downstream")}
-
-
-def _unwrap(hint: Any) -> Any:
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
+def _needs(path: str, has_noise: bool, has_labels: bool) -> str | None:
+    if not has_noise and any(path == p or path.startswith(p + ".") for p in NEEDS_NOISE):
+        return f"{path} needs --noise RUNSET"
+    if not has_labels and (path == "downstream" or path.startswith("downstream.")):
+        return f"{path} needs --labels FILE"
+    return None
 
 
 def validate_checks(expressions: Sequence[str], has_noise: bool, has_labels: bool) -> list[tuple[str, str, str, float]]:
-    """Parse every ``--check`` and resolve its path against the report's dataclasses, before
-    any input is read: unknown paths, non-numeric fields and fields that need ``--noise`` or
-    ``--labels`` are ``UsageError``."""
-    from stabcli.audit import parse_check
-
-    sections = _section_types()
-    parsed = []
-    for expression in expressions:
-        path, op, threshold = parse_check(expression)
-        parts = path.split(".")
-        if len(parts) != 2 or parts[0] not in sections:
-            if parts[0] not in sections:
-                raise UsageError(f"--check {expression!r}: no {parts[0]!r} in the report (has: {', '.join(sections)})")
-            raise UsageError(f"--check {expression!r}: expected SECTION.FIELD, e.g. drift.moved_share")
-        section, name = parts
-        cls = sections[section]
-        by_name = {f.name: f for f in fields(cls)}
-        if name not in by_name:
-            numeric = [n for n, f in by_name.items() if _numeric(cls, n)]
-            raise UsageError(f"--check {expression!r}: no {name!r} in {section} (numbers: {', '.join(numeric)})")
-        if not _numeric(cls, name):
-            raise UsageError(f"--check {expression!r}: {path} is not a number")
-        if (section == "noise" or by_name[name].metadata.get("needs") == "noise") and not has_noise:
-            raise UsageError(f"--check {expression!r}: {path} needs --noise RUNSET")
-        if section == "downstream" and not has_labels:
-            raise UsageError(f"--check {expression!r}: {path} needs --labels FILE")
-        parsed.append((expression.strip(), path, op, threshold))
-    return parsed
-
-
-def _numeric(cls: type, name: str) -> bool:
-    hint = _unwrap(typing.get_type_hints(cls)[name])
-    return hint in (int, float)
+    """Parse every ``--check`` and resolve its path against ``DriftReport`` before any input
+    is read (``schema.validate_checks``): unknown paths, non-numeric fields and fields that
+    need ``--noise`` or ``--labels`` are ``UsageError``. Returns (expression, path, op, threshold)."""
+    parsed = schema.validate_checks(DriftReport, expressions, lambda path: _needs(path, has_noise, has_labels))
+    return [(expression.strip(), *triple) for expression, triple in zip(expressions, parsed)]
 
 
 def evaluate_checks(report: DriftReport, parsed: Sequence[tuple[str, str, str, float]]) -> DriftReport:
-    """The report with its ``checks`` and ``passed`` filled in; a null value fails its check."""
-    from stabcli.audit import _OPS
-
-    results = []
-    for name, path, op, threshold in parsed:
-        section, field_name = path.split(".")
-        value = getattr(getattr(report, section), field_name)
-        number = None if value is None or (isinstance(value, float) and not math.isfinite(value)) else float(value)
-        passed = number is not None and _OPS[op](number, threshold)
-        results.append(CheckResult(name, path, op, number, threshold, passed))
+    """The report with its ``checks`` and ``passed`` filled in (``schema.evaluate_checks``);
+    a null value fails its check."""
+    results = schema.evaluate_checks(report, [expression for expression, *_ in parsed], DriftReport)
     return replace(report, checks=results, passed=all(c.passed for c in results))
 
 
@@ -600,7 +506,7 @@ def _downstream(inputs: DriftInputs, rotation: np.ndarray | None, targets: Any, 
 
     from sklearn.exceptions import ConvergenceWarning
 
-    from stabcli.downstream import _scores, make_model
+    from stabcli.downstream import make_model, prediction_scores
 
     rows = targets.rows
     xb = np.asarray(inputs.b[rows], dtype=np.float64)
@@ -617,7 +523,7 @@ def _downstream(inputs: DriftInputs, rotation: np.ndarray | None, targets: Any, 
         return model
 
     def score(pred: np.ndarray) -> float:
-        return _scores(targets.task, y[test], pred, targets.classes)[metric]
+        return prediction_scores(targets.task, y[test], pred, targets.classes)[metric]
 
     def churn(p1: np.ndarray, p2: np.ndarray) -> float:
         return float(np.mean(p1 != p2)) if classification else float(np.sqrt(np.mean((p1 - p2) ** 2)))

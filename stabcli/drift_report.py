@@ -1,26 +1,21 @@
-"""Renderers of the drift report (terminal, Markdown, PNG plots, per-key CSV/parquet) and
-the one place that checks and writes the command's output files (all or nothing)."""
+"""Renderers of the drift report (terminal, Markdown, PNG plots). The command's output files
+are checked and written by ``stabcli.outputs.OutputPlan``, as for every command."""
 
 from __future__ import annotations
 
-import io
-import json
-import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from stabcli.drift import DriftReport, PerKey, report_json
-from stabcli.errors import UsageError
-from stabcli.report import _num, _pct
+from stabcli.drift import DriftReport, PerKey
+from stabcli.report import _num, _pct, require_plots
 
 PLOT_NAMES = ("drift_vs_noise.png", "drift_distribution.png")
-PER_KEY_SUFFIXES = (".csv", ".parquet")
 
 
 def verdict(report: DriftReport) -> str:
@@ -120,8 +115,8 @@ def downstream_rows(report: DriftReport) -> list[tuple[str, str]]:
 def render_terminal(report: DriftReport, console: Console) -> None:
     inp = report.input
     console.print(Text(verdict(report), style="bold"), soft_wrap=True)
-    console.print(f"{inp.before} → {inp.after}: {inp.keys_compared:,} keys × {inp.dim} dims"
-                  + (f" · noise: {inp.noise} ({inp.noise_runs} runs"
+    console.print(f"{escape(inp.before)} → {escape(inp.after)}: {inp.keys_compared:,} keys × {inp.dim} dims"
+                  + (f" · noise: {escape(inp.noise)} ({inp.noise_runs} runs"
                      + (", BEFORE is one of them)" if inp.before_in_noise else ")") if inp.noise else "")
                   + (" · rows matched by position (keyless arrays)" if inp.keyless else ""), highlight=False, soft_wrap=True)
     table = Table(title="Drift", title_justify="left")
@@ -136,13 +131,13 @@ def render_terminal(report: DriftReport, console: Console) -> None:
         for i, header in enumerate(_top_headers(report)):
             top.add_column(header, justify="left" if header in ("key", "name") else "right")
         for row in _top_rows(report):
-            top.add_row(*row)
+            top.add_row(*map(escape, row))  # keys and names are data, not markup
         console.print(top)
     elif report.noise is not None:
         console.print(f"no key moved beyond its noise band at FDR {report.noise.alpha:g}", highlight=False)
     if report.downstream is not None:
         ds = report.downstream
-        table = Table(title=f"Downstream: {ds.model} on {Path(ds.labels).name} ({ds.task}, {ds.train:,} train / "
+        table = Table(title=f"Downstream: {ds.model} on {escape(Path(ds.labels).name)} ({ds.task}, {ds.train:,} train / "
                             f"{ds.test:,} test keys)", title_justify="left")
         table.add_column("model")
         table.add_column("value", justify="right")
@@ -151,7 +146,7 @@ def render_terminal(report: DriftReport, console: Console) -> None:
         console.print(table)
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
         mark = "[green]PASS[/]" if check.passed else "[bold red]FAIL[/]"
-        console.print(f"{mark} {check.name} (value {_num(check.value)})", highlight=False)
+        console.print(f"{mark} {escape(check.name)} (value {_num(check.value)})", highlight=False)
 
 
 def render_markdown(report: DriftReport) -> str:
@@ -176,9 +171,11 @@ def render_markdown(report: DriftReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_pngs(report: DriftReport, per_key: PerKey) -> dict[str, bytes]:
-    """PNG bytes by file name: drift against noise per key (log scale, moved keys in red) and
-    the distribution of drift and of noise."""
+def write_plots(report: DriftReport, per_key: PerKey, directory: Path) -> list[Path]:
+    """PNG figures into ``directory`` (the output plan's staging directory): drift against
+    noise per key (log scale, moved keys in red) and the distribution of drift and of noise.
+    Returns the files written."""
+    require_plots()
     import matplotlib
 
     matplotlib.use("Agg")
@@ -186,14 +183,14 @@ def plot_pngs(report: DriftReport, per_key: PerKey) -> dict[str, bytes]:
 
     cols = per_key.columns
     distance = np.asarray(cols["distance"])
-    pngs: dict[str, bytes] = {}
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
 
     def save(fig: Any, name: str) -> None:
-        buf = io.BytesIO()
         fig.tight_layout()
-        fig.savefig(buf, format="png", dpi=110)
+        fig.savefig(directory / name, format="png", dpi=110)
         plt.close(fig)
-        pngs[name] = buf.getvalue()
+        written.append(directory / name)
 
     floor = max(float(distance[distance > 0].min()) if (distance > 0).any() else 1e-12, 1e-12)
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
@@ -225,136 +222,4 @@ def plot_pngs(report: DriftReport, per_key: PerKey) -> dict[str, bytes]:
     ax.set(xscale="log", xlabel="distance", ylabel="keys", title="Distribution of drift and of noise")
     ax.legend(fontsize=8)
     save(fig, PLOT_NAMES[1])
-    return pngs
-
-
-def per_key_bytes(per_key: PerKey, path: Path) -> bytes:
-    frame = per_key.frame()
-    if path.suffix.lower() == ".parquet":
-        buf = io.BytesIO()
-        try:
-            frame.to_parquet(buf, index=False)
-        except ImportError:
-            raise UsageError("--per-key: writing parquet needs pyarrow: pip install 'stabcli[parquet]'") from None
-        return buf.getvalue()
-    floats = frame.select_dtypes("float64").columns
-    # float32's shortest repr (<= 9 digits) is exact for the float32 vectors and ten times faster
-    # to write than a float_format (200,000 keys: 2 s instead of 30 s)
-    return frame.astype({c: np.float32 for c in floats}).to_csv(index=False).encode("utf-8")
-
-
-# ------------------------------------------------------------------ outputs (one place)
-
-
-@dataclass(frozen=True)
-class Outputs:
-    json: Path | None = None
-    markdown: Path | None = None
-    per_key: Path | None = None
-    plots: Path | None = None
-    step_summary: Path | None = None
-    force: bool = False
-
-
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.relative_to(root)
-    except ValueError:
-        return False
-    return True
-
-
-def check_outputs(outputs: Outputs, inputs: Sequence[Path]) -> None:
-    """Before any work: no output is (or lies inside) an input; an existing output is refused
-    unless ``force`` (a plots directory then only if it holds nothing but drift's own PNGs);
-    the parent directory exists; ``--per-key`` has a known suffix."""
-    resolved_inputs = [(p, p.resolve()) for p in inputs if p.exists()]
-    named = [("json", outputs.json), ("markdown", outputs.markdown), ("per_key", outputs.per_key),
-             ("plots", outputs.plots), ("GITHUB_STEP_SUMMARY", outputs.step_summary)]
-    seen: dict[Path, str] = {}
-    for param, path in named:
-        if path is None:
-            continue
-        flag = param if param == "GITHUB_STEP_SUMMARY" else "--" + param.replace("_", "-")
-        target = path.resolve()
-        for given, real in resolved_inputs:
-            if target == real or (real.is_dir() and _inside(target, real)):
-                raise UsageError(f"{flag} {path}: is an input or inside one ({given}); choose another path")
-        if target in seen:
-            raise UsageError(f"{flag} {path}: also given as {seen[target]}")
-        seen[target] = flag
-        if param == "GITHUB_STEP_SUMMARY":
-            continue
-        if param == "per_key" and path.suffix.lower() not in PER_KEY_SUFFIXES:
-            raise UsageError(f"--per-key {path}: unknown table format (use a .csv or .parquet name)")
-        if not path.parent.is_dir():
-            raise UsageError(f"{flag} {path}: directory {path.parent} does not exist")
-        if path.exists() or path.is_symlink():
-            if not outputs.force:
-                raise UsageError(f"{flag} {path}: already exists; pass --force to replace it")
-            if param == "plots":
-                if not path.is_dir():
-                    raise UsageError(f"--plots {path}: exists and is not a directory")
-                stray = [p.name for p in path.iterdir() if p.name not in PLOT_NAMES]
-                if stray:
-                    raise UsageError(f"--plots {path}: holds {stray[0]!r}, which stabcli did not write; choose "
-                                     "another directory")
-            elif path.is_dir():
-                raise UsageError(f"{flag} {path}: is a directory")
-    _shared_output_rule(outputs, inputs, named)
-
-
-def _shared_output_rule(outputs: Outputs, inputs: Sequence[Path], named: list[tuple[str, Path | None]]) -> None:
-    """Then every command's rule (``stabcli.outputs``): hard links to an input, outputs inside
-    the run set of an input file, devices, FIFOs and sockets are refused too."""
-    from stabcli.outputs import OutputPlan, plots_owned, with_companions
-
-    plan = OutputPlan([c for p in inputs for c in with_companions(p)], force=outputs.force)
-    for param, path in named:
-        if path is not None:
-            flag = param if param == "GITHUB_STEP_SUMMARY" else "--" + param.replace("_", "-")
-            kind = {"plots": "dir", "GITHUB_STEP_SUMMARY": "append"}.get(param, "file")
-            plan.add(path, flag, kind=kind, owned=plots_owned if kind == "dir" else None)
-    plan.check()
-
-
-def write_outputs(outputs: Outputs, report: DriftReport, per_key: PerKey) -> list[Path]:
-    """Render every requested output in memory, then write each atomically (temporary name in
-    the same directory, then rename); on a failure remove what this call wrote. The step
-    summary is appended to (GitHub's protocol). Returns the files written."""
-    files: list[tuple[Path, bytes]] = []
-    if outputs.json:
-        files.append((outputs.json, (json.dumps(report_json(report), indent=2, allow_nan=False) + "\n").encode()))
-    if outputs.markdown:
-        files.append((outputs.markdown, render_markdown(report).encode()))
-    if outputs.per_key:
-        files.append((outputs.per_key, per_key_bytes(per_key, outputs.per_key)))
-    made_dir = False
-    if outputs.plots:
-        files += [(outputs.plots / name, data) for name, data in plot_pngs(report, per_key).items()]
-    written: list[Path] = []
-    try:
-        if outputs.plots and not outputs.plots.is_dir():
-            outputs.plots.mkdir()
-            made_dir = True
-        for path, data in files:
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            try:
-                tmp.write_bytes(data)
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
-            written.append(path)
-        if outputs.step_summary:
-            with open(outputs.step_summary, "a", encoding="utf-8") as fh:
-                fh.write(render_markdown(report))
-    except OSError as exc:
-        for path in written:
-            path.unlink(missing_ok=True)
-        if made_dir:
-            try:
-                outputs.plots.rmdir()
-            except OSError:
-                pass
-        raise UsageError(f"{exc.filename or 'output'}: cannot write ({exc.strerror})") from None
     return written

@@ -29,6 +29,7 @@ from stabcli.embeddings import (
     Embedding,
     ReadOptions,
     check_keys_writable,
+    fits_float32,
     format_for,
     keys_path_for,
     keys_text,
@@ -47,7 +48,7 @@ from stabcli.fourier import (
     procrustes_rotation,
     rahimi_recht_dimension,
 )
-from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms
+from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
 from stabcli.outputs import OutputPlan, runset_owned, with_companions
 from stabcli.resources import require_memory
 from stabcli.runset import KEY_COUNTS, KEYS, MANIFEST, RunSet, is_runset
@@ -226,9 +227,13 @@ def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.
         else:
             with np.errstate(over="ignore", invalid="ignore"):
                 carries = bool(np.isfinite(block.sum()))  # a sum that overflows only costs the float64 path
+        if carries and raw.dtype != np.float32 and not fits_float32(raw):
+            carries = False  # float32 would flush 1e-300 rows to zero (or 1e300 to inf): float64 path
         if not carries:
             require_finite(emb.source, emb.keys, raw, start)  # raises, unless float32 is the problem
-            block = np.asarray(raw, dtype=np.float64)
+            block, inverse, finite = np.asarray(raw, dtype=np.float64), None, False
+            if directions is not None and options.normalize:
+                block = unit_rows(block)  # any magnitude (1e300 rows): ‖x‖² would overflow float64
         if rotation is not None and rotation32 is not None:
             block = block @ (rotation32 if block.dtype == np.float32 else rotation)
         if directions is not None:

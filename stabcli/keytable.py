@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from stabcli.errors import InputError, UsageError
+
+if TYPE_CHECKING:  # pandas is imported where a table is read or built: a suffix check needs none of its 60 MB
+    import pandas as pd
 
 PER_KEY_COLUMNS = ["key", "name", "frequency", "norm", "aligned_variance", "relative_instability",
                    "displacement", "knn_overlap"]
@@ -35,6 +38,8 @@ def read_key_names(path: Path, encoding: str = "utf-8") -> dict[str, str]:
         raise InputError(f"{path}: not valid {encoding} text (MovieLens item files need --encoding latin-1)") from None
     except LookupError:
         raise UsageError(f"--encoding {encoding}: unknown text encoding") from None
+    import pandas as pd
+
     text = text.lstrip("\ufeff")
     first = next((line for line in text.splitlines() if line.strip()), "")
     if not first:
@@ -57,6 +62,8 @@ def per_key_frame(keys: list[str], names: dict[str, str] | None, frequency: np.n
                   aligned_variance: np.ndarray, relative_instability: np.ndarray, displacement: np.ndarray | None,
                   knn_overlap: np.ndarray) -> pd.DataFrame:
     """One row per key with the ``PER_KEY_COLUMNS``; missing values are empty (NA)."""
+    import pandas as pd
+
     n = len(keys)
     counts = [None] * n if frequency is None else [int(c) if c >= 0 else None for c in frequency]
     return pd.DataFrame({

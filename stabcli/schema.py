@@ -8,6 +8,9 @@ A command's report is a tree of frozen dataclasses. Each field declares its mean
 * ``check_path(Report, "representation.knn_overlap")``: whether a ``--check`` path names a
   number in the schema, so a typo fails before any computation.
 * ``key_rows(Report)`` / ``markdown_table(Report)``: the JSON reference in ``docs/json.md``.
+* ``validate_checks`` / ``evaluate_checks``: the ``--check 'PATH OP VALUE'`` gates of every
+  command (audit, drift), parsed and resolved against the report type before any work and
+  evaluated on the finished report, into ``Check`` results.
 
 Field types understood: dataclasses (a JSON object), ``list[T]`` (path part ``N``, an
 index), ``dict[str, T]`` (path part ``NAME``, any key, dots allowed), ``T | None``,
@@ -18,10 +21,12 @@ from __future__ import annotations
 
 import json
 import math
+import operator
+import re
 import types
 import typing
-from collections.abc import Callable
-from dataclasses import MISSING, Field, field, fields, is_dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +188,101 @@ def markdown_table(cls: type) -> str:
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+# ------------------------------------------------------------------ --check gates (every command)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str = doc("the expression as given")
+    path: str = doc("the dotted path it reads")
+    op: str = doc("`<`, `<=`, `>`, `>=` or `==`")
+    value: float | None = doc("the value found (null if not finite; such a check fails)")
+    threshold: float = doc("the number compared with")
+    passed: bool = doc("whether the comparison holds")
+
+
+OPS: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt,
+}
+_CHECK_RE = re.compile(r"^\s*([^\s<>=]+)\s*(<=|>=|==|<|>)\s*([^\s<>=]+)\s*$")
+
+
+def parse_check(expression: str) -> tuple[str, str, float]:
+    """``'representation.knn_overlap>=0.6'`` → (path, op, threshold); UsageError if malformed."""
+    match = _CHECK_RE.match(expression)
+    if not match:
+        raise UsageError(f"--check {expression!r}: expected PATH OP VALUE with OP one of < <= > >= ==")
+    path, op, raw = match.groups()
+    try:
+        threshold = float(raw)
+    except ValueError:
+        raise UsageError(f"--check {expression!r}: {raw!r} is not a number") from None
+    if not math.isfinite(threshold):
+        raise UsageError(f"--check {expression!r}: the threshold must be a finite number")
+    return path, op, threshold
+
+
+def validate_checks(cls: type, expressions: Sequence[str],
+                    needs: Callable[[str], str | None] | None = None) -> list[tuple[str, str, float]]:
+    """Parse every expression and resolve its path against report type ``cls``, before any
+    input is read. ``needs(path)`` names what the command lacks for that path (``"--labels
+    FILE"``), or None; a lacking path is a UsageError."""
+    parsed = [parse_check(expression) for expression in expressions]
+    for path, _, _ in parsed:
+        missing = needs(path) if needs else None
+        if missing:
+            raise UsageError(f"--check {path}: {missing}")
+        check_path(cls, path)
+    return parsed
+
+
+def resolve(report: Any, path: str, cls: type | None = None) -> float | None:
+    """The number at dotted ``path`` in the report (its JSON value); UsageError naming the
+    first bad part. None for a null (non-finite or unavailable) value; ``cls`` (default: the
+    report's own type) tells a null number from a null section.
+
+    A key may itself contain dots (variant ``phi:64@0.5``): at each level the longest run
+    of parts that is a key wins.
+    """
+    node: Any = to_json(report)
+    parts = path.split(".")
+    walked: list[str] = []
+    while parts:
+        for size in range(len(parts), 0, -1):
+            name = ".".join(parts[:size])
+            if isinstance(node, dict) and name in node:
+                node = node[name]
+                break
+            if size == 1 and isinstance(node, list) and name.isdigit() and int(name) < len(node):
+                node = node[int(name)]
+                break
+        else:
+            where = ".".join(walked) or "the report"
+            if isinstance(node, list):
+                raise UsageError(f"--check {path}: {where} has {len(node)} entries, no {parts[0]!r}")
+            options = ", ".join(sorted(node)) if isinstance(node, dict) else "no named fields"
+            raise UsageError(f"--check: no {parts[0]!r} in {where} (has: {options})")
+        walked.append(name)
+        parts = parts[size:]
+    if node is None:  # a number that is null (NaN, unavailable) fails its check; a null section is an error
+        cls = cls or (type(report) if is_dataclass(report) and not isinstance(report, type) else None)
+        if cls is not None:
+            check_path(cls, path)
+        return None
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        raise UsageError(f"--check: {path} is not a number (it is {type(node).__name__})")
+    return float(node)
+
+
+def evaluate_checks(report: Any, expressions: Sequence[str], cls: type | None = None) -> list[Check]:
+    """Every check expression evaluated on ``report`` (a typed report, or its JSON with its
+    type ``cls``); a check whose value is null (NaN, unavailable) fails."""
+    results = []
+    for expression in expressions:
+        path, op, threshold = parse_check(expression)
+        value = resolve(report, path, cls)
+        passed = value is not None and OPS[op](value, threshold)
+        results.append(Check(name=expression.strip(), path=path, op=op, value=value, threshold=threshold, passed=passed))
+    return results

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from stabcli.schema import doc
+from stabcli.schema import Check, doc
 
 
 @dataclass(frozen=True)
@@ -192,16 +192,6 @@ class DownstreamSection:
                 raise AssertionError(f"variant keys {extra} are not declared in VariantResult")
             variants[name] = VariantResult(task=task, **entry)
         return cls(**{**data, "variants": variants, "recommendation": Recommendation(**data["recommendation"])})
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str = doc("the expression as given")
-    path: str = doc("the dotted path it reads")
-    op: str = doc("`<`, `<=`, `>`, `>=` or `==`")
-    value: float | None = doc("the value found (null if not finite; such a check fails)")
-    threshold: float = doc("the number compared with")
-    passed: bool = doc("whether the comparison holds")
 
 
 @dataclass(frozen=True)

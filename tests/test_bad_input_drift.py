@@ -88,7 +88,7 @@ CASES = {
     "keyless mixed with keyed": (lambda t: ["drift", str(np.save(t / "raw.npy", vectors()) or t / "raw.npy"),
                                             str(emb(t, "a.vec"))], "has no keys file"),
     "keyless rows differ": (lambda t: ["drift", str(np.save(t / "r1.npy", vectors()) or t / "r1.npy"),
-                                       str(np.save(t / "r2.npy", vectors(n=20)) or t / "r2.npy")], "matched by row position"),
+                                       str(np.save(t / "r2.npy", vectors(n=20)) or t / "r2.npy")], "matched by position"),
     "keyless with noise": (lambda t: ["drift", str(np.save(t / "r1.npy", vectors()) or t / "r1.npy"),
                                       str(np.save(t / "r2.npy", vectors(1)) or t / "r2.npy"), "--noise", str(noise_set(t))],
                            "keyless arrays cannot be matched"),
@@ -141,29 +141,67 @@ CASES = {
     "key names missing": (lambda t: [*base(t), "--key-names", str(t / "names.tsv")], "names.tsv: key names file not found"),
     "key names match no key": (lambda t: [*base(t), "--key-names", str(labels_file(t, "x1\tOne\nx2\tTwo\n"))],
                                "keys is a compared key"),
-    "json is the before input": (lambda t: [*base(t), "--json", str(t / "b.npy")], "is an input or inside one"),
-    "markdown is the after keys file": (lambda t: [*base(t), "--markdown", str(t / "a.keys.txt")], "is an input or inside one"),
+    "json is the before input": (lambda t: [*base(t), "--json", str(t / "b.npy")], "b.npy; write the output elsewhere"),
+    "markdown is the after keys file": (lambda t: [*base(t), "--markdown", str(t / "a.keys.txt")], "is the input"),
     "per-key inside the noise run set": (lambda t: with_noise(t, "--per-key", str(t / "noise" / "keys.csv")),
-                                         "is an input or inside one"),
-    "plots inside the noise run set": (lambda t: with_noise(t, "--plots", str(t / "noise" / "figs")), "is an input"),
+                                         "lies inside the input"),
+    "plots inside the noise run set": (lambda t: with_noise(t, "--plots", str(t / "noise" / "figs")), "lies inside the input"),
     "json through a symlink to the input": (lambda t: [*base(t), "--json", str((t / "link.json").symlink_to(t / "b.npy")
-                                                                               or t / "link.json")], "is an input"),
+                                                                               or t / "link.json")], "is the input"),
     "labels as output": (lambda t: [*base(t), "--labels", str(labels_file(t, "k1\ta\nk2\tb\n")), "--json",
-                                    str(t / "labels.tsv")], "is an input"),
+                                    str(t / "labels.tsv")], "is the input"),
     "json exists without force": (lambda t: [*base(t), "--json", str((t / "old.json").write_text("{}") and t / "old.json")],
                                   "already exists; pass --force"),
     "json in a missing directory": (lambda t: [*base(t), "--json", str(t / "nodir" / "d.json")], "does not exist"),
-    "per-key unknown suffix": (lambda t: [*base(t), "--per-key", str(t / "keys.xlsx")], "use a .csv or .parquet name"),
+    "per-key unknown suffix": (lambda t: [*base(t), "--per-key", str(t / "keys.xlsx")], "use .csv, .tsv or .parquet"),
     "json and markdown the same file": (lambda t: [*base(t), "--json", str(t / "r.out"), "--markdown", str(t / "r.out")],
-                                        "also given as --json"),
+                                        "is also --json"),
     "plots dir with a user file, even with force": (
         lambda t: [*base(t), "--force", "--plots", str((t / "figs").mkdir() or (t / "figs" / "thesis.tex").write_text("x")
-                                                       and t / "figs")], "'thesis.tex', which stabcli did not write"),
+                                                       and t / "figs")], "thesis.tex, which stabcli did not write"),
     "plots is a file": (lambda t: [*base(t), "--force", "--plots", str((t / "f.png").write_text("x") and t / "f.png")],
                         "exists and is not a directory"),
     "json is an existing directory with force": (lambda t: [*base(t), "--force", "--json", str((t / "dj").mkdir() or t / "dj")],
                                                  "is a directory"),
+    # the shared foundations: embeddings.ReadOptions / match_inputs, outputs.OutputPlan
+    "keys with keyed inputs": (lambda t: [*base(t), "--keys", str(labels_file(t, "".join(k + "\n" for k in KEYS)))],
+                               "--keys:"),
+    "keys file missing": (lambda t: keyless_pair(t, "--keys", str(t / "nokeys.txt")), "nokeys.txt: no such keys file"),
+    "keys file too short": (lambda t: keyless_pair(t, "--keys", str(labels_file(t, "k0\nk1\n"))), "2 keys for 30 rows"),
+    "keyless before, keyed after, no --keys": (lambda t: ["drift", str(raw_npy(t, "r1.npy")), str(emb(t, "a.npy"))],
+                                               "Give --keys FILE"),
+    "input format unknown": (lambda t: [*base(t), "--input-format", "xlsx"], "--input-format: unknown format 'xlsx'"),
+    "input format npy on a text file": (lambda t: ["drift", str(emb(t, "b.vec")), str(emb(t, "a.vec", seed=1)),
+                                                   "--input-format", "npy"], "b.vec"),
+    "json is the --keys file": (lambda t: keyless_pair(t, "--keys", str(labels_file(t, "".join(k + "\n" for k in KEYS))),
+                                                       "--json", str(t / "labels.tsv")), "is the input"),
+    "json is the noise run set": (lambda t: with_noise(t, "--force", "--json", str(t / "noise")), "is the input"),
+    "plots dir holds the before input": (lambda t: [*base(t), "--plots", str(t)], "contains the input"),
+    "markdown is the key names file": (lambda t: [*base(t), "--key-names", str(labels_file(t, "k1\tOne\n")),
+                                                  "--markdown", str(t / "labels.tsv")], "is the input"),
+    "per-key is the labels file with force": (lambda t: [*base(t), "--force", "--labels", str(labels_file(t, "k1\ta\nk2\tb\n")),
+                                                         "--per-key", str(t / "labels.tsv")], "is the input"),
+    "per-key exists without force": (lambda t: [*base(t), "--per-key", str((t / "k.csv").write_text("x") and t / "k.csv")],
+                                     "already exists; pass --force"),
+    "plots exist without force": (lambda t: [*base(t), "--plots", str((t / "figs").mkdir() or t / "figs")],
+                                  "already exists; pass --force"),
+    "plots dir with a symlink, even with force": (
+        lambda t: [*base(t), "--force", "--plots", str((t / "figs").mkdir() or (t / "figs" / "x.png").symlink_to(t / "b.npy")
+                                                       or t / "figs")], "which stabcli did not write"),
+    "per-key and json the same file": (lambda t: [*base(t), "--json", str(t / "r.csv"), "--per-key", str(t / "r.csv")],
+                                       "is also --per-key"),
+    "markdown in a file, not a directory": (lambda t: [*base(t), "--markdown", str(t / "b.npy" / "r.md")], "is not a directory"),
 }
+
+
+def raw_npy(t: Path, name: str, n: int = N) -> Path:
+    """An .npy without a keys file (keyless: its keys are row numbers)."""
+    np.save(t / name, vectors(7, n))
+    return t / name
+
+
+def keyless_pair(t: Path, *extra: str) -> list[str]:
+    return ["drift", str(raw_npy(t, "r1.npy")), str(raw_npy(t, "r2.npy")), *extra]
 
 
 @pytest.mark.parametrize("name", list(CASES))

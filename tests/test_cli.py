@@ -8,6 +8,8 @@ from typer.testing import CliRunner
 from stabcli import __version__
 from stabcli.cli import app
 
+from conftest import files_state
+
 runner = CliRunner()
 SMALL = ["--runs", "2", "--dim", "4", "--epochs", "2", "--jobs", "1"]
 
@@ -124,6 +126,21 @@ def test_demo_trains_the_sample(tmp_path):
     drift = json.loads((tmp_path / "demo" / "drift.json").read_text())  # the drift step: 12 items moved
     assert drift["input"]["before_in_noise"] and 10 <= drift["drift"]["discoveries"] <= 14
     assert "listed keys are the 12 moved Horror items" in result.output
+    # rerun (issue 12 §1): the demo replaces or resumes only what it wrote
+    demo = tmp_path / "demo"
+    first = {name: (demo / name).read_bytes() for name in ("drift.json", "drift.md", "sessions-refreshed.txt")}
+    again = invoke("demo", "--out", demo)
+    assert again.exit_code == 0, again.output
+    assert {name: (demo / name).read_bytes() for name in first} == first  # same numbers: resumed runs, same report
+    # and a directory that also holds a user's files is refused before any work, the files untouched
+    (demo / "notes.txt").write_text("mine")
+    (demo / "my-figures").mkdir()
+    (demo / "my-figures" / "fig.png").write_bytes(b"mine")
+    before = files_state(demo)
+    refused = invoke("demo", "--out", demo)
+    assert refused.exit_code == 2 and "which the demo did not write" in refused.stderr, refused.output
+    assert files_state(demo) == before
+    assert not [p for p in demo.iterdir() if ".tmp-" in p.name or ".partial-" in p.name]
 
 
 @pytest.fixture

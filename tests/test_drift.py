@@ -215,7 +215,7 @@ def test_check_paths_are_validated_against_the_report_types():
         ("nope.x<1", True, True, "no 'nope' in the report"),
         ("drift.top<1", True, True, "not a number"),
         ("input.before<1", True, True, "not a number"),
-        ("drift<1", True, True, "SECTION.FIELD"),
+        ("drift<1", True, True, "drift is not a number"),
     ]:
         with pytest.raises(UsageError, match=fragment.replace("(", r"\(")):
             validate_checks([expression], has_noise, has_labels)
@@ -445,3 +445,74 @@ def test_force_replaces_an_existing_report(tmp_path):
     assert runner.invoke(app, [*args, "--force"]).exit_code == 0
     assert json.loads((tmp_path / "r.json").read_text())["input"]["keys_compared"] == 30
     assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_keys_file_gives_a_keyless_after_its_keys(tmp_path):
+    """--keys (embeddings.match_inputs): a keyless AFTER whose rows are BEFORE's keys reversed
+    is matched key by key, so it has zero drift; without --keys the mix is refused."""
+    keys = [f"k{i}" for i in range(30)]
+    b = rng_matrix(n=30).astype(np.float32)
+    write_embedding(tmp_path / "b.vec", keys, b)
+    np.save(tmp_path / "a.npy", b[::-1])
+    (tmp_path / "a-keys.txt").write_text("".join(k + "\n" for k in keys[::-1]))
+    args = ["drift", str(tmp_path / "b.vec"), str(tmp_path / "a.npy"), "--knn-k", "3", "--format", "json"]
+    assert runner.invoke(app, args).exit_code == 2
+    result = runner.invoke(app, [*args, "--keys", str(tmp_path / "a-keys.txt")])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["input"]["keys_compared"] == 30 and not data["input"]["keyless"]
+    assert data["drift"]["distance_p99"] < 1e-5
+
+
+def test_input_format_reads_a_file_whatever_its_suffix(tmp_path):
+    keys = [f"k{i}" for i in range(30)]
+    b = rng_matrix(n=30)
+    write_embedding(tmp_path / "b.vec", keys, b)
+    (tmp_path / "b.vec").rename(tmp_path / "b.data")
+    write_embedding(tmp_path / "a.vec", keys, b)
+    (tmp_path / "a.vec").rename(tmp_path / "a.data")
+    args = ["drift", str(tmp_path / "b.data"), str(tmp_path / "a.data"), "--knn-k", "3", "--format", "json"]
+    assert runner.invoke(app, args).exit_code == 2
+    result = runner.invoke(app, [*args, "--input-format", "word2vec"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["drift"]["distance_p99"] < 1e-5
+
+
+def test_output_paths_with_rich_markup_are_printed_verbatim(tmp_path):
+    keys = [f"k{i}" for i in range(30)]
+    write_embedding(tmp_path / "b.vec", keys, rng_matrix(n=30))
+    figs = tmp_path / "[bold]figs"
+    result = runner.invoke(app, ["drift", str(tmp_path / "b.vec"), str(tmp_path / "b.vec"), "--knn-k", "3",
+                                 "--plots", str(figs)])
+    assert result.exit_code == 0, result.stderr
+    assert f"wrote {figs / 'drift_vs_noise.png'}" in result.stderr
+    existing = runner.invoke(app, ["drift", str(tmp_path / "b.vec"), str(tmp_path / "b.vec"), "--plots", str(figs)])
+    assert existing.exit_code == 2 and "[bold]figs" in existing.stderr and existing.stderr.count("\n") == 1
+
+
+def test_step_summary_is_appended_with_the_markdown(tmp_path, monkeypatch):
+    keys = [f"k{i}" for i in range(30)]
+    write_embedding(tmp_path / "b.vec", keys, rng_matrix(n=30))
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = runner.invoke(app, ["drift", str(tmp_path / "b.vec"), str(tmp_path / "b.vec"), "--knn-k", "3"])
+    assert result.exit_code == 0, result.stderr
+    text = summary.read_text()
+    assert text.startswith("earlier step\n") and "## stabcli drift" in text
+
+
+def test_keys_and_paths_with_rich_markup_are_shown_verbatim(tmp_path):
+    """Keys, display names and paths are data: '[bold]' in them is printed, not interpreted."""
+    keys = [f"[k{i}]" for i in range(30)]
+    b = rng_matrix(n=30)
+    a = b.copy()
+    a[0] += 5.0
+    folder = tmp_path / "[red]x"
+    folder.mkdir()
+    write_embedding(folder / "b.vec", keys, b)
+    write_embedding(folder / "a.vec", keys, a)
+    result = runner.invoke(app, ["drift", str(folder / "b.vec"), str(folder / "a.vec"), "--knn-k", "3", "--no-align",
+                                 "--top", "1"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.stderr
+    assert str(folder / "b.vec") in result.stdout and "[k0]" in result.stdout

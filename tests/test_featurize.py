@@ -422,3 +422,21 @@ def test_a_keyless_file_named_like_a_run_is_still_keyless(tmp_path, emb):
     result = runner.invoke(app, ["featurize", str(tmp_path / "vectors.npy"), "--out", str(tmp_path / "o.npy"),
                                  "--align-to", str(path)])
     assert result.exit_code == 2 and "vectors.npy: has no keys file (vectors.keys.txt)" in result.stderr
+
+
+@pytest.mark.parametrize("scale", [1e300, 1e-300, 1e200])
+def test_float64_of_any_magnitude_normalizes_before_the_float32_cast(tmp_path, scale):
+    """1e300 rows: ‖x‖² overflows float64 and the float32 cast gives inf; the features must
+    equal those of the same data at ordinary scale (normalisation removes the scale)."""
+    base = np.random.default_rng(4).standard_normal((30, 6))
+    np.save(tmp_path / "big.npy", base * scale)
+    np.save(tmp_path / "plain.npy", base)
+    outs = {}
+    for name in ("big", "plain"):
+        result = runner.invoke(app, ["featurize", str(tmp_path / f"{name}.npy"), "--out", str(tmp_path / f"{name}-phi.npy"),
+                                     "--dim", "16"])
+        assert result.exit_code == 0, result.stderr
+        assert "warning" not in result.stderr.lower() and "NaN" not in result.stderr
+        outs[name] = np.load(tmp_path / f"{name}-phi.npy")
+    assert np.isfinite(outs["big"]).all()
+    np.testing.assert_allclose(outs["big"], outs["plain"], atol=1e-6)

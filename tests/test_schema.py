@@ -18,13 +18,24 @@ from stabcli.sections import AuditReport, DownstreamSection
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "json.md"
 
 
-def test_docs_table_lists_exactly_the_report_types_keys():
-    text = DOCS.read_text(encoding="utf-8")
-    table = text[text.index("| key | type | meaning |"):]
-    assert table == markdown_table(AuditReport), "docs/json.md is stale: regenerate it (command in the file)"
+DRIFT_HEADING = "\n## stabcli drift\n"
+
+
+def _docs_table(section: str) -> str:
+    return section[section.index("| key | type | meaning |"):].rstrip("\n") + "\n"
+
+
+@pytest.mark.parametrize("command", ["audit", "drift"])
+def test_docs_table_lists_exactly_the_report_types_keys(command):
+    from stabcli.drift import DriftReport
+
+    audit_text, drift_text = DOCS.read_text(encoding="utf-8").split(DRIFT_HEADING)
+    report_type = AuditReport if command == "audit" else DriftReport
+    table = _docs_table(audit_text if command == "audit" else drift_text)
+    assert table == markdown_table(report_type), "docs/json.md is stale: regenerate it (command in the file)"
     documented = {line.split("`")[1] for line in table.splitlines()[2:]}
-    assert documented == {name for name, _, _ in key_rows(AuditReport)}
-    assert all(meaning for _, _, meaning in key_rows(AuditReport))
+    assert documented == {name for name, _, _ in key_rows(report_type)}
+    assert all(meaning for _, _, meaning in key_rows(report_type))
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ CASES = [
     ("empty encoding", pretrain(lambda t: t / "nope.txt", "--encoding", ""), "--encoding: expected an encoding name"),
     ("non-text encoding", pretrain(lambda t: t / "nope.txt", "--encoding", "base64"), "--encoding: 'base64' is not a text"),
     ("rot13 encoding", pretrain(lambda t: t / "nope.txt", "--encoding", "rot13"), "--encoding: 'rot13' is not a text"),
-    ("unknown corpus format", pretrain(lambda t: t / "nope.txt", "--corpus-format", "xml"), "--corpus-format: unknown"),
+    ("unknown corpus format", pretrain(lambda t: t / "nope.txt", "--corpus-format", "xml"), "'--corpus-format': 'xml' is not one of"),
     ("negative column", pretrain(lambda t: t / "nope.txt", "--user-col", "-1"), "--user-col: column position -1 is negative"),
     ("huge column", pretrain(lambda t: t / "nope.txt", "--item-col", "99999"), "--item-col: column position 99999"),
     ("empty column name", pretrain(lambda t: t / "nope.txt", "--time-col", " "), "--time-col: empty column name"),

@@ -59,8 +59,9 @@ def test_pretrain_params_reach_gensim(tmp_path, sessions_file):
 
 @pytest.mark.parametrize("args, message", [
     (["--param", "bogus=1"], "error: --param bogus: not an argument of gensim Word2Vec"),
-    (["--model", "glove"], "error: --model: 'glove': choose one of word2vec, doc2vec"),
-    (["--corpus-format", "xml"], "error: --corpus-format: unknown corpus format 'xml'"),
+    (["--model", "glove"], "error: Invalid value for '--model': 'glove' is not one of 'word2vec', 'doc2vec'."),
+    (["--corpus-format", "xml"], "error: Invalid value for '--corpus-format': 'xml' is not one of 'auto', 'lines', "
+                                  "'tagged', 'movielens', 'interactions'."),
 ])
 def test_pretrain_bad_options_exit_2_with_one_line(tmp_path, sessions_file, args, message):
     result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, *args)
@@ -250,7 +251,7 @@ def test_audit_checks_reach_downstream_variants(runset, genre_labels):
     (["--labels", "MISSING"], "missing.csv: label file not found"),
     (["--labels", "GENRES", "--variants", "h,rff:8"], "unknown variant 'rff:8'"),
     (["--labels", "GENRES", "--featurize-dims", "8,x"], "--featurize-dims '8,x': expected a comma-separated list of int"),
-    (["--labels", "GENRES", "--model", "svm"], "--model: 'svm' is not one of logreg, knn, ridge"),
+    (["--labels", "GENRES", "--model", "svm"], "'--model': 'svm' is not one of 'logreg', 'knn', 'ridge'"),
     (["--labels", "GENRES", "--test-size", "1.5"], "--test-size: 1.5 must be a share strictly between 0 and 1"),
     (["--labels", "GENRES", "--task", "regression"], "--task regression needs finite numeric labels, found 'g"),
     (["--labels", "ONECLASS"], "only one class ('g') among the 40 labeled keys"),

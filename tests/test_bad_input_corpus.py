@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stabcli.cli import app
-from tests.conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state
 
 runner = CliRunner()
 KEYS = [f"k{i}" for i in range(30)]
@@ -190,6 +190,7 @@ CASES = [
 ]
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("build, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_corpus_or_label_input(tmp_path, build, fragment):
     root = tmp_path / "case"
@@ -198,10 +199,6 @@ def test_bad_corpus_or_label_input(tmp_path, build, fragment):
     before = files_state(root)
     result = runner.invoke(app, argv)
     assert_bad_input(result, fragment, root, before)
-
-
-def test_catalogue_size():
-    assert len(CASES) >= 30
 
 
 # ---- generated option values: construction succeeds or raises OptionError, nothing else

@@ -166,6 +166,7 @@ CASES = {
 }
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input(name, tmp_path):
     build, fragment = CASES[name]
@@ -175,6 +176,7 @@ def test_bad_input(name, tmp_path):
     assert_bad_input(result, fragment, tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_step_summary_that_is_an_input_is_refused(tmp_path, monkeypatch):
     args = base(tmp_path)
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "b.npy"))
@@ -182,6 +184,7 @@ def test_step_summary_that_is_an_input_is_refused(tmp_path, monkeypatch):
     assert_bad_input(runner.invoke(app, args), "GITHUB_STEP_SUMMARY", tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_noise_member_needs_three_runs(tmp_path):
     """BEFORE = run 0 of a 2-run noise set: the leave-out null needs 3 runs when BEFORE is one of them."""
     root = noise_set(tmp_path, runs=2)

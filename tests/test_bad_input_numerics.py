@@ -131,6 +131,7 @@ CASES = [
 ]
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("name, make_args, fragment", CASES, ids=[c[0] for c in CASES])
 def test_bad_downstream_and_numeric_inputs(tmp_path, name, make_args, fragment):
     args = make_args(tmp_path)
@@ -138,6 +139,7 @@ def test_bad_downstream_and_numeric_inputs(tmp_path, name, make_args, fragment):
     assert_bad_input(run(tmp_path, *args, "--json", tmp_path / "report.json"), fragment, tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_memory_refusal_comes_before_the_gram_pass(tmp_path, monkeypatch):
     """The estimate is checked against the available memory before any metric runs."""
     import stabcli.metrics
@@ -252,6 +254,7 @@ def test_word2vec_text_beyond_float32_is_read_in_float64(tmp_path, exponent):
     assert read_embedding(tmp_path / "o0.vec").vectors.dtype == np.float32  # ordinary files stay float32
 
 
+@pytest.mark.bad_input
 def test_word2vec_text_with_a_huge_value_and_a_nan_names_the_nan_row(tmp_path):
     array = np.random.default_rng(1).standard_normal((N, D))
     array[3, 1], array[5, 0] = np.nan, 1e300

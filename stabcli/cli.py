@@ -655,7 +655,7 @@ def demo(
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, metavar="N", help="Runs and downstream fits in "
                                        "parallel [default: available cores]."),
 ) -> None:
-    """Run the pipeline on the bundled synthetic sample data (about 30 seconds on 2 cores).
+    """Run the pipeline on the bundled synthetic sample data (under a minute on 2 cores).
 
     Trains 5 item2vec runs (dim 32) on sample sessions into OUT/runs, audits them with the
     sample's item genres as downstream labels (report also in OUT/audit.json, OUT/audit.md

@@ -379,4 +379,4 @@ def test_every_command_has_examples_that_parse(name):
 
 
 def test_demo_help_states_its_measured_duration():
-    assert "about 30 seconds on 2 cores" in (click_command("demo").help or "")
+    assert "under a minute on 2 cores" in (click_command("demo").help or "")

@@ -339,7 +339,8 @@ def test_choices_and_ranges_are_declared_for_help_and_checked_by_typer():
     from stabcli.corpus import FORMATS
     from stabcli.downstream import MODELS, TASKS
     from stabcli.embeddings import READ_FORMATS, WRITE_FORMATS
-    from stabcli.training import MODELS as TRAIN_MODELS, VARY
+    from stabcli.training import MODELS as TRAIN_MODELS
+    from stabcli.training import VARY
 
     declared = {(name, p.name): p.metavar for name in COMMANDS for p in click_command(name).params}
     assert declared[("pretrain", "model")] == "|".join(TRAIN_MODELS)

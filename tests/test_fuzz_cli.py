@@ -7,12 +7,12 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from conftest import make_sessions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import stabcli.cli
-from conftest import make_sessions
 from stabcli.cli import app
 from stabcli.errors import UsageError
 

@@ -10,7 +10,7 @@ import threading
 from contextlib import nullcontext
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 import click
 import typer
@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from stabcli import __version__
 from stabcli.corpus import CorpusOptions
@@ -89,7 +89,48 @@ def _handle_stop_signals() -> dict[int, Any]:
     return previous
 
 
-class _Group(TyperGroup):
+class _Argument(TyperArgument):
+    """An argument shown by its metavar alone: ``CORPUS`` or ``INPUTS...`` in the usage line and
+    the help, not typer's ``{corpus}`` and ``<list[Path]>``."""
+
+    def display_type_rich(self, ctx: Any) -> Optional[str]:
+        return None
+
+    def _usage_display_name(self) -> str:
+        name = self.metavar or (self.name or "").upper()
+        name = name if self.required else f"[{name}]"
+        return name if self.nargs == 1 or name.endswith("...") else name + "..."
+
+
+def _readable_params(params: list[click.Parameter] | list[Any]) -> None:
+    """Help without typer's internal type names: arguments by their name, flags (and --help)
+    with no ``<bool>``. Value options declare their own metavar (N, FILE, table|json...)."""
+    for param in params:
+        if type(param) is TyperArgument:
+            param.__class__ = _Argument  # same object, readable rendering
+        elif getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+
+
+class _ReadableHelp:
+    """Mixed into stabcli's command and group classes: their parameters, and --help, read as above."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _readable_params(self.params)  # type: ignore[attr-defined]
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            _readable_params([option])
+        return option
+
+
+class _Command(_ReadableHelp, TyperCommand):
+    """Every stabcli command: typer's, with readable arguments and flags in ``--help``."""
+
+
+class _Group(_ReadableHelp, TyperGroup):
     """Turns StabcliError into one line on stderr and exit 2; Ctrl-C, SIGTERM and SIGHUP into
     one line and exit 128 + signal (130, 143, 129)."""
 
@@ -114,7 +155,8 @@ class _Group(TyperGroup):
             if _debug_enabled(ctx):
                 raise
             where = exc.ctx.command_path if exc.ctx else "stabcli"
-            err.print(f"[bold red]error:[/] {escape(one_line(exc.format_message()))} (see '{where} --help')",
+            message = one_line(exc.format_message().replace("Value error, ", ""))  # pydantic's prefix, inside typer
+            err.print(f"[bold red]error:[/] {escape(message)} (see '{where} --help')",
                                        highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         finally:
@@ -262,33 +304,39 @@ def _report_pretrain(result: PretrainResult, fmt: str) -> None:
         raise typer.Exit(EXIT_BAD_INPUT)
 
 
-@app.command("pretrain")
+@app.command("pretrain", cls=_Command)
 def pretrain_cmd(
-    corpus: Optional[Path] = typer.Argument(None, help="Training corpus (optional with --script)."),
-    out_dir: Path = typer.Option(..., "--out", "-o", help="Run set directory to create or resume."),
-    runs: int = typer.Option(10, "--runs", "-n", help="Number of independent runs."),
-    model: str = typer.Option("word2vec", "--model", help="word2vec (sentences or item sessions) or doc2vec (tagged documents)."),
-    dim: int = typer.Option(32, "--dim", help="Embedding dimension."),
-    window: int = typer.Option(3, "--window", help="Context window."),
-    negative: int = typer.Option(3, "--negative", help="Negative samples (0 = none)."),
-    epochs: int = typer.Option(10, "--epochs", help="Training epochs."),
+    corpus: Optional[Path] = typer.Argument(None, metavar="CORPUS", help="Training corpus (optional with --script)."),
+    out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Run set directory to create or resume."),
+    runs: int = typer.Option(10, "--runs", "-n", min=1, metavar="N", help="Number of independent runs."),
+    model: Literal["word2vec", "doc2vec"] = typer.Option(
+        "word2vec", "--model", metavar="word2vec|doc2vec",
+        help="word2vec (sentences or item sessions) or doc2vec (tagged documents)."),
+    dim: int = typer.Option(32, "--dim", min=1, metavar="N", help="Embedding dimension."),
+    window: int = typer.Option(3, "--window", min=1, metavar="N", help="Context window."),
+    negative: int = typer.Option(3, "--negative", min=0, metavar="N", help="Negative samples (0 = none)."),
+    epochs: int = typer.Option(10, "--epochs", min=1, metavar="N", help="Training epochs."),
     sg: bool = typer.Option(True, "--sg/--cbow", help="Skip-gram (doc2vec: PV-DBOW) or CBOW (doc2vec: PV-DM)."),
-    min_count: int = typer.Option(1, "--min-count", help="Ignore tokens seen fewer times."),
-    seed: int = typer.Option(0, "--seed", help="Run i uses seed SEED + i."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: available cores)."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Run every run as a task on this Dask scheduler "
+    min_count: int = typer.Option(1, "--min-count", min=1, metavar="N", help="Ignore tokens seen fewer times."),
+    seed: int = typer.Option(0, "--seed", min=0, metavar="SEED", help="Run i uses seed SEED + i."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", metavar="N", help="Runs in parallel [default: available cores]."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDRESS", help="Run every run as a task on this Dask scheduler "
                                             "(tcp://host:8786), or local:N for N local worker processes; default "
                                             "$STABCLI_SCHEDULER. Needs stabcli[dask] and a filesystem every worker sees."),
-    checkpoints: bool = typer.Option(False, "--checkpoints", help="Save vectors after every epoch (epochs/NNN.npy)."),
-    vary: str = typer.Option("seed", "--vary", help="seed: only the seed changes; shuffle: also the sequence order; "
-                             "bootstrap: sequences resampled with replacement."),
-    param: list[str] = typer.Option([], "--param", help="Any other gensim argument, key=value (repeatable)."),
-    force: bool = typer.Option(False, "--force", help="Replace a run set made with another configuration."),
-    script: Optional[str] = typer.Option(None, "--script", help="Train with your own command; placeholders "
+    checkpoints: bool = typer.Option(False, "--checkpoints", show_default=True,
+                                     help="Save vectors after every epoch (epochs/NNN.npy)."),
+    vary: Literal["seed", "shuffle", "bootstrap"] = typer.Option(
+        "seed", "--vary", metavar="seed|shuffle|bootstrap", help="seed: only the seed changes; shuffle: also the "
+        "sequence order; bootstrap: sequences resampled with replacement."),
+    param: list[str] = typer.Option([], "--param", metavar="KEY=VALUE", help="Any other gensim argument (repeatable)."),
+    force: bool = typer.Option(False, "--force", show_default=True, help="Replace a run set made with another configuration."),
+    script: Optional[str] = typer.Option(None, "--script", metavar="COMMAND", help="Train with your own command; placeholders "
                                          "{seed} {out} {run} {corpus}. Run without a shell."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds before a script run is killed."),
-    corpus_format: str = typer.Option("auto", "--corpus-format", metavar="FORMAT", help="auto, lines, tagged, movielens or interactions "
-                                      "(auto: MovieLens names, doc2vec → tagged, a delimited table → interactions, else lines)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help="Seconds before a script run is "
+                                            "killed [default: none]."),
+    corpus_format: Literal["auto", "lines", "tagged", "movielens", "interactions"] = typer.Option(
+        "auto", "--corpus-format", metavar="FORMAT", help="auto, lines, tagged, movielens or interactions (auto: "
+        "MovieLens names, doc2vec → tagged, a delimited table → interactions, else lines)."),
     encoding: str = typer.Option("utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides)."),
     user_col: Optional[str] = typer.Option(None, "--user-col", metavar="COL", help="Tables: user column, header name or 0-based position "
                                            "[default: a user/userId/uid… header, else column 0]."),
@@ -299,8 +347,10 @@ def pretrain_cmd(
                                            "MovieLens layout, else file order; none: file order]."),
     rating_col: Optional[str] = typer.Option(None, "--rating-col", metavar="COL", help="Tables: rating column for --min-rating "
                                              "[default: a rating/score… header; MovieLens layout: column 2]."),
-    min_rating: Optional[float] = typer.Option(None, "--min-rating", metavar="RATING", help="Tables: keep ratings >= this."),
-    fmt: str = typer.Option("table", "--format", help="Summary as a rich table or json on stdout."),
+    min_rating: Optional[float] = typer.Option(None, "--min-rating", metavar="RATING", help="Tables: keep ratings >= this "
+                                               "[default: keep all]."),
+    fmt: Literal["table", "json"] = typer.Option("table", "--format", metavar="table|json",
+                                                 help="Summary as a rich table or json on stdout."),
 ) -> None:
     """Train N independent runs of an embedding into a run set.
 
@@ -317,8 +367,6 @@ def pretrain_cmd(
 
         stabcli pretrain --script 'python train.py --seed {seed} --out {out}' --runs 5 --out runs/mine
     """
-    if fmt not in ("table", "json"):
-        raise typer.BadParameter("choose table or json", param_hint="--format")
     config = TrainConfig(
         model=model, dim=dim, window=window, negative=negative, epochs=epochs, sg=sg, min_count=min_count,
         vary=vary, params=parse_params(model, param), script=script, checkpoints=checkpoints,
@@ -346,7 +394,8 @@ def _comma_list(value: Optional[str], kind: type, option: str) -> Optional[list[
 # input options shared by audit and featurize (embeddings.ReadOptions)
 INPUT_FORMAT_OPTION = typer.Option(
     None, "--input-format", metavar="FORMAT", help="Read every input file as npy, word2vec, word2vec-bin, fasttext (Facebook .bin), "
-    "kv (any gensim save(): .kv, .wv, .model) or parquet, whatever its suffix.")
+    "kv (any gensim save(): .kv, .wv, .model) or parquet, whatever its suffix [default: from each file's suffix].")
+InputFormat = Literal["npy", "word2vec", "word2vec-bin", "fasttext", "kv", "parquet"]  # embeddings.READ_FORMATS
 TRUST_PICKLE_OPTION = typer.Option(
     False, "--trust-pickle", help="Load gensim files (.kv, .wv, .model) with Python's unrestricted unpickler. "
     "RISK: such a file can run any code on this machine; use only for files you made or trust. Without it, "
@@ -460,51 +509,60 @@ def _report_outputs(inputs: list[Path], downstream: Optional[DownstreamOptions],
     return plan
 
 
-@app.command()
+@app.command(cls=_Command)
 def audit(
-    inputs: list[Path] = typer.Argument(..., help="A run set directory, or two or more embedding files."),
+    inputs: list[Path] = typer.Argument(..., metavar="INPUTS...", help="A run set directory, or two or more embedding files."),
     normalize: bool = typer.Option(False, "--normalize", help="L2-normalize every row first."),
-    pairs: int = typer.Option(10_000, "--pairs", help="Key pairs sampled for the inner-product noise share."),
-    knn_k: int = typer.Option(10, "--knn-k", help="Neighbours per query for k-NN overlap."),
-    knn_queries: int = typer.Option(1_000, "--knn-queries", help="Sampled query keys for k-NN overlap."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the sampled pairs and queries."),
-    top: int = typer.Option(20, "--top", help="Least stable keys to list."),
-    check: list[str] = typer.Option([], "--check", help="CI gate 'PATH OP VALUE' on the JSON report (repeatable); "
-                                    "e.g. 'representation.knn_overlap>=0.6'. A failure exits 1."),
-    fmt: str = typer.Option("table", "--format", help="table (terminal) or json (stdout, exact)."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the JSON report here."),
-    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report here."),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures (paper Fig. 1a-1d; with --labels "
-                                         "also the downstream spread) into this directory."),
-    labels: Optional[Path] = typer.Option(None, "--labels", help="Key→label file (CSV/TSV key,label; MovieLens u.item, "
-                                          "movies.dat or movies.csv): adds the downstream audit."),
-    task: str = typer.Option("auto", "--task", help="auto, classification or regression (auto: numeric labels with "
-                             "fractions or more than 20 values are regression)."),
-    model: Optional[str] = typer.Option(None, "--model", help="logreg, knn or ridge (default: logreg for "
-                                        "classification, ridge for regression)."),
-    test_size: float = typer.Option(0.2, "--test-size", help="Share of labeled keys in the test split."),
-    split_seed: int = typer.Option(0, "--split-seed", help="Seed of the train/test split shared by all runs."),
-    variants: Optional[str] = typer.Option(None, "--variants", help="Comma list of h, avg, aligned, phi:M, phi:M@SIGMA, "
-                                           "aligned+phi:M (default h,avg,aligned,phi:d,phi:2d)."),
-    featurize_dims: Optional[str] = typer.Option(None, "--featurize-dims", help="Sweep M of every phi variant, "
-                                                 "e.g. 16,32,64,128 (paper Fig. A.3)."),
-    sigmas: Optional[str] = typer.Option(None, "--sigmas", help="Sweep sigma of every phi variant, e.g. 0.5,1,2 "
-                                         "(paper Fig. A.4)."),
-    reference: int = typer.Option(0, "--reference", help="Position of the run whose model is reused stale on the others."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Downstream fits in parallel (default: available cores)."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Send the downstream fits to this Dask scheduler "
-                                            "(tcp://host:8786), or local:N; default $STABCLI_SCHEDULER. Needs stabcli[dask]."),
+    pairs: int = typer.Option(10_000, "--pairs", min=1, metavar="N", help="Key pairs sampled for the inner-product noise share."),
+    knn_k: int = typer.Option(10, "--knn-k", min=1, metavar="K", help="Neighbours per query for k-NN overlap."),
+    knn_queries: int = typer.Option(1_000, "--knn-queries", min=1, metavar="N", help="Sampled query keys for k-NN overlap."),
+    seed: int = typer.Option(0, "--seed", min=0, metavar="SEED", help="Seed for the sampled pairs and queries."),
+    top: int = typer.Option(20, "--top", min=0, metavar="N", help="Least stable keys to list."),
+    check: list[str] = typer.Option([], "--check", metavar="'PATH OP VALUE'", help="CI gate on the JSON report "
+                                    "(repeatable); e.g. 'representation.knn_overlap>=0.6'. A failure exits 1."),
+    fmt: Literal["table", "json"] = typer.Option("table", "--format", metavar="table|json",
+                                                 help="table (terminal) or json (stdout, exact)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", metavar="FILE", help="Also write the JSON report here."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", metavar="FILE", help="Also write a Markdown report here."),
+    plots: Optional[Path] = typer.Option(None, "--plots", metavar="DIR", help="Write PNG figures (paper Fig. 1a-1d; with "
+                                         "--labels also the downstream spread) into this directory."),
+    labels: Optional[Path] = typer.Option(None, "--labels", metavar="FILE", help="Key→label file (CSV/TSV key,label; "
+                                          "MovieLens u.item, movies.dat or movies.csv): adds the downstream audit."),
+    task: Literal["auto", "classification", "regression"] = typer.Option(
+        "auto", "--task", metavar="auto|classification|regression", help="With --labels; auto: numeric labels with "
+        "fractions or more than 20 values are regression."),
+    model: Optional[Literal["logreg", "knn", "ridge"]] = typer.Option(
+        None, "--model", metavar="logreg|knn|ridge", help="With --labels [default: logreg for classification, ridge for "
+        "regression]."),
+    test_size: float = typer.Option(0.2, "--test-size", metavar="SHARE", help="Share of labeled keys in the test split "
+                                    "(between 0 and 1)."),
+    split_seed: int = typer.Option(0, "--split-seed", min=0, metavar="SEED", help="Seed of the train/test split shared by all runs."),
+    variants: Optional[str] = typer.Option(None, "--variants", metavar="LIST", help="Comma list of h, avg, aligned, phi:M, "
+                                           "phi:M@SIGMA, aligned+phi:M [default: h,avg,aligned,phi:d,phi:2d]."),
+    featurize_dims: Optional[str] = typer.Option(None, "--featurize-dims", metavar="M,M,...", help="Sweep M of every phi "
+                                                 "variant, e.g. 16,32,64,128 (paper Fig. A.3)."),
+    sigmas: Optional[str] = typer.Option(None, "--sigmas", metavar="SIGMA,SIGMA,...", help="Sweep sigma of every phi "
+                                         "variant, e.g. 0.5,1,2 (paper Fig. A.4)."),
+    reference: int = typer.Option(0, "--reference", min=0, metavar="N", help="Position of the run whose model is reused "
+                                  "stale on the others."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, metavar="N", help="Downstream fits in parallel "
+                                       "[default: available cores]."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDRESS", help="Send the downstream fits to this "
+                                            "Dask scheduler (tcp://host:8786), or local:N; default $STABCLI_SCHEDULER. "
+                                            "Needs stabcli[dask]."),
     encoding: Optional[str] = typer.Option(None, "--encoding", metavar="ENCODING", help="Text encoding of the label and "
                                            "--key-names files [default: utf-8; MovieLens u.item and movies.dat: latin-1; "
                                            "a byte-order mark decides]."),
-    min_class_size: int = typer.Option(5, "--min-class-size", help="Drop label classes with fewer labeled keys, with "
-                                       "a warning (5 = one expected test key at the default --test-size 0.2)."),
-    key_names: Optional[Path] = typer.Option(None, "--key-names", help="Key→display name file for the tables: MovieLens "
-                                             "u.item (id|title|…) or a 2-column CSV/TSV."),
-    per_key: Optional[Path] = typer.Option(None, "--per-key", help="Write every key's frequency, norm, aligned variance, "
-                                           "relative instability, displacement and k-NN overlap (.csv, .tsv or .parquet)."),
+    min_class_size: int = typer.Option(5, "--min-class-size", min=1, metavar="N", help="Drop label classes with fewer "
+                                       "labeled keys, with a warning (5 = one expected test key at the default "
+                                       "--test-size 0.2)."),
+    key_names: Optional[Path] = typer.Option(None, "--key-names", metavar="FILE", help="Key→display name file for the "
+                                             "tables: MovieLens u.item (id|title|…) or a 2-column CSV/TSV."),
+    per_key: Optional[Path] = typer.Option(None, "--per-key", metavar="FILE", help="Write every key's frequency, norm, "
+                                           "aligned variance, relative instability, displacement and k-NN overlap "
+                                           "(.csv, .tsv or .parquet)."),
     force: bool = REPORT_FORCE_OPTION,
-    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    input_format: Optional[InputFormat] = INPUT_FORMAT_OPTION,
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     keys: Optional[Path] = KEYS_OPTION,
 ) -> None:
@@ -530,8 +588,6 @@ def audit(
 
     if encoding is not None:
         check_encoding("encoding", encoding)
-    if fmt not in ("table", "json"):
-        raise OptionError("fmt", f"choose table or json, not {fmt!r}")
     read = ReadOptions(input_format, trust_pickle, keys)
     options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
     downstream = None
@@ -563,24 +619,32 @@ def audit(
         raise typer.Exit(EXIT_FAILED_CHECK)
 
 
-@app.command("featurize")
+@app.command("featurize", cls=_Command)
 def featurize_cmd(
-    input_path: Path = typer.Argument(..., help="An embedding file or a run set."),
-    output: Path = typer.Option(..., "--out", "-o", help="Output file, or a new run-set directory for a run set."),
-    dim: Optional[int] = typer.Option(None, "--dim", help="Output dimension M (even); 0 = only align. Default 128."),
-    epsilon: Optional[float] = typer.Option(None, "--epsilon", help="Choose the smallest M whose measured mean kernel error is <= this."),
-    sigma: float = typer.Option(1.0, "--sigma", help="Direction scale: kernel exp(-sigma^2 |h-h'|^2 / 2)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random directions U (>= 0)."),
+    input_path: Path = typer.Argument(..., metavar="INPUT", help="An embedding file or a run set."),
+    output: Path = typer.Option(..., "--out", "-o", metavar="PATH", help="Output file, or a new run-set directory for a "
+                                "run set."),
+    dim: Optional[int] = typer.Option(None, "--dim", min=0, metavar="M", help="Output dimension M (even); 0 = only align "
+                                      "[default: 128]."),
+    epsilon: Optional[float] = typer.Option(None, "--epsilon", metavar="ERROR", help="Choose the smallest M whose measured "
+                                            "mean kernel error is <= this (instead of --dim)."),
+    sigma: float = typer.Option(1.0, "--sigma", metavar="SIGMA", help="Direction scale: kernel exp(-sigma^2 |h-h'|^2 / 2)."),
+    seed: int = typer.Option(0, "--seed", min=0, metavar="SEED", help="Seed of the random directions U."),
     normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="L2-normalize rows first."),
-    align_to: Optional[Path] = typer.Option(None, "--align-to", help="Rotate onto this reference first (shared keys): "
-                                            "an embedding file, or a run set's run --reference."),
-    reference: int = typer.Option(0, "--reference", help="With --align-to RUN_SET: position of its reference run."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="npy, word2vec, word2vec-bin, kv or parquet (default: from the suffix)."),
-    save_transform: Optional[Path] = typer.Option(None, "--save-transform", help="Write U (and the rotation) with a serving recipe (.npz)."),
-    chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", help="Rows per streamed chunk (default: about 1 MB of output, which stays in cache)."),
+    align_to: Optional[Path] = typer.Option(None, "--align-to", metavar="PATH", help="Rotate onto this reference first "
+                                            "(shared keys): an embedding file, or a run set's run --reference."),
+    reference: int = typer.Option(0, "--reference", min=0, metavar="N", help="With --align-to RUN_SET: position of its "
+                                  "reference run."),
+    fmt: Optional[Literal["npy", "word2vec", "word2vec-bin", "kv", "parquet"]] = typer.Option(
+        None, "--format", metavar="FORMAT", help="npy, word2vec, word2vec-bin, kv or parquet [default: from the suffix "
+        "of --out]."),
+    save_transform: Optional[Path] = typer.Option(None, "--save-transform", metavar="FILE", help="Write U (and the "
+                                                  "rotation) with a serving recipe (.npz)."),
+    chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", min=1, metavar="N", help="Rows per streamed chunk "
+                                             "[default: about 1 MB of output, which stays in cache]."),
     force: bool = typer.Option(False, "--force", help="Replace existing outputs (a directory only if it holds nothing but "
                                "a run set stabcli wrote; never an input)."),
-    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    input_format: Optional[InputFormat] = INPUT_FORMAT_OPTION,
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     keys: Optional[Path] = KEYS_OPTION,
 ) -> None:
@@ -622,12 +686,14 @@ def sample_path(name: str) -> Path:
     return Path(str(files("stabcli.sample_data").joinpath(name)))
 
 
-@app.command()
+@app.command(cls=_Command)
 def demo(
-    out_dir: Path = typer.Option(Path("stabcli-demo"), "--out", "-o", help="Where the demo writes its run set."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs in parallel (default: available cores)."),
+    out_dir: Path = typer.Option(Path("stabcli-demo"), "--out", "-o", metavar="DIR", help="Where the demo writes its run sets "
+                                 "and reports."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, metavar="N", help="Runs and downstream fits in "
+                                       "parallel [default: available cores]."),
 ) -> None:
-    """Run the pipeline on the bundled synthetic sample data (about a minute on 2 cores).
+    """Run the pipeline on the bundled synthetic sample data (under a minute on 2 cores).
 
     Trains 5 item2vec runs (dim 32) on sample sessions into OUT/runs, audits them with the
     sample's item genres as downstream labels (report also in OUT/audit.json, OUT/audit.md
@@ -734,41 +800,41 @@ def _demo_drift(out_dir: Path, config: TrainConfig, jobs: Optional[int]) -> None
               soft_wrap=True)
 
 
-@app.command("drift")
+@app.command("drift", cls=_Command)
 def drift_cmd(
-    before: Path = typer.Argument(..., help="BEFORE: an embedding file, or a run set (its --reference run)."),
-    after: Path = typer.Argument(..., help="AFTER: an embedding file, or a run set (its --reference run)."),
-    noise: Optional[Path] = typer.Option(None, "--noise", help="Run set of seeded runs on BEFORE's data and "
+    before: Path = typer.Argument(..., metavar="BEFORE", help="An embedding file, or a run set (its --reference run)."),
+    after: Path = typer.Argument(..., metavar="AFTER", help="An embedding file, or a run set (its --reference run)."),
+    noise: Optional[Path] = typer.Option(None, "--noise", metavar="RUN_SET", help="Run set of seeded runs on BEFORE's data and "
                                          "configuration (stabcli pretrain): each key's noise band."),
-    reference: int = typer.Option(0, "--reference", help="Run position used when BEFORE or AFTER is a run set."),
+    reference: int = typer.Option(0, "--reference", metavar="N", help="Run position used when BEFORE or AFTER is a run set."),
     align: bool = typer.Option(True, "--align/--no-align", help="Rotate AFTER onto BEFORE (orthogonal Procrustes on "
                                "the common keys); --no-align compares raw coordinates."),
-    knn_k: int = typer.Option(10, "--knn-k", help="Neighbours per key for the k-NN overlap."),
-    knn_queries: int = typer.Option(1_000, "--knn-queries", help="Sampled keys for the k-NN overlap above "
+    knn_k: int = typer.Option(10, "--knn-k", metavar="K", help="Neighbours per key for the k-NN overlap."),
+    knn_queries: int = typer.Option(1_000, "--knn-queries", metavar="N", help="Sampled keys for the k-NN overlap above "
                                     "10,000 keys (below: every key)."),
-    alpha: float = typer.Option(0.01, "--alpha", help="Level of the per-key test and of the FDR of the listed keys."),
-    top: int = typer.Option(20, "--top", help="Moved keys to list (largest changes without --noise)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the k-NN sample."),
-    key_names: Optional[Path] = typer.Option(None, "--key-names", help="Key→display name file (key,name CSV/TSV; "
+    alpha: float = typer.Option(0.01, "--alpha", metavar="LEVEL", help="Level of the per-key test and of the FDR of the listed keys."),
+    top: int = typer.Option(20, "--top", metavar="N", help="Moved keys to list (largest changes without --noise)."),
+    seed: int = typer.Option(0, "--seed", metavar="SEED", help="Seed of the k-NN sample."),
+    key_names: Optional[Path] = typer.Option(None, "--key-names", metavar="FILE", help="Key→display name file (key,name CSV/TSV; "
                                              "MovieLens u.item, movies.dat, movies.csv: the title)."),
-    labels: Optional[Path] = typer.Option(None, "--labels", help="Key→label file: BEFORE's model applied to AFTER "
+    labels: Optional[Path] = typer.Option(None, "--labels", metavar="FILE", help="Key→label file: BEFORE's model applied to AFTER "
                                           "(raw and aligned) against a model refit on AFTER."),
-    task: str = typer.Option("auto", "--task", help="auto, classification or regression (with --labels)."),
-    model: Optional[str] = typer.Option(None, "--model", help="logreg, knn or ridge (with --labels)."),
-    test_size: float = typer.Option(0.2, "--test-size", help="Share of labeled keys in the test split."),
-    split_seed: int = typer.Option(0, "--split-seed", help="Seed of the train/test split."),
-    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of --labels and --key-names."),
-    per_key: Optional[Path] = typer.Option(None, "--per-key", help="Every key's measures, noise band and verdict "
+    task: str = typer.Option("auto", "--task", metavar="auto|classification|regression", help="With --labels."),
+    model: Optional[str] = typer.Option(None, "--model", metavar="logreg|knn|ridge", help="With --labels "
+                                        "[default: logreg for classification, ridge for regression]."),
+    test_size: float = typer.Option(0.2, "--test-size", metavar="SHARE", help="Share of labeled keys in the test split."),
+    split_seed: int = typer.Option(0, "--split-seed", metavar="SEED", help="Seed of the train/test split."),
+    encoding: str = typer.Option("utf-8", "--encoding", metavar="ENCODING", help="Text encoding of --labels and --key-names."),
+    per_key: Optional[Path] = typer.Option(None, "--per-key", metavar="FILE", help="Every key's measures, noise band and verdict "
                                            "(.csv, .tsv or .parquet)."),
-    check: list[str] = typer.Option([], "--check", help="CI gate 'PATH OP VALUE' (repeatable), e.g. "
+    check: list[str] = typer.Option([], "--check", metavar="'PATH OP VALUE'", help="CI gate (repeatable), e.g. "
                                     "'drift.moved_share<0.05'. A failure exits 1."),
-    fmt: str = typer.Option("table", "--format", help="table (terminal) or json (stdout)."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the JSON report here."),
-    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write a Markdown report here."),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG figures (drift against noise, their "
-                                         "distributions) into this directory."),
+    fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (terminal) or json (stdout)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", metavar="FILE", help="Also write the JSON report here."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", metavar="FILE", help="Also write a Markdown report here."),
+    plots: Optional[Path] = typer.Option(None, "--plots", metavar="DIR", help="Write PNG figures into this new directory."),
     force: bool = REPORT_FORCE_OPTION,
-    input_format: Optional[str] = INPUT_FORMAT_OPTION,
+    input_format: Optional[InputFormat] = INPUT_FORMAT_OPTION,
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     keys: Optional[Path] = KEYS_OPTION,
 ) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -42,11 +41,6 @@ def tagged_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def python() -> str:
-    return sys.executable
-
-
 def files_state(root: Path) -> dict[str, str]:
     """Every file and directory under ``root`` with a hash of its bytes (directories: "dir"),
     to assert that a failed command created, changed and removed nothing."""
@@ -64,6 +58,24 @@ def files_state(root: Path) -> dict[str, str]:
     return state
 
 
+# the bad-input catalogue: every test marked bad_input (tests/test_bad_input*.py) must call
+# assert_bad_input at least once; tests/test_bad_input.py counts the marked cases
+BAD_INPUT_CHECKS: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "bad_input: a case of the bad-input catalogue; it must pass assert_bad_input")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    checked = len(BAD_INPUT_CHECKS)
+    result = yield  # re-raises the test's own failure
+    if item.get_closest_marker("bad_input") is not None and len(BAD_INPUT_CHECKS) == checked:
+        raise AssertionError(f"{item.nodeid} is a bad_input case but never called assert_bad_input")
+    return result
+
+
 def assert_bad_input(result, fragment: str, root: Path | None = None, before: dict[str, str] | None = None) -> None:
     """A CliRunner result of a bad input: exit 2, exactly one line on stderr, starting with
     ``error:`` and containing ``fragment``, no traceback or warning anywhere, and (given
@@ -76,6 +88,7 @@ def assert_bad_input(result, fragment: str, root: Path | None = None, before: di
     assert "Traceback" not in result.output and "Warning" not in result.output, result.output
     if root is not None:
         assert files_state(root) == before, "the failed command changed files"
+    BAD_INPUT_CHECKS.append(fragment)
 
 
 def make_runset(root: Path, runs: int = 2, epochs: int = 2, n: int = 30, dim: int = 4, seed: int = 0,

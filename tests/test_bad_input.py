@@ -4,9 +4,11 @@ option, never a traceback, and never leaves a half-written output behind."""
 import json
 import struct
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import assert_bad_input, files_state
 from typer.testing import CliRunner
 
 from stabcli.cli import app
@@ -51,6 +53,11 @@ def npy_bytes(array):
     return buf.getvalue()
 
 
+def word2vec_text(rows):
+    """word2vec text of every key in KEYS (so no key is left out with a warning), ``rows`` overriding some."""
+    return f"{len(KEYS)} 4\n" + "".join(f"{k} {rows.get(k, '1 2 3 4')}\n" for k in KEYS)
+
+
 def audit_pair(bad):
     return lambda t: ["audit", good(t), bad(t)]
 
@@ -73,11 +80,6 @@ CASES = [
                                    "--out", t / "out"], "c.txt:2: not valid utf-8"),
     ("missing corpus", lambda t: ["pretrain", t / "nope.txt", "--out", t / "out"], "nope.txt"),
     ("out is a file", lambda t: ["pretrain", text(t, "c.txt", "a b c\n"), "--out", text(t, "f", "x")], "exists and is not a directory"),
-    ("script crashes", script("import sys; sys.exit('boom')"), "boom"),
-    ("script hangs", script("import time; time.sleep(60)"), "timed out after 5"),
-    ("script writes nothing", script("pass"), "script wrote no embedding file"),
-    ("script writes NaN", script("import sys, numpy as np\nnp.save(sys.argv[1] + '/vectors.npy', np.full((3, 2), np.nan))"),
-     "NaN or infinite"),
     # ---- audit: embedding files
     ("word2vec header lies about count", audit_pair(lambda t: text(t, "b.txt", "5 2\na 1 2\nb 3 4\n")), "b.txt"),
     ("word2vec header lies about dims", audit_pair(lambda t: text(t, "b.txt", "2 3\na 1 2\nb 3 4\n")), "b.txt:2"),
@@ -88,8 +90,8 @@ CASES = [
     ("keys file shorter than matrix", audit_pair(lambda t: (good(t, "b.npy", 1), text(t, "b.keys.txt", "k0\nk1\n"))[0]),
      "b.keys.txt"),
     ("duplicate keys", audit_pair(lambda t: text(t, "b.txt", "2 2\nk0 1 2\nk0 3 4\n")), "duplicate key 'k0'"),
-    ("NaN row", audit_pair(lambda t: text(t, "b.txt", "2 4\nk0 nan 2 3 4\nk1 3 4 5 6\n")), "key 'k0' has NaN or infinite values"),
-    ("inf row", audit_pair(lambda t: text(t, "b.txt", "2 4\nk0 1 2 3 4\nk1 inf 4 5 6\n")), "key 'k1' has NaN or infinite values"),
+    ("NaN row", audit_pair(lambda t: text(t, "b.txt", word2vec_text({"k0": "nan 2 3 4"}))), "key 'k0' has NaN or infinite values"),
+    ("inf row", audit_pair(lambda t: text(t, "b.txt", word2vec_text({"k1": "inf 4 5 6"}))), "key 'k1' has NaN or infinite values"),
     ("runs of different dimension", lambda t: ["audit", good(t), good(t, "b.npy", 1, d=5)], "dimension 5, but"),
     ("one run only", lambda t: ["audit", good(t)], "found 1 run(s)"),
     ("no common keys", lambda t: ["audit", good(t), text(t, "b.txt", "1 4\nother 1 2 3 4\n")], "no keys in common"),
@@ -119,22 +121,13 @@ CASES = [
 ]
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("argv, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_exits_2_with_one_line(tmp_path, argv, fragment):
-    before = set(tmp_path.rglob("*"))
-    result = runner.invoke(app, [str(a) for a in argv(tmp_path)])
-    assert result.exit_code == 2, result.output
-    assert fragment in result.output, result.output
-    assert "Traceback" not in result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert any(line.startswith(("error:", "failed:")) for line in lines), result.output
-    # nothing half-written: no temporary files left, featurize outputs absent
-    created = set(tmp_path.rglob("*")) - before
-    assert not [p for p in created if ".tmp" in p.name or p.name == "o.npy"], created
-
-
-def test_catalogue_is_big_enough():
-    assert len(CASES) >= 25
+    args = [str(a) for a in argv(tmp_path)]
+    before = files_state(tmp_path)
+    result = runner.invoke(app, args)
+    assert_bad_input(result, fragment, tmp_path, before)
 
 
 def test_all_zero_rows_do_not_divide_by_zero(tmp_path):
@@ -149,3 +142,42 @@ def test_all_zero_rows_do_not_divide_by_zero(tmp_path):
     assert "NaN" not in result.stdout
     result = runner.invoke(app, ["featurize", str(tmp_path / "a.npy"), "--out", str(tmp_path / "o.npy"), "--dim", "8"])
     assert result.exit_code == 0 and np.isfinite(np.load(tmp_path / "o.npy")).all()
+
+
+# a training run that fails is kept as run-NNN.failed with its log: exit 2 and one "failed:" line
+SCRIPT_FAILURES = [
+    ("script crashes", "import sys; sys.exit('boom')", "boom"),
+    ("script hangs", "import time; time.sleep(60)", "timed out after 5"),
+    ("script writes nothing", "pass", "script wrote no embedding file"),
+    ("script writes NaN", "import sys, numpy as np\nnp.save(sys.argv[1] + '/vectors.npy', np.full((3, 2), np.nan))",
+     "NaN or infinite"),
+]
+
+
+@pytest.mark.parametrize("body, fragment", [c[1:] for c in SCRIPT_FAILURES], ids=[c[0] for c in SCRIPT_FAILURES])
+def test_a_failing_script_run_exits_2_with_one_failed_line(tmp_path, body, fragment):
+    result = runner.invoke(app, [str(a) for a in script(body)(tmp_path)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("failed: run-000: ") and fragment in lines[0], result.stderr
+    assert "Traceback" not in result.output and not (tmp_path / "out" / "run-000").exists()
+    assert not [p for p in tmp_path.rglob("*") if ".tmp" in p.name]
+
+
+def test_catalogue_has_100_cases_each_checked_by_assert_bad_input():
+    """Issue 13 §3: at least 100 bad inputs. The cases are the tests marked ``bad_input`` in
+    tests/test_bad_input*.py; conftest fails any of them that does not pass through
+    ``assert_bad_input`` (exit 2, one ``error:`` line naming the problem, no traceback or
+    warning, nothing under its directory changed)."""
+    import subprocess
+
+    tests = Path(__file__).resolve().parent
+    files = sorted(tests.glob("test_bad_input*.py"))
+    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             "-m", "bad_input", *map(str, files)], capture_output=True, text=True, cwd=tests.parent,
+                            timeout=300)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    cases = [line for line in listed.stdout.splitlines() if "::" in line]
+    assert len(cases) >= 100, cases
+    per_file = {path.name: sum(line.startswith(f"tests/{path.name}::") for line in cases) for path in files}
+    assert all(per_file.values()), per_file  # every catalogue file contributes marked cases

@@ -193,6 +193,7 @@ CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
 }
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_audit_refuses_bad_embedding_file(tmp_path, good, case, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -205,6 +206,7 @@ def test_audit_refuses_bad_embedding_file(tmp_path, good, case, monkeypatch):
     assert "\\x" not in result.stderr  # no raw bytes in the message
 
 
+@pytest.mark.bad_input
 def test_trusted_pickle_that_exits_still_fails_the_gate(tmp_path, good):
     """Issue 12: a .kv calling sys.exit(0) made a failing --check exit 0 with no output."""
     evil = _write(tmp_path / "exit.kv", _pickle_of((sys.exit, (0,))))
@@ -229,8 +231,9 @@ def test_crafted_pickle_run_as_a_real_process_creates_nothing(tmp_path, good):
     assert not marker.exists()
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("args, fragment", [
-    (["--input-format", "yaml"], "--input-format: unknown format 'yaml'"),
+    (["--input-format", "yaml"], "'--input-format': 'yaml' is not one of 'npy', 'word2vec', 'word2vec-bin', 'fasttext'"),
     (["--input-format", "fasttext"], "good.npy: not a fastText .bin file"),
     (["--keys", "KEYS"], "--keys: "),  # every input has keys
 ])
@@ -244,6 +247,7 @@ def test_audit_bad_input_options(tmp_path, good, args, fragment):
     assert_bad_input(result, fragment, tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_run_set_vectors_that_are_not_npy(tmp_path, sessions_file):
     from stabcli.training import TrainConfig, pretrain
 
@@ -255,6 +259,7 @@ def test_run_set_vectors_that_are_not_npy(tmp_path, sessions_file):
                      tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_input_format_on_a_run_set(tmp_path, sessions_file):
     from stabcli.training import TrainConfig, pretrain
 
@@ -271,6 +276,7 @@ def test_input_format_on_a_run_set(tmp_path, sessions_file):
     assert_bad_input(result, "run-001/vectors.npy: vectors have dtype complex64 (complex)", tmp_path, before)
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("keys_text, fragment", [
     ("a\nb\n", "k.txt: 2 keys for 12 rows in"),
     ("\n".join(KEYS[:11] + ["k0"]) + "\n", "k.txt:12: duplicate key 'k0' (first on line 1)"),
@@ -289,6 +295,7 @@ def test_bad_keys_files(tmp_path, good, keys_text, fragment):
     assert_bad_input(result, fragment, tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_missing_keys_file(tmp_path, good):
     keyless = _npy(tmp_path / "nokeys.npy", _vectors(1))
     before = files_state(tmp_path)
@@ -296,6 +303,7 @@ def test_missing_keys_file(tmp_path, good):
     assert_bad_input(result, "none.txt: no such keys file", tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_keyless_inputs_of_different_lengths(tmp_path):
     a = _npy(tmp_path / "a.npy", _vectors(0))
     b = _npy(tmp_path / "b.npy", _vectors(1, rows=10))
@@ -339,6 +347,7 @@ def _kv_with_keys(path: Path, keys: list[str]) -> Path:
     return path
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("keys, out, fragment", [
     (["a b", "c", "d"], "o.vec", "key 'a b' contains whitespace, which word2vec cannot store"),
     (["a\tb", "c", "d"], "o.bin", "key 'a\\tb' contains whitespace, which word2vec-bin cannot store"),
@@ -352,6 +361,7 @@ def test_featurize_refuses_keys_its_output_cannot_hold(tmp_path, keys, out, frag
     assert_bad_input(result, fragment, tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_featurize_align_to_keyless_reference(tmp_path, good):
     ref = _npy(tmp_path / "ref.npy", _vectors(1))
     before = files_state(tmp_path)
@@ -359,6 +369,7 @@ def test_featurize_align_to_keyless_reference(tmp_path, good):
     assert_bad_input(result, "ref.npy: has no keys file (ref.keys.txt), but", tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_featurize_crafted_pickle(tmp_path):
     evil = _write(tmp_path / "evil.model", _pickle_of((os.system, (f"touch {tmp_path / 'MARKER'}",))))
     before = files_state(tmp_path)
@@ -369,7 +380,8 @@ def test_featurize_crafted_pickle(tmp_path):
     assert result.exit_code == 2 and "SystemExit while unpickling" in result.stderr
 
 
+@pytest.mark.bad_input
 def test_featurize_input_format_unknown(tmp_path, good):
     before = files_state(tmp_path)
     result = runner.invoke(app, ["featurize", str(good), "--out", str(tmp_path / "o.npy"), "--input-format", "csv"])
-    assert_bad_input(result, "--input-format: unknown format 'csv'", tmp_path, before)
+    assert_bad_input(result, "'--input-format': 'csv' is not one of", tmp_path, before)

@@ -54,18 +54,18 @@ CASES = [
     ("test size nan", with_labels("--test-size", "nan"), "--test-size: nan"),
     ("test size inf", with_labels("--test-size", "inf"), "--test-size: inf"),
     # ---- --model and --task
-    ("model unknown", with_labels("--model", "svm"), "--model: 'svm' is not one of logreg, knn, ridge"),
+    ("model unknown", with_labels("--model", "svm"), "'--model': 'svm' is not one of 'logreg', 'knn', 'ridge'"),
     ("model logreg for regression", with_labels("--model", "logreg", "--task", "regression"),
      "--model: logreg is for classification"),
     ("model logreg on numeric labels", with_labels("--model", "logreg", text="".join(f"k{i},{i * 0.37}\n" for i in range(N))),
      "--model: logreg is for classification, and these labels are numeric"),
-    ("task unknown", with_labels("--task", "clustering"), "--task: 'clustering' is not one of auto, classification, regression"),
+    ("task unknown", with_labels("--task", "clustering"), "'--task': 'clustering' is not one of 'auto', 'classification', 'regression'"),
     ("knn with too few training keys", with_labels("--model", "knn", "--min-class-size", "1",
                                                    text="k0,a\nk1,a\nk2,a\nk3,b\nk4,b\nk5,b\n"),
      "4 training keys are fewer than the 5 neighbours --model knn uses"),
     # ---- --reference: needs the run count, checked right after loading
     ("reference beyond the runs", with_labels("--reference", "5"), "--reference: 5 must be a run position from 0 to 1"),
-    ("reference negative", with_labels("--reference", "-1"), "--reference: -1 must be a run position"),
+    ("reference negative", with_labels("--reference", "-1"), "'--reference': Input should be greater than or equal to 0"),
     # ---- --variants
     ("variant unknown", with_labels("--variants", "h,rff:8"), "--variants: unknown variant 'rff:8'"),
     ("variant odd M", with_labels("--variants", "phi:7"), "--variants: 'phi:7' needs an even M >= 2"),
@@ -94,19 +94,19 @@ CASES = [
     ("variant sigma beyond 1e300", with_labels("--variants", "phi:8@1e301"), "positive finite sigma up to 1e+300"),
     ("sigmas without phi", with_labels("--variants", "h,aligned", "--sigmas", "1"), "--sigmas: sweeps the phi variants"),
     # ---- --jobs, --min-class-size, seeds, encoding
-    ("jobs zero", with_labels("--jobs", "0"), "--jobs: 0 must be at least 1"),
-    ("jobs negative", with_labels("--jobs", "-3"), "--jobs: -3 must be at least 1"),
-    ("min class size zero", with_labels("--min-class-size", "0"), "--min-class-size: 0 must be at least 1"),
-    ("min class size negative", with_labels("--min-class-size", "-2"), "--min-class-size: -2 must be at least 1"),
+    ("jobs zero", with_labels("--jobs", "0"), "'--jobs' / '-j': Input should be greater than or equal to 1"),
+    ("jobs negative", with_labels("--jobs", "-3"), "'--jobs' / '-j': Input should be greater than or equal to 1"),
+    ("min class size zero", with_labels("--min-class-size", "0"), "'--min-class-size': Input should be greater than or equal to 1"),
+    ("min class size negative", with_labels("--min-class-size", "-2"), "'--min-class-size': Input should be greater than or equal to 1"),
     ("min class size drops every class", with_labels("--min-class-size", "100"),
      "no class has at least 100 labeled keys (--min-class-size 100 dropped 'g0' (20), 'g1' (20))"),
     ("min class size leaves one class", with_labels(text="".join(f"k{i},{'rare' if i < 3 else 'common'}\n" for i in range(N))),
      "only one class ('common') has at least 5 labeled keys (--min-class-size 5 dropped 'rare' (3))"),
     ("min class size without labels", lambda t: ["audit", *two_runs(t), "--min-class-size", "3"],
      "--min-class-size only apply with --labels FILE"),
-    ("split seed negative", with_labels("--split-seed", "-1"), "--split-seed: -1 must be between 0 and 4294967295"),
+    ("split seed negative", with_labels("--split-seed", "-1"), "'--split-seed': Input should be greater than or equal to 0"),
     ("split seed too large", with_labels("--split-seed", str(2**32)), "--split-seed: 4294967296 must be between"),
-    ("phi seed negative", with_labels("--seed", "-7"), "--seed: -7 must be at least 0"),
+    ("phi seed negative", with_labels("--seed", "-7"), "'--seed': Input should be greater than or equal to 0"),
     ("label encoding unknown", with_labels("--encoding", "no-such-codec"), "--encoding: unknown encoding 'no-such-codec'"),
     # ---- labels whose numbers are not finite
     ("regression label beyond float64", with_labels("--task", "regression",
@@ -131,6 +131,7 @@ CASES = [
 ]
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("name, make_args, fragment", CASES, ids=[c[0] for c in CASES])
 def test_bad_downstream_and_numeric_inputs(tmp_path, name, make_args, fragment):
     args = make_args(tmp_path)
@@ -138,6 +139,7 @@ def test_bad_downstream_and_numeric_inputs(tmp_path, name, make_args, fragment):
     assert_bad_input(run(tmp_path, *args, "--json", tmp_path / "report.json"), fragment, tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_memory_refusal_comes_before_the_gram_pass(tmp_path, monkeypatch):
     """The estimate is checked against the available memory before any metric runs."""
     import stabcli.metrics
@@ -252,6 +254,7 @@ def test_word2vec_text_beyond_float32_is_read_in_float64(tmp_path, exponent):
     assert read_embedding(tmp_path / "o0.vec").vectors.dtype == np.float32  # ordinary files stay float32
 
 
+@pytest.mark.bad_input
 def test_word2vec_text_with_a_huge_value_and_a_nan_names_the_nan_row(tmp_path):
     array = np.random.default_rng(1).standard_normal((N, D))
     array[3, 1], array[5, 0] = np.nan, 1e300

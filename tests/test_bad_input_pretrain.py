@@ -48,6 +48,7 @@ PARAM_CASES = [
 ]
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("param, fragment", PARAM_CASES, ids=[c[0] for c in PARAM_CASES])
 def test_bad_param_values_are_refused_before_gensim_sees_them(tmp_path, param, fragment):
     path = corpus(tmp_path)
@@ -56,6 +57,7 @@ def test_bad_param_values_are_refused_before_gensim_sees_them(tmp_path, param, f
     assert_bad_input(result, fragment, tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_doc2vec_params_are_checked_too(tmp_path, tagged_file):
     before = files_state(tmp_path)
     result = invoke("pretrain", tagged_file, "--model", "doc2vec", "--out", tmp_path / "r", *SMALL, "--param", "dm_concat=7")
@@ -65,22 +67,22 @@ def test_doc2vec_params_are_checked_too(tmp_path, tagged_file):
 
 
 OPTION_CASES = [
-    (["--runs", "0"], "--runs: must be at least 1"),
-    (["--runs", "-5"], "--runs: must be at least 1"),
+    (["--runs", "0"], "'--runs' / '-n': Input should be greater than or equal to 1"),
+    (["--runs", "-5"], "'--runs' / '-n': Input should be greater than or equal to 1"),
     (["--runs", "10000000"], "--runs: 10,000,000 runs: at most 100,000"),
     (["--runs", "1000000000"], "--runs: 1,000,000,000 runs"),
-    (["--seed", "-1"], "--seed: must be between"),
+    (["--seed", "-1"], "'--seed': Input should be greater than or equal to 0"),
     (["--seed", str(2**32)], "--seed: must be between"),
-    (["--dim", "0"], "--dim: must be at least 1"),
-    (["--dim", "-3"], "--dim: must be at least 1"),
+    (["--dim", "0"], "'--dim': Input should be greater than or equal to 1"),
+    (["--dim", "-3"], "'--dim': Input should be greater than or equal to 1"),
     (["--dim", "1000000000"], "--dim: "),
     (["--dim", str(2**40)], "--dim: 1099511627776 is larger than gensim accepts"),
-    (["--window", "0"], "--window: must be at least 1"),
-    (["--epochs", "0"], "--epochs: must be at least 1"),
-    (["--min-count", "0"], "--min-count: must be at least 1"),
-    (["--negative", "-1"], "--negative: must be 0 or more"),
-    (["--model", "glove"], "--model: 'glove'"),
-    (["--vary", "jitter"], "--vary: 'jitter'"),
+    (["--window", "0"], "'--window': Input should be greater than or equal to 1"),
+    (["--epochs", "0"], "'--epochs': Input should be greater than or equal to 1"),
+    (["--min-count", "0"], "'--min-count': Input should be greater than or equal to 1"),
+    (["--negative", "-1"], "'--negative': Input should be greater than or equal to 0"),
+    (["--model", "glove"], "'--model': 'glove' is not one of 'word2vec', 'doc2vec'"),
+    (["--vary", "jitter"], "'--vary': 'jitter' is not one of 'seed', 'shuffle', 'bootstrap'"),
     (["--timeout", "0"], "--timeout: must be a positive"),
     (["--timeout", "-1"], "--timeout: must be a positive"),
     (["--timeout", "inf"], "--timeout: must be a positive"),
@@ -89,6 +91,7 @@ OPTION_CASES = [
 ]
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("args, fragment", OPTION_CASES, ids=[" ".join(c[0]) for c in OPTION_CASES])
 def test_bad_option_values(tmp_path, args, fragment):
     path = corpus(tmp_path)
@@ -97,6 +100,7 @@ def test_bad_option_values(tmp_path, args, fragment):
     assert_bad_input(result, fragment, tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_a_memory_estimate_names_the_option_and_both_sizes(tmp_path):
     path = corpus(tmp_path)
     before = files_state(tmp_path)
@@ -112,6 +116,7 @@ SCRIPT_CASES = [
 ]
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("template, fragment", SCRIPT_CASES, ids=[c[0] for c in SCRIPT_CASES])
 def test_bad_script_templates(tmp_path, template, fragment):
     before = files_state(tmp_path)
@@ -119,6 +124,7 @@ def test_bad_script_templates(tmp_path, template, fragment):
     assert_bad_input(result, fragment, tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_a_doc2vec_tag_with_whitespace_is_refused_naming_the_key(tmp_path):
     docs = tmp_path / "docs.tsv"
     docs.write_text("a b\tw1 w2 w3\nc\tw2 w3 w4\n", encoding="utf-8")
@@ -130,6 +136,7 @@ def test_a_doc2vec_tag_with_whitespace_is_refused_naming_the_key(tmp_path):
 # ---------------------------------------------------------------- the output directory
 
 
+@pytest.mark.bad_input
 def test_a_directory_of_user_files_is_refused_with_or_without_force(tmp_path):
     path = corpus(tmp_path)
     mine = tmp_path / "mine"
@@ -141,6 +148,7 @@ def test_a_directory_of_user_files_is_refused_with_or_without_force(tmp_path):
         assert_bad_input(result, "is not a run set (it holds photos)", tmp_path, before)
 
 
+@pytest.mark.bad_input
 def test_force_with_a_stray_manifest_leaves_every_user_file(tmp_path):
     path = corpus(tmp_path)
     mine = tmp_path / "mine"
@@ -179,6 +187,7 @@ def test_force_removes_only_what_stabcli_wrote_and_never_follows_a_symlink(tmp_p
     assert np.load(root / "run-000" / "vectors.npy").shape[1] == 5
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("name, make", [
     ("run-000", lambda p: p.write_text("x")),
     (".run-001.partial", lambda p: p.write_text("x")),
@@ -202,6 +211,7 @@ def test_entries_of_the_wrong_kind_are_refused(tmp_path, name, make):
         assert_bad_input(result, name, tmp_path, before)
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("field, value, fragment", [
     ("runs", [], "'runs' is a list"),
     ("seed", "0", "'seed' is a str"),
@@ -221,6 +231,7 @@ def test_manifest_fields_of_the_wrong_type(tmp_path, field, value, fragment):
         assert_bad_input(invoke(*argv), fragment, tmp_path, before)
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("text, fragment", [
     ('{"schema_version": 1, "seed": ' + "9" * 5000 + "}", "corrupted manifest"),
     ('{"schema_version": 1, "seed": NaN}', "corrupted manifest (NaN is not a number JSON allows)"),
@@ -236,6 +247,7 @@ def test_corrupt_manifests(tmp_path, text, fragment):
     assert_bad_input(invoke("pretrain", corpus(tmp_path), "--out", root, *SMALL), fragment)
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("content, fragment", [
     (b"[1.0, NaN]", "not valid JSON (NaN is not a number JSON allows)"),
     (b"[1.0, Infinity]", "not valid JSON"),
@@ -302,6 +314,7 @@ def test_a_script_writing_bad_keys_fails_its_run_naming_the_key(tmp_path, keys, 
     assert not (tmp_path / "r" / "run-000").exists()
 
 
+@pytest.mark.bad_input
 def test_demo_refuses_to_delete_a_user_file_in_its_featurized_run_set(tmp_path):
     phi = tmp_path / "d" / "runs-phi64"
     phi.mkdir(parents=True)

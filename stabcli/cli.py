@@ -56,11 +56,18 @@ def flag_for(param: str) -> str:
     return FLAG_NAMES.get(param, "--" + param.replace("_", "-"))
 
 
+def one_line(text: str) -> str:
+    """``text`` with every character that would break or hide part of the line (newlines,
+    carriage returns, escape sequences, invisible format marks) written as its escape
+    (``\\n``, ``\\x1b``, ``\\u200f``): a path or key holding one stays one visible line."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def error_line(exc: StabcliError) -> str:
     """The one line the CLI prints for a library error; option errors name the flag."""
     if isinstance(exc, OptionError):
-        return f"{flag_for(exc.param)}: {exc.problem}"
-    return str(exc)
+        return one_line(f"{flag_for(exc.param)}: {exc.problem}")
+    return one_line(str(exc))
 
 
 # click's UsageError, and the one of the click that typer >= 0.2x vendors (BadParameter's base)
@@ -94,11 +101,11 @@ class _Group(TyperGroup):
         except StabcliError as exc:
             if _debug_enabled(ctx):
                 raise
-            Console(stderr=True).print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt as exc:
             signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-            Console(stderr=True).print("interrupted; finished runs are kept", highlight=False)
+            err.print("interrupted; finished runs are kept", highlight=False)
             raise typer.Exit(128 + int(signum)) from None
         except BrokenPipeError:
             _quiet_broken_pipe()
@@ -106,7 +113,7 @@ class _Group(TyperGroup):
             if _debug_enabled(ctx):
                 raise
             where = exc.ctx.command_path if exc.ctx else "stabcli"
-            Console(stderr=True).print(f"[bold red]error:[/] {escape(exc.format_message())} (see '{where} --help')",
+            err.print(f"[bold red]error:[/] {escape(one_line(exc.format_message()))} (see '{where} --help')",
                                        highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         finally:
@@ -135,13 +142,22 @@ class _Console(Console):
 
 
 def _console(stream: Any, stderr: bool = False) -> Console:
-    """A console that, when ``stream`` is not a terminal and ``COLUMNS`` is unset, never wraps:
+    """A console that honours a valid ``COLUMNS`` (never narrower than ``MIN_WIDTH``: rich
+    prints nothing at all at width 0, and tables lose their numbers below that), and that,
+    when ``stream`` is not a terminal and ``COLUMNS`` is unset or not a number, never wraps:
     logs and pipes get every table and line at its full width."""
-    piped = not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS")
-    return _Console(stderr=stderr, width=PIPE_WIDTH if piped else None)
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():  # rich's own test; "0" would otherwise mean width 0
+        width: Optional[int] = max(int(columns), MIN_WIDTH)
+    elif hasattr(stream, "isatty") and stream.isatty():
+        width = None  # rich asks the terminal
+    else:
+        width = PIPE_WIDTH
+    return _Console(stderr=stderr, width=width)
 
 
 PIPE_WIDTH = 10_000
+MIN_WIDTH = 40
 
 
 app = typer.Typer(
@@ -362,7 +378,7 @@ def _audit_and_render(inputs: list[Path], options: AuditOptions, checks: list[st
     names = read_key_names(key_names, encoding or "utf-8") if key_names else None
 
     def warn(msg: str) -> None:
-        err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]warning:[/] {escape(one_line(msg))}", highlight=False, soft_wrap=True)
 
     runs = load_runs(inputs, on_warning=warn, read=read)
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
@@ -567,7 +583,7 @@ def featurize_cmd(
                        on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None,
                        read=ReadOptions(input_format, trust_pickle, keys))
     for note in result.notes:
-        err.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
+        err.print(f"note: {escape(one_line(note))}", highlight=False, soft_wrap=True)
     out.print(f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "
               f"{result.output_dim} dims (sidecar {result.sidecar})", highlight=False, soft_wrap=True)
     if result.measured_error is not None:

@@ -301,6 +301,21 @@ def check_outputs(outputs: Outputs, inputs: Sequence[Path]) -> None:
                                      "another directory")
             elif path.is_dir():
                 raise UsageError(f"{flag} {path}: is a directory")
+    _shared_output_rule(outputs, inputs, named)
+
+
+def _shared_output_rule(outputs: Outputs, inputs: Sequence[Path], named: list[tuple[str, Path | None]]) -> None:
+    """Then every command's rule (``stabcli.outputs``): hard links to an input, outputs inside
+    the run set of an input file, devices, FIFOs and sockets are refused too."""
+    from stabcli.outputs import OutputPlan, plots_owned, with_companions
+
+    plan = OutputPlan([c for p in inputs for c in with_companions(p)], force=outputs.force)
+    for param, path in named:
+        if path is not None:
+            flag = param if param == "GITHUB_STEP_SUMMARY" else "--" + param.replace("_", "-")
+            kind = {"plots": "dir", "GITHUB_STEP_SUMMARY": "append"}.get(param, "file")
+            plan.add(path, flag, kind=kind, owned=plots_owned if kind == "dir" else None)
+    plan.check()
 
 
 def write_outputs(outputs: Outputs, report: DriftReport, per_key: PerKey) -> list[Path]:

@@ -370,13 +370,13 @@ def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOpti
     runset = _open_runset(source)
     plan = OutputPlan(with_companions(source) + (with_companions(options.align_to) if options.align_to else [])
                       + ([read.keys_file] if read.keys_file is not None else []), force=force)
-    sidecar_path = output.with_name(output.name + SIDECAR_SUFFIX)
     if runset is not None:
         plan.add(output, "--out", kind="dir", owned=runset_owned)
     else:
         plan.add(output, "--out")
         if (options.fmt or format_for(output)) == "npy":
             plan.add(keys_path_for(output), "keys file")
+    sidecar_path = output.with_name(output.name + SIDECAR_SUFFIX)  # once add() knows the output has a name
     plan.add(sidecar_path, "sidecar")
     if save_transform is not None:
         save_transform = plan.add(save_transform, "--save-transform")

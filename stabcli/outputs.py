@@ -4,7 +4,11 @@ The rule, the same for every command and every kind of output:
 
 * An output (after resolving symlinks) that is an input, lies inside an input directory (a
   run set and everything in it), or is a directory holding an input, is refused, naming
-  both paths. So are two outputs that are the same file.
+  both paths. So are two outputs that are the same file. "Is an input" includes a hard
+  link to an input file (or to any file inside an input directory), and an input file
+  inside a run set (``runs/run-000/vectors.npy``) makes its whole run set an input.
+* An existing output that is not a regular file or directory (a device such as
+  ``/dev/null``, a FIFO, a socket; symlinks followed) is refused, with or without ``force``.
 * An output that exists is refused unless ``force``. With ``force`` a file is replaced
   atomically, and a directory only if it holds nothing but what stabcli writes there
   (``owned``); a symlink inside it, or any other file, is refused by name.
@@ -35,6 +39,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -97,6 +102,63 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+def enclosing_runset(path: str | Path) -> Path | None:
+    """The run set holding ``path`` (a run's vectors, checkpoint, keys or losses), resolved,
+    or None: the directory above a ``run-NNN/`` (or partial, failed) folder that holds a
+    manifest ``stabcli.json``. Reading one run's file makes its whole run set an input."""
+    real = _real(Path(path))
+    for folder in real.parents:
+        if re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", folder.name) and \
+                (folder.parent / "stabcli.json").is_file():
+            return folder.parent
+    return None
+
+
+def _shown(path: Path) -> str:
+    """A resolved path as the user would write it from here: relative when below the
+    working directory, else absolute."""
+    relative = os.path.relpath(path)
+    return path.as_posix() if relative.startswith("..") else relative
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    """Two names of one file (hard links included); False when either does not exist."""
+    try:
+        return os.path.samefile(path, other)
+    except OSError:
+        return False
+
+
+def _hard_link_to(path: Path, directory: Path) -> Path | None:
+    """A file inside ``directory`` (symlinks not followed) that is ``path`` under another name."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if info.st_nlink < 2 or not stat.S_ISREG(info.st_mode):
+        return None
+    for dirpath, _dirnames, filenames in os.walk(directory, followlinks=False):
+        for name in filenames:
+            candidate = Path(dirpath) / name
+            try:
+                other = os.lstat(candidate)
+            except OSError:
+                continue
+            if (other.st_dev, other.st_ino) == (info.st_dev, info.st_ino):
+                return candidate
+    return None
+
+
+def _special(path: Path) -> bool:
+    """Whether ``path`` (a symlink followed) is a device, FIFO or socket: replacing it would
+    replace, say, /dev/null itself; writing into it would block or go elsewhere."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # a dangling symlink: replacing the link is an ordinary write
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def _inside(path: Path, directory: Path) -> bool:
     return path != directory and path.is_relative_to(directory)
 
@@ -119,6 +181,31 @@ class _Output:
     def temporary(self) -> Path:
         suffix = "partial" if self.kind == "dir" else "tmp"
         return self.path.with_name(f".{self.path.name}.{suffix}-{os.getpid()}")
+
+
+def _append(path: Path, data: bytes) -> None:
+    """Append ``data`` whole or not at all: a failed write (disk full, ``ulimit -f``) cuts
+    the file back to its length before, and removes it if this call created it."""
+    existed = os.path.lexists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    regular, start = False, 0
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)  # /dev/stdout may be a pipe: no seeking
+        start = os.lseek(fd, 0, os.SEEK_END) if regular else 0
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        try:
+            if not existed:
+                os.unlink(path)
+            elif regular:
+                os.ftruncate(fd, start)
+        except OSError:
+            pass
+        raise
+    finally:
+        os.close(fd)
 
 
 class OutputPlan:
@@ -158,6 +245,9 @@ class OutputPlan:
         if kind not in ("file", "dir", "append"):
             raise ValueError(f"kind {kind!r}: expected file, dir or append")
         output = _Output(Path(path), label, kind, owned, exists_ok)
+        if not output.path.name:  # '', '.', '/': a directory spelled without a name to write
+            what = "directory" if kind == "dir" else "file"
+            raise UsageError(f"{output.name}: has no {what} name; give a path that ends in one")
         self._outputs.append(output)
         return output.path
 
@@ -170,17 +260,26 @@ class OutputPlan:
         """Refuse (UsageError naming the paths) any output that collides with an input or
         another output, exists without ``force``, or cannot be created. Writes nothing."""
         inputs = [(given, _real(given)) for given in self._inputs]
+        runsets = [(given, runset) for given in self._inputs if (runset := enclosing_runset(given)) is not None]
         seen: list[tuple[_Output, Path]] = []
         for output in self._outputs:
             real = _real(output.path)
             for candidate in (real, _real(output.path.parent) / output.temporary().name):
                 for given, source in inputs:
-                    if candidate == source:
+                    if candidate == source or (candidate == real and _same_file(real, source)):
                         raise UsageError(f"{output.name}: is the input {given}; write the output elsewhere")
                     if source.is_dir() and _inside(candidate, source):
                         raise UsageError(f"{output.name}: lies inside the input {given}; write the output elsewhere")
                     if output.kind == "dir" and _inside(source, candidate):
                         raise UsageError(f"{output.name}: contains the input {given}; write the output elsewhere")
+                for given, runset in runsets:
+                    if candidate == runset or _inside(candidate, runset):
+                        raise UsageError(f"{output.name}: lies inside the run set {_shown(runset)} of the input {given}; "
+                                         "write the output elsewhere")
+            for given, source in inputs:  # a hard link into an input directory is a file of that input
+                if source.is_dir() and (twin := _hard_link_to(real, source)) is not None:
+                    raise UsageError(f"{output.name}: is the input {_shown(twin)} (a hard link to it); "
+                                     "write the output elsewhere")
             for other, other_real in seen:
                 if real == other_real:
                     raise UsageError(f"{output.name}: is also {other.name}; give them different paths")
@@ -200,6 +299,9 @@ class OutputPlan:
             raise UsageError(f"{output.name}: cannot write in {parent} (permission denied)")
         if not os.path.lexists(path):
             return
+        if output.kind != "append" and _special(path):
+            raise UsageError(f"{output.name}: is not a regular file (a device, FIFO or socket); "
+                             "stabcli writes only regular files and directories")
         if output.kind == "append":
             if path.is_dir():
                 raise UsageError(f"{output.name}: is a directory")
@@ -278,8 +380,7 @@ class OutputPlan:
             for output in self._outputs:
                 if output.kind == "append" and output.text:
                     self._current = output
-                    with open(output.path, "a", encoding="utf-8") as fh:
-                        fh.write("".join(output.text))
+                    _append(output.path, "".join(output.text).encode("utf-8"))
         except OSError as exc:
             error = self.write_error(exc)
             self.rollback()

@@ -105,7 +105,9 @@ class _Group(TyperGroup):
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt as exc:
             signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-            err.print("interrupted; finished runs are kept", highlight=False)
+            trains = ctx.invoked_subcommand in ("pretrain", "demo")  # the commands that keep what they finished
+            err.print("interrupted; finished runs are kept" if trains else "interrupted; nothing was written",
+                      highlight=False)
             raise typer.Exit(128 + int(signum)) from None
         except BrokenPipeError:
             _quiet_broken_pipe()

@@ -134,6 +134,7 @@ def read_keys(path: Path) -> list[str]:
         raise InputError(f"{path}: keys are not valid UTF-8 (byte offset {exc.start})") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read keys ({exc.strerror})") from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark is not part of the first key
     keys = text.split("\n")
     if keys and keys[-1] == "":
         keys.pop()
@@ -285,7 +286,7 @@ def _read_word2vec_text(path: Path) -> Embedding:
     size = path.stat().st_size
     with open(path, "rb") as fh:
         header = fh.readline()
-        count, dim = _parse_header(path, header)
+        count, dim = _parse_header(path, header.removeprefix(b"\xef\xbb\xbf"))  # a UTF-8 byte-order mark
         # a row is at least a 1-character key and dim 1-digit values, space-separated, plus a newline
         vectors = _rows_for(path, count, dim, size - len(header), 2 * dim + 2)
         keys: list[str] = []

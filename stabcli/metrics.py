@@ -49,7 +49,9 @@ def power_of_two_scale(largest: float) -> float:
     if largest == 0 or not math.isfinite(largest):
         return 1.0
     exponent = math.frexp(largest)[1]
-    return 1.0 if -SAFE_EXPONENT <= exponent <= SAFE_EXPONENT else math.ldexp(1.0, exponent)
+    if -SAFE_EXPONENT <= exponent <= SAFE_EXPONENT:
+        return 1.0
+    return math.ldexp(1.0, min(exponent, 1023))  # 2^1024 is not a float64: values near 1.8e308 scale into [1, 2)
 
 
 def may_need_scaling(runs: Sequence[np.ndarray]) -> bool:

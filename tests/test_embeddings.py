@@ -466,3 +466,13 @@ def test_pickle_that_rewires_a_stand_in_constructor_still_trains_nothing(tmp_pat
     with pytest.raises(InputError, match=r"rewire\.model: not a readable gensim save\(\) file \(TypeError"):
         read_embedding(tmp_path / "rewire.model")
     assert Word2Vec.__init__ is not hash
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_a_header_or_a_key(tmp_path):
+    """Editors on Windows write a BOM: it once made a .vec 'binary data' and the first key
+    of a keys file '\\ufeffk0' (silently dropped from the comparison)."""
+    (tmp_path / "b.vec").write_bytes(b"\xef\xbb\xbf2 2\nk0 1 2\nk1 3 4\n")
+    assert read_embedding(tmp_path / "b.vec").keys == ["k0", "k1"]
+    np.save(tmp_path / "c.npy", np.ones((2, 2), np.float32))
+    (tmp_path / "c.keys.txt").write_bytes(b"\xef\xbb\xbfk0\nk1\n")
+    assert read_embedding(tmp_path / "c.npy").keys == ["k0", "k1"]

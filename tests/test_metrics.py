@@ -366,3 +366,16 @@ def test_unit_rows_of_float64_rows_beyond_float32_and_subnormal():
     bad = scaled.copy()
     bad[2, 1] = np.nan
     assert (m.unit_rows(bad)[2] == 0).all()  # NaN rows give zero rows, as in float32
+
+
+def test_the_largest_float64_values_scale_without_overflow():
+    """Values whose binary exponent is 1024 (above 2^1023, up to float64's maximum) once asked
+    for the unrepresentable scale 2^1024 (OverflowError)."""
+    big = np.finfo(np.float64).max
+    scale = m.power_of_two_scale(big)
+    assert scale == 2.0 ** 1023 and np.isfinite((big / scale) ** 2)
+    rng = np.random.default_rng(3)
+    runs = [rng.standard_normal((20, 3)) for _ in range(2)]
+    runs[0][0, 0] = big / 2
+    share = m.noise_share(runs)
+    assert np.isfinite(share.overall) and 0 <= share.overall <= 1

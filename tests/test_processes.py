@@ -177,7 +177,7 @@ def test_sigterm_of_audit_and_featurize_exits_143_without_temporary_files(tmp_pa
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143, stderr
-    assert stderr.strip().splitlines() == ["interrupted; finished runs are kept"], stderr
+    assert stderr.strip().splitlines() == ["interrupted; nothing was written"], stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 

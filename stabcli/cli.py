@@ -628,7 +628,8 @@ def demo(
     from stabcli.report import comparison_table
 
     sessions = sample_path("sessions.txt")
-    check_removable_runset(out_dir / "runs-phi64")  # before a minute of work, not after
+    _check_demo_out(out_dir)  # before a minute of work, not after
+    check_removable_runset(out_dir / "runs-phi64")
     err.print(f"stabcli demo: 5 item2vec runs on the synthetic sample {sessions.name} → {out_dir / 'runs'}", highlight=False)
     config = TrainConfig(model="word2vec", dim=32, window=3, negative=3, epochs=10, checkpoints=True)
     result = _run_pretrain(out_dir / "runs", sessions, config, runs=5, seed=0, jobs=jobs, force=False,
@@ -648,6 +649,23 @@ def demo(
               "'When featurization helps'.", highlight=False)
     out.print()
     _demo_drift(out_dir, config, jobs)
+
+
+# everything the demo writes in its --out, and replaces when it runs again
+DEMO_OUTPUTS = frozenset({"runs", "runs-phi64", "runs-refreshed", "audit.json", "audit.md", "plots",
+                          "sessions-refreshed.txt", "drift.json", "drift.md"})
+
+
+def _check_demo_out(out_dir: Path) -> None:
+    """The demo replaces its reports in ``out_dir``: refuse a directory that holds anything
+    else (it is not an earlier demo's, and its audit.md or drift.json may be the user's)."""
+    if out_dir.is_symlink() and not out_dir.is_dir() or out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: exists and is not a directory")
+    if out_dir.is_dir():
+        foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in DEMO_OUTPUTS)
+        if foreign:
+            raise UsageError(f"--out {out_dir}: holds {foreign[0]}, which the demo did not write; "
+                             "choose an empty or new directory")
 
 
 DEMO_MOVED_GENRE, DEMO_INTO_GENRE, DEMO_MOVED_RANKS = "Horror", "Comedy", range(10, 22)

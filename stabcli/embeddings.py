@@ -372,9 +372,9 @@ def _read_gensim(path: Path, trust_pickle: bool) -> Embedding:
     keys, vectors = state.get("index_to_key"), state.get("vectors")
     if not isinstance(keys, list):
         raise InputError(f"{path}: {what}: no key list (index_to_key)")
-    bad = next((i for i, k in enumerate(keys) if not isinstance(k, (str, int)) or isinstance(k, bool)), None)
+    bad = next((i for i, k in enumerate(keys) if _key_problem(k)), None)
     if bad is not None:
-        raise InputError(f"{path}: {what}: key #{bad + 1} is {printable(repr(keys[bad]), 40)}, not a string")
+        raise InputError(f"{path}: {what}: key #{bad + 1} is {_key_problem(keys[bad])}")
     if not isinstance(vectors, np.ndarray):
         raise InputError(f"{path}: {what}: no vector matrix (found {printable(type(vectors).__name__)})")
     if vectors.ndim != 2:
@@ -387,6 +387,18 @@ def _read_gensim(path: Path, trust_pickle: bool) -> Embedding:
     keys = [str(k) for k in keys]  # Doc2Vec tags may be ints
     _check_keys(path, keys, unit="key #")
     return Embedding(keys, vectors, path)
+
+
+def _key_problem(key: object) -> str | None:
+    """Why ``key`` is not a word or a Doc2Vec tag (a string or a 64-bit int), or None. An
+    int too long for ``str()`` would raise while the keys are converted."""
+    if isinstance(key, str):
+        return None
+    if isinstance(key, int) and not isinstance(key, bool):
+        return None if -2**63 <= key < 2**63 else f"an integer of {key.bit_length()} bits, not a Doc2Vec tag"
+    if key is None or isinstance(key, (bool, float, bytes)):
+        return f"{printable(repr(key), 40)}, not a string"
+    return f"a {printable(type(key).__name__)}, not a string"  # not its repr: a list may nest 100,000 deep
 
 
 def _fasttext_word_vectors(path: Path, kv: object) -> None:

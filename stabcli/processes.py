@@ -4,6 +4,12 @@
   (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so even a ``kill -9`` of stabcli ends them.
 * A user script runs in its own session (process group); stabcli kills the whole group
   when the script ends, times out, or stabcli is interrupted, so the script's children go too.
+* A descendant can leave that group (``setsid``, a double-forked daemon) and has no
+  parent-death signal (a fork clears it), so each script also gets a token in its
+  environment (``STABCLI_SCRIPT``), which every descendant inherits: when the script ends,
+  every process carrying its token is killed too (Linux, through ``/proc``). They also
+  carry ``STABCLI_RUN_SET``: the next pretrain of that run set kills what a ``kill -9`` of
+  stabcli left running.
 * ``live_groups`` remembers the groups of scripts running in this process, so the
   orchestrator can kill them from the main thread on Ctrl-C / SIGTERM.
 """
@@ -13,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -78,6 +85,65 @@ def kill_group(pgid: int) -> None:
         pass
 
 
+SCRIPT_TOKEN = "STABCLI_SCRIPT"  # environment variable naming the script a process descends from
+
+
+def new_script_token() -> str:
+    return secrets.token_hex(8)
+
+
+RUN_SET_VAR = "STABCLI_RUN_SET"  # environment variable naming the run set a script process works for
+
+
+def _marked(token: str, var: str = SCRIPT_TOKEN) -> list[int]:
+    """Processes (other than this one) whose environment carries ``var=token``."""
+    needle, found = f"{var}={token}".encode(), []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:  # gone, or another user's
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def kill_marked(token: str, rounds: int = 20, var: str = SCRIPT_TOKEN) -> None:
+    """SIGKILL every process descended from the script started with ``token``, including
+    those that left its process group; repeated while a scan still finds one (a daemon
+    may fork between the scan and the kill)."""
+    for _ in range(rounds):
+        pids = _marked(token, var)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+
+
+def kill_orphans_of(run_set: str) -> None:
+    """SIGKILL what is left of the scripts of an earlier pretrain of ``run_set`` (a resolved
+    path) that was killed too hard to stop them (``kill -9``): call it holding the run set's
+    lock, when no live pretrain works for it."""
+    kill_marked(run_set, var=RUN_SET_VAR)
+
+
+def kill_script(pgid: int, token: str) -> None:
+    """SIGKILL a script's process group and every process that carries its token."""
+    kill_group(pgid)
+    kill_marked(token)
+
+
 def cpu_count() -> int:
     """CPUs this process may use: the affinity mask on Linux, ``os.cpu_count()`` elsewhere."""
     if hasattr(os, "sched_getaffinity"):
@@ -86,25 +152,27 @@ def cpu_count() -> int:
 
 
 class _LiveGroups:
-    """Process groups of scripts this process runs right now."""
+    """Process groups (and tokens) of scripts this process runs right now."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._groups: set[int] = set()
+        self._groups: dict[int, str | None] = {}
 
-    def add(self, pgid: int) -> None:
+    def add(self, pgid: int, token: str | None = None) -> None:
         with self._lock:
-            self._groups.add(pgid)
+            self._groups[pgid] = token
 
     def discard(self, pgid: int) -> None:
         with self._lock:
-            self._groups.discard(pgid)
+            self._groups.pop(pgid, None)
 
     def kill_all(self) -> None:
         with self._lock:
-            groups = list(self._groups)
-        for pgid in groups:
+            groups = list(self._groups.items())
+        for pgid, token in groups:
             kill_group(pgid)
+            if token:
+                kill_marked(token)
 
 
 live_groups = _LiveGroups()

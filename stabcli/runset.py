@@ -26,6 +26,7 @@ Everything else in the directory belongs to the user: stabcli never removes it.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -43,6 +44,7 @@ import numpy as np
 from stabcli.atomic import atomic_path, is_temp_name, write_json_atomic, write_text_atomic
 from stabcli.embeddings import Embedding, keys_text, load_npy, read_keys, require_real_dtype
 from stabcli.errors import InputError, RunSetError, UsageError
+from stabcli.processes import kill_orphans_of
 
 SCHEMA_VERSION = 1
 MANIFEST = "stabcli.json"
@@ -144,6 +146,22 @@ def remove_stabcli_entries(root: Path, *, keep: Iterable[str] = ()) -> None:
         if path.name in kept or entry_kind(path.name) is None:
             continue
         _remove(path)
+
+
+def check_input_outside(root: Path, path: str | Path, what: str) -> None:
+    """UsageError (naming both) when the input ``path``, symlinks resolved, is or lies in an
+    entry stabcli writes or removes in the run set ``root`` (``keys.txt``, ``run-000/``...):
+    the run would overwrite or delete its own input. An input under a name of the user's
+    inside the run set is fine: stabcli never touches it."""
+    real_root = Path(root).resolve()
+    try:
+        relative = Path(path).resolve().relative_to(real_root)
+    except ValueError:
+        return
+    if not relative.parts or entry_kind(relative.parts[0]) is not None:
+        entry = Path(root, *relative.parts[:1])
+        raise UsageError(f"{path}: the {what} lies at {entry}, which stabcli writes or removes in {root}; "
+                         "move it out or choose another --out")
 
 
 def check_removable_runset(root: Path) -> None:
@@ -406,6 +424,7 @@ class RunSetWriter:
     def __enter__(self) -> "RunSetWriter":
         prepare_out_dir(self.root)
         self.lock.__enter__()
+        kill_orphans_of(str(self.root.resolve()))  # scripts of a pretrain killed by kill -9
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -523,34 +542,72 @@ def _describe_diff(old: dict, new: dict) -> str:
 
 
 class RunSetLock:
-    """An exclusive ``stabcli.lock`` holding the writer's pid; a stale lock is taken over."""
+    """An exclusive ``stabcli.lock``: a file holding the writer's pid, ``flock``-ed by it.
+
+    Whether the owner lives is the ``flock`` (the kernel drops it when the owner dies, even
+    by ``kill -9``), never its pid, which a dead owner's successor may reuse. A stale lock
+    is removed only by a process that holds its ``flock``, and a lock counts only while it
+    is still the file at ``stabcli.lock``, so two pretrains racing for a stale lock never
+    both win. The file is never written through a link: a new one is created each time.
+    """
 
     def __init__(self, root: Path):
         self.path = root / LOCK
+        self._fd: int | None = None
 
     def __enter__(self) -> "RunSetLock":
         if self.path.is_dir() and not self.path.is_symlink():
             raise RunSetError(f"{self.path}: expected a lock file, found a directory; move it away")
-        for _ in range(2):
+        for _ in range(50):
+            created = True
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
             except FileExistsError:
+                created = False
+                try:
+                    fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                except FileNotFoundError:
+                    continue  # removed meanwhile: try again
+                except OSError as exc:  # a symlink (ELOOP), a FIFO...
+                    raise RunSetError(f"{self.path}: not a lock file stabcli wrote ({exc.strerror}); move it away") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                if created:
+                    continue  # another pretrain is removing this file as stale: try again
                 owner = _lock_owner(self.path)
-                if owner is not None and _pid_alive(owner):
-                    raise RunSetError(
-                        f"{self.path.parent}: another stabcli (pid {owner}) is writing this run set; "
-                        f"wait for it, or remove {self.path} if that process is gone"
-                    ) from None
-                self.path.unlink(missing_ok=True)  # stale: its owner died
+                raise RunSetError(
+                    f"{self.path.parent}: another stabcli{f' (pid {owner})' if owner else ''} is writing this run set; "
+                    "wait for it to finish"
+                ) from None
+            if not _same_file(fd, self.path):  # removed (as stale) between our open and our flock
+                os.close(fd)
                 continue
-            with os.fdopen(fd, "w") as fh:
-                fh.write(f"{os.getpid()}\n")
+            if not created:  # stale: its owner died; we hold its flock, so no one else takes it meanwhile
+                self.path.unlink()
+                os.close(fd)
+                continue
+            os.write(fd, f"{os.getpid()}\n".encode())
+            self._fd = fd
             return self
         raise RunSetError(f"{self.path}: could not take the lock")
 
     def __exit__(self, *exc: object) -> None:
-        if _lock_owner(self.path) == os.getpid():
+        if self._fd is None:
+            return
+        if _same_file(self._fd, self.path):
             self.path.unlink(missing_ok=True)
+        os.close(self._fd)  # releases the flock
+        self._fd = None
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        here, there = os.fstat(fd), os.lstat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _lock_owner(path: Path) -> int | None:
@@ -558,17 +615,3 @@ def _lock_owner(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OverflowError:
-        return False
-    return True

@@ -81,6 +81,36 @@ class RefusedGlobal(pickle.UnpicklingError):
         self.why = why
 
 
+class _SealedClass(type):
+    """The type of the gensim stand-ins: a pickle's BUILD on the class itself (a class
+    ``__del__``, ``__getattribute__`` or method taken from the file) is refused."""
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        raise RefusedGlobal(cls.__module__, cls.__qualname__, "has its class modified")
+
+    def __delattr__(cls, name: str) -> None:
+        raise RefusedGlobal(cls.__module__, cls.__qualname__, "has its class modified")
+
+
+class _SealedFunction:
+    """A function a pickle can call but not modify: no ``__dict__`` for BUILD to fill, no
+    attribute (``__defaults__``, ``__code__``...) to set."""
+
+    __slots__ = ("_function",)
+
+    def __init__(self, function: Callable[..., Any]):
+        object.__setattr__(self, "_function", function)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{name}: a function loaded from a pickle cannot be modified")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{name}: a function loaded from a pickle cannot be modified")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._function(*args, **kwargs)
+
+
 def _bit_generator_ctor(bit_generator: Any = "MT19937") -> Any:
     """numpy's ``__bit_generator_ctor`` for numpy's own bit generators (by name or class)
     only; numpy's calls any class it is given."""
@@ -94,25 +124,28 @@ def _bit_generator_ctor(bit_generator: Any = "MT19937") -> Any:
     raise RefusedGlobal("numpy.random._pickle", "__bit_generator_ctor", "asked for an unknown bit generator")
 
 
+_BIT_GENERATOR_CTOR = _SealedFunction(_bit_generator_ctor)
+
+
 def _random_ctor(make: Callable[[Any], Any]) -> Callable[..., Any]:
     """numpy's ``__randomstate_ctor`` / ``__generator_ctor``, which call their second
     argument: only ``_bit_generator_ctor`` is accepted there."""
 
-    def ctor(bit_generator_name: Any = "MT19937", bit_generator_ctor: Any = _bit_generator_ctor) -> Any:
+    def ctor(bit_generator_name: Any = "MT19937", bit_generator_ctor: Any = _BIT_GENERATOR_CTOR) -> Any:
         from numpy.random.bit_generator import BitGenerator
 
-        if bit_generator_ctor is not _bit_generator_ctor:
+        if bit_generator_ctor is not _BIT_GENERATOR_CTOR:
             raise RefusedGlobal("numpy.random._pickle", "__randomstate_ctor", "given a callable other than numpy's")
         if isinstance(bit_generator_name, BitGenerator):
             return make(bit_generator_name)
         return make(_bit_generator_ctor(bit_generator_name))
 
-    return ctor
+    return _SealedFunction(ctor)
 
 
 def _guarded() -> dict[tuple[str, str], Any]:
     return {
-        ("numpy.random._pickle", "__bit_generator_ctor"): _bit_generator_ctor,
+        ("numpy.random._pickle", "__bit_generator_ctor"): _BIT_GENERATOR_CTOR,
         ("numpy.random._pickle", "__randomstate_ctor"): _random_ctor(np.random.RandomState),
         ("numpy.random._pickle", "__generator_ctor"): _random_ctor(np.random.Generator),
     }
@@ -127,19 +160,22 @@ def _stand_in(cls: type, module: str, name: str) -> type:
     def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
         raise RefusedGlobal(module, name, "called as a constructor (not a saved object)")
 
-    return type(name, (cls,), {"__init__": refuse, "__module__": module, "__qualname__": name})
+    return _SealedClass(name, (cls,), {"__init__": refuse, "__module__": module, "__qualname__": name})
 
 
-def _call_on_class_only(*args: Any, **kwargs: Any) -> None:
-    """Stands in for ``gensim.utils.call_on_class_only`` (gensim stores it as each
-    instance's ``load``): a file can neither call nor modify gensim's own."""
+def _refuse_call(*args: Any, **kwargs: Any) -> None:
     raise AttributeError("This method should be called on a class object.")
 
 
+# stands in for ``gensim.utils.call_on_class_only`` (gensim stores it as each instance's
+# ``load``): a file can neither call nor modify gensim's own
+_call_on_class_only = _SealedFunction(_refuse_call)
+
+
 class _AllowListUnpickler(pickle.Unpickler):
-    """``find_class`` admits only ``ALLOWED``, gensim classes as stand-ins (``_stand_in``),
-    numpy's random helpers and gensim's function as guarded copies; builtins and numpy
-    types cannot be modified. (The C unpickler: several times faster than a Python one.)"""
+    """``find_class`` admits only ``ALLOWED``, gensim classes as sealed stand-ins
+    (``_stand_in``), numpy's random helpers and gensim's function as sealed guarded copies;
+    builtins and numpy types cannot be modified. (The C unpickler: several times faster than a Python one.)"""
 
     def __init__(self, file: Any):
         super().__init__(file, encoding="latin1")  # gensim's own unpickle() uses latin1

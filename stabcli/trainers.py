@@ -24,7 +24,7 @@ import numpy as np
 
 from stabcli.embeddings import Embedding, is_embedding_file, read_embedding
 from stabcli.errors import StabcliError, UsageError
-from stabcli.processes import kill_group, live_groups, script_preexec
+from stabcli.processes import RUN_SET_VAR, SCRIPT_TOKEN, kill_script, live_groups, new_script_token, script_preexec
 from stabcli.runset import EPOCHS, LOG, PROGRESS, checkpoint_path, read_losses, run_name, write_run
 
 if TYPE_CHECKING:
@@ -78,6 +78,8 @@ def execute(task: RunTask) -> RunResult:
             raise RunFailed(f"cannot write {exc.filename or task.work} ({exc.strerror or exc})") from None
         except StabcliError as exc:  # write_run refusing keys or values its reader would reject
             raise RunFailed(str(exc)) from None
+        except MemoryError as exc:  # what the resource guard's estimate missed: this run fails, the others go on
+            raise RunFailed(f"out of memory ({str(exc)[:200] or 'MemoryError'})") from None
     except RunFailed as exc:
         return RunResult(task.index, task.seed, "failed", round(time.perf_counter() - start, 3), None,
                          f"{run_name(task.index)}: {exc}")
@@ -254,16 +256,18 @@ def train_script(task: RunTask) -> float | None:
         log.write(("$ " + shlex.join(argv) + "\n").encode())
         log.flush()
         read_end, write_end = os.pipe()
+        token = new_script_token()
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=write_end, stderr=write_end,
-                                    start_new_session=True, preexec_fn=script_preexec)
+                                    start_new_session=True, preexec_fn=script_preexec,
+                                    env={**os.environ, SCRIPT_TOKEN: token, RUN_SET_VAR: str(work.parent.resolve())})
         except OSError as exc:
             os.close(read_end)
             problem = "command not found" if isinstance(exc, FileNotFoundError) else "cannot run"
             raise RunFailed(f"{problem}: {argv[0]}" + ("" if isinstance(exc, FileNotFoundError) else f" ({exc.strerror})")) from None
         finally:
             os.close(write_end)
-        live_groups.add(proc.pid)
+        live_groups.add(proc.pid, token)
         pump = LogPump(read_end, log)
         pump.start()
         try:
@@ -271,7 +275,7 @@ def train_script(task: RunTask) -> float | None:
         except subprocess.TimeoutExpired:
             code = None
         finally:
-            kill_group(proc.pid)  # the script's children go with it, however it ended
+            kill_script(proc.pid, token)  # the script's descendants go with it, however it ended
             live_groups.discard(proc.pid)
             proc.wait()
             pump.finish()

@@ -25,7 +25,8 @@ from stabcli.corpus import Corpus, CorpusOptions, file_sha256, read_corpus
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.processes import cpu_count, kill_pool_workers, live_groups, worker_init
 from stabcli.resources import require_disk, require_memory
-from stabcli.runset import KEYS, PROGRESS, RunSetWriter, check_keys, complete_runs, read_losses, run_name
+from stabcli.runset import (KEYS, PROGRESS, RunSetWriter, check_input_outside, check_keys, complete_runs, read_losses,
+                            run_name)
 from stabcli.trainers import PLACEHOLDERS, RunResult, RunTask, execute, script_argv
 
 __all__ = ["MODELS", "VARY", "PLACEHOLDERS", "TrainConfig", "RunResult", "RunTask", "Progress", "PretrainResult",
@@ -274,6 +275,8 @@ def pretrain(
     """
     root = Path(out)
     _validate(config, runs, seed, timeout, corpus_path)
+    if corpus_path is not None:
+        check_input_outside(root, corpus_path, "corpus")
     jobs = jobs or cpu_count()
     corpus: Corpus | None = None
     vocabulary: list[str] = []
@@ -300,7 +303,10 @@ def pretrain(
             "sequences": len(corpus.sequences),
             "tokens": corpus.n_tokens,
         }
-    _check_resources(root, config, runs, min(jobs, runs), len(vocabulary), corpus.n_tokens if corpus else 0)
+    words = len(vocabulary)
+    if corpus is not None and corpus.tags is not None and config.script is None:  # doc2vec: the keys are tags
+        words = sum(1 for c in Counter(t for seq in corpus.sequences for t in seq).values() if c >= config.min_count)
+    _check_resources(root, config, runs, min(jobs, runs), len(vocabulary), corpus.n_tokens if corpus else 0, words)
     identity = {"config": config.identity(), "corpus_sha256": corpus_info["sha256"] if corpus_info else None, "seed": seed}
     info = {"stabcli_version": __version__, "gensim_version": _gensim_version(), "corpus": corpus_info}
 
@@ -363,7 +369,24 @@ MAX_RUNS = 100_000  # the manifest records every run and is rewritten after each
 _BYTES_PER_RUN = 4096  # bookkeeping in this process per run: task, result, manifest entry, future (measured ~2 KB + margin)
 
 
-def _check_resources(root: Path, config: TrainConfig, runs: int, concurrent: int, keys: int, tokens: int) -> None:
+def _gensim_weights(config: TrainConfig, keys: int, words: int) -> int:
+    """Bytes of gensim's float32 weights for one run: the input vectors (words, and doc2vec's
+    tags) and an output matrix per word for negative sampling and for ``hs``, as wide as the
+    hidden layer (doc2vec ``dm_concat``: ``(dm_tag_count + 2 window) × dim``)."""
+    params = config.params or {}
+    layer, inputs = config.dim, keys * config.dim
+    if config.model == "doc2vec":
+        inputs += words * config.dim
+        if params.get("dm_concat") and not config.sg:
+            layer = (params.get("dm_tag_count", 1) + 2 * config.window) * config.dim
+    else:
+        words = keys
+    outputs = words * layer * (int(config.negative > 0) + int(bool(params.get("hs"))))
+    return 4 * (inputs + outputs)
+
+
+def _check_resources(root: Path, config: TrainConfig, runs: int, concurrent: int, keys: int, tokens: int,
+                     words: int = 0) -> None:
     """Refuse (naming the option) a request whose memory or disk cannot fit, before any work."""
     if runs > MAX_RUNS:
         raise OptionError("runs", f"{runs:,} runs: at most {MAX_RUNS:,} (each run is recorded in the manifest)")
@@ -371,14 +394,14 @@ def _check_resources(root: Path, config: TrainConfig, runs: int, concurrent: int
     per_run = 0
     snapshots = 1
     if config.script is None:
-        # gensim holds the input vectors and output weights (float32 keys × dim each), the run
-        # copies the vectors out in key order and saves them (two more), plus margin; and the
-        # corpus lines a run reads into memory
-        per_run = keys * config.dim * 4 * 5 + tokens * 16
+        # gensim's weights, the run copies the vectors out in key order and saves them (two
+        # more), plus margin; and the corpus lines a run reads into memory
+        per_run = _gensim_weights(config, keys, words) + keys * config.dim * 4 * 3 + tokens * 16
         snapshots += config.epochs if config.checkpoints else 0
     biggest = "runs" if bookkeeping >= per_run * concurrent else "dim"
     require_memory(biggest, bookkeeping + per_run * concurrent,
-                   f"{runs:,} run(s), {concurrent} at a time" + (f", {keys:,} keys × {config.dim:,} dims" if keys else ""))
+                   f"{runs:,} run(s), {concurrent} at a time" + (f", {keys:,} keys × {config.dim:,} dims" if keys else "")
+                   + (f" ({words:,} words)" if config.model == "doc2vec" and words else ""))
     on_disk = runs * (keys * config.dim * 4 * snapshots + _BYTES_PER_RUN)
     require_disk("runs" if runs * _BYTES_PER_RUN >= keys * config.dim * 4 * snapshots else "dim", on_disk, root,
                  f"{runs:,} run(s)" + (f" of {keys:,} keys × {config.dim:,} dims" if keys else ""))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import operator
-import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,6 +20,7 @@ from stabcli import __version__
 from stabcli import metrics as m
 from stabcli.embeddings import Embedding, ReadOptions, match_inputs, require_finite
 from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.resources import require_memory
 from stabcli.runset import RunSet, is_runset
 from stabcli.schema import check_path, to_json
 from stabcli.sections import (AuditReport, Check, DownstreamSection, EpochRow, Histogram, InputSection, Quantiles,
@@ -176,21 +176,6 @@ def _frame(runs: Runs, options: AuditOptions, step: Callable[[str], None]) -> _F
     return _Frame(arrays, grams, rotations, iterations)
 
 
-def available_memory() -> int | None:
-    """Bytes of memory available to a new allocation (Linux ``MemAvailable``), or None."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
 def pairs_memory(pairs: int, runs: int, dim: int) -> int:
     """Bytes the inner-product noise share needs for ``pairs`` sampled pairs: the pair
     indices and their sort orders, one cosine per run and pair, and the float64 gathers."""
@@ -202,19 +187,7 @@ def _check_sizes(options: AuditOptions, runs: Runs) -> None:
     n = len(runs.keys)
     if options.knn_k >= n:
         raise OptionError("knn_k", f"{options.knn_k} must be below the number of common keys ({n})")
-    need = pairs_memory(options.pairs, len(runs.arrays), runs.dim)
-    free = available_memory()
-    if free is not None and need > free:
-        raise OptionError("pairs", f"{options.pairs:,} pairs need about {_bytes(need)} of memory, "
-                                   f"{_bytes(free)} is available")
-
-
-def _bytes(count: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if count < 1024 or unit == "TB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count} B"
+    require_memory("pairs", pairs_memory(options.pairs, len(runs.arrays), runs.dim), f"{options.pairs:,} pairs")
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from stabcli.errors import InputError, OptionError
 from stabcli.featurize import draw_directions, fourier_features
 from stabcli.labels import read_labels
 from stabcli.metrics import peak, power_of_two_scale, rescaled
+from stabcli.resources import available_memory, human_bytes
 from stabcli.textfile import check_encoding
 from stabcli.processes import cpu_count
 
@@ -394,40 +395,20 @@ def plan_downstream(options: DownstreamOptions, keys: Sequence[str], runs: int, 
     return Plan(variants, targets, model_name, train, test)
 
 
-def available_memory() -> int:
-    """Bytes of memory available to a new allocation (MemAvailable on Linux)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 def _check_memory(variants: Sequence[Variant], options: DownstreamOptions, dim: int, labeled: int, runs: int) -> None:
     """Refuse (naming the option) a variant whose directions and features need more memory
     than is available: float64 directions d×M/2 for every phi variant at once, and per
     parallel fit about three float64 copies of its labeled rows' features (labeled×M)."""
-    jobs = min(options.jobs or len(os.sched_getaffinity(0)), max(1, runs * len(variants)))
+    jobs = min(options.jobs or cpu_count(), max(1, runs * len(variants)))
     directions = sum(8 * dim * (v.phi_dim // 2) for v in variants if v.phi_dim)
     widest = max(variants, key=lambda v: v.phi_dim or dim)
     features = 3 * 8 * labeled * (widest.phi_dim or dim) * jobs
     need, have = directions + features, available_memory()
-    if need > have:
+    if have is not None and need > have:
         param = "featurize_dims" if options.featurize_dims and widest.phi_dim else "variants"
-        raise OptionError(param, f"{widest.name} needs about {_bytes(need)} ({_bytes(directions)} of random directions "
-                                 f"{dim}×M/2 and {_bytes(features)} of features for {labeled:,} labeled keys × "
-                                 f"{jobs} parallel fit(s)), more than the {_bytes(have)} of memory available")
-
-
-def _bytes(count: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if count < 1000 or unit == "PB":
-            return f"{count:.3g} {unit}"
-        count /= 1000
-    return f"{count:.3g} PB"  # not reached
+        raise OptionError(param, f"{widest.name} needs about {human_bytes(need)} ({human_bytes(directions)} of random directions "
+                                 f"{dim}×M/2 and {human_bytes(features)} of features for {labeled:,} labeled keys × "
+                                 f"{jobs} parallel fit(s)), more than the {human_bytes(have)} of memory available")
 
 
 def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotations: Sequence[np.ndarray],

@@ -242,12 +242,12 @@ def test_options_validate_themselves():
 def test_pairs_refused_by_a_memory_estimate(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     paths = files(tmp_path, [rng.standard_normal((20, 3)) for _ in range(2)])
-    monkeypatch.setattr("stabcli.audit.available_memory", lambda: 1_000_000)
+    monkeypatch.setattr("stabcli.resources.available_memory", lambda: 1_000_000)
     from stabcli.audit import pairs_memory
 
     fits = 1_000_000 // pairs_memory(1, 2, 3)
     build_report(load_runs(paths), replace(SMALL, pairs=fits))
-    with pytest.raises(OptionError, match=r"pairs: .* pairs need about .* of memory, 976.6 KB is available") as caught:
+    with pytest.raises(OptionError, match=r"pairs: .* pairs needs about .*, but only 976.6 KB of memory is available") as caught:
         build_report(load_runs(paths), replace(SMALL, pairs=fits + 1))
     assert caught.value.param == "pairs"
 

@@ -54,7 +54,7 @@ def bad(work, fragment, *args):
     (["--knn-k", "-3"], "--knn-k: -3 must be at least 1"),
     (["--knn-k", str(N_KEYS)], f"--knn-k: {N_KEYS} must be below the number of common keys ({N_KEYS})"),
     (["--knn-k", "1000000"], "--knn-k: 1000000 must be below the number of common keys"),
-    (["--pairs", "100000000000"], "--pairs: 100,000,000,000 pairs need about"),
+    (["--pairs", "100000000000"], "--pairs: 100,000,000,000 pairs needs about"),
     (["--pairs", "1000000000000000000000"], "is available"),
     (["--format", "yaml"], "--format: choose table or json"),
     (["--variants", "h"], "--variants only apply with --labels FILE"),

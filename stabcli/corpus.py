@@ -194,7 +194,7 @@ class Corpus:
         return [tok for _, tok in sorted(kept)]
 
     def summary(self) -> dict[str, Any]:
-        """The corpus statistics as JSON-ready values (keys documented in docs/notes/corpus.md)."""
+        """The corpus statistics as JSON-ready values (keys documented in docs/formats.md)."""
         return {
             "format": self.format,
             "encoding": self.encoding,

@@ -15,14 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -73,9 +73,13 @@ def run_stabcli(argv: list[str]) -> tuple[float, float, str]:
 def timed_audit(root: Path) -> dict:
     seconds, peak, stdout = run_stabcli(["audit", str(root), "--format", "json"])
     report = json.loads(stdout)["representation"]
-    return {"seconds": round(seconds, 2), "peak_rss_mb": round(peak),
-            "noise_share": report["noise_share"], "aligned_noise_share": report["aligned_noise_share"],
-            "knn_overlap": report["knn_overlap"]}
+    return {
+        "seconds": round(seconds, 2),
+        "peak_rss_mb": round(peak),
+        "noise_share": report["noise_share"],
+        "aligned_noise_share": report["aligned_noise_share"],
+        "knn_overlap": report["knn_overlap"],
+    }
 
 
 def direct_comparison(n: int, d: int = 64, runs: int = 2, k: int = 10, queries: int = 1000, reps: int = 3) -> dict:
@@ -111,23 +115,33 @@ def direct_comparison(n: int, d: int = 64, runs: int = 2, k: int = 10, queries: 
             np.fill_diagonal(sims, -np.inf)
             neigh.append(np.argsort(-sims[q], axis=1)[:, :k])
             del sims
-        return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(*neigh)]))
+        return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(*neigh, strict=False)]))
 
-    contenders = {"stabcli_pip_cka": ours_pip_cka, "direct_pip": direct_pip, "direct_cka": direct_cka,
-                  "stabcli_knn": ours_knn, "direct_knn": direct_knn}
+    contenders = {
+        "stabcli_pip_cka": ours_pip_cka,
+        "direct_pip": direct_pip,
+        "direct_cka": direct_cka,
+        "stabcli_knn": ours_knn,
+        "direct_knn": direct_knn,
+    }
     times: dict[str, list[float]] = {name: [] for name in contenders}
     values: dict = {}
     for rep in range(reps):
-        for name in (list(contenders) if rep % 2 == 0 else list(contenders)[::-1]):
+        for name in list(contenders) if rep % 2 == 0 else list(contenders)[::-1]:
             start = time.perf_counter()
             values[name] = contenders[name]()
             times[name].append(time.perf_counter() - start)
     (pip, cka), pip_direct, cka_direct = values["stabcli_pip_cka"], values["direct_pip"], values["direct_cka"]
     out = {f"{name}_s": round(statistics.median(t), 4) for name, t in times.items()}
-    out.update(n=n, reps=reps, pip_rel_diff=abs(pip - pip_direct) / pip_direct, cka_rel_diff=abs(cka - cka_direct) / cka_direct,
-               knn_abs_diff=abs(values["stabcli_knn"] - values["direct_knn"]),
-               pip_speedup=round(out["direct_pip_s"] / out["stabcli_pip_cka_s"], 1),
-               knn_speedup=round(out["direct_knn_s"] / out["stabcli_knn_s"], 1))
+    out.update(
+        n=n,
+        reps=reps,
+        pip_rel_diff=abs(pip - pip_direct) / pip_direct,
+        cka_rel_diff=abs(cka - cka_direct) / cka_direct,
+        knn_abs_diff=abs(values["stabcli_knn"] - values["direct_knn"]),
+        pip_speedup=round(out["direct_pip_s"] / out["stabcli_pip_cka_s"], 1),
+        knn_speedup=round(out["direct_knn_s"] / out["stabcli_knn_s"], 1),
+    )
     return out
 
 
@@ -142,8 +156,10 @@ def main() -> None:
     results: dict = {"machine": {"cores": os.cpu_count()}, "date": time.strftime("%Y-%m-%d")}
     configs = [(args.runs, args.n, args.dim)]
     if args.scaling:
-        configs = sorted({(10, n, 64) for n in (50_000, 100_000, 200_000, 400_000)} | {(r, 200_000, 64) for r in (5, 20)},
-                         key=lambda c: c[0] * c[1])
+        configs = sorted(
+            {(10, n, 64) for n in (50_000, 100_000, 200_000, 400_000)} | {(r, 200_000, 64) for r in (5, 20)},
+            key=lambda c: c[0] * c[1],
+        )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for runs, n, d in configs:
@@ -151,7 +167,10 @@ def main() -> None:
             make_runset(root, runs, n, d)
             row = {"runs": runs, "keys": n, "dim": d, **timed_audit(root)}
             rows.append(row)
-            print(f"R={runs:3d} n={n:8,d} d={d}: {row['seconds']:7.2f} s, peak RSS {row['peak_rss_mb']:6,d} MB", flush=True)
+            print(
+                f"R={runs:3d} n={n:8,d} d={d}: {row['seconds']:7.2f} s, peak RSS {row['peak_rss_mb']:6,d} MB",
+                flush=True,
+            )
             subprocess.run(["rm", "-rf", str(root)], check=True)
     results["audit"] = rows
     if args.direct:

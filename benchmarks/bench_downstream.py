@@ -16,8 +16,8 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 from bench_audit import run_stabcli, write_runset  # benchmarks/ is on sys.path when run as a script
@@ -50,8 +50,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument("--dim", type=int, default=64)
     args = parser.parse_args()
-    results: dict = {"date": time.strftime("%Y-%m-%d"), "cores": len(os.sched_getaffinity(0)),
-                     "runs": args.runs, "keys": args.n, "dim": args.dim}
+    results: dict = {
+        "date": time.strftime("%Y-%m-%d"),
+        "cores": len(os.sched_getaffinity(0)),
+        "runs": args.runs,
+        "keys": args.n,
+        "dim": args.dim,
+    }
     with tempfile.TemporaryDirectory(prefix="stabcli-bench-") as tmp:
         root = Path(tmp) / "runs"
         labels = make_runset(root, args.runs, args.n, args.dim, classes=12)
@@ -62,9 +67,10 @@ def main() -> None:
             print(f"{name:>15}: {seconds:6.1f} s, peak RSS so far {peak:,.0f} MB", flush=True)
             if name == "audit --labels":
                 ds = json.loads(stdout)["downstream"]
-                results["downstream"] = {k: {m: v[m] for m in ("accuracy_mean", "accuracy_std", "churn",
-                                                                 "stale_accuracy_mean")}
-                                         for k, v in ds["variants"].items()}
+                results["downstream"] = {
+                    k: {m: v[m] for m in ("accuracy_mean", "accuracy_std", "churn", "stale_accuracy_mean")}
+                    for k, v in ds["variants"].items()
+                }
                 for k, v in results["downstream"].items():
                     print(f"  {k:>8}: " + ", ".join(f"{m} {'—' if x is None else f'{x:.4f}'}" for m, x in v.items()))
     out = ROOT / "benchmarks" / "results" / "downstream.json"

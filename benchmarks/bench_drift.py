@@ -64,9 +64,21 @@ def main() -> None:
         moved = make_data(root, args.n, args.dim, args.runs)
         cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         load_before = os.getloadavg()[0]
-        seconds, peak, _ = run_stabcli(["drift", str(root / "noise"), str(root / "after.npy"), "--noise",
-                                        str(root / "noise"), "--json", str(root / "drift.json"), "--per-key",
-                                        str(root / "keys.csv"), "--format", "json"])
+        seconds, peak, _ = run_stabcli(
+            [
+                "drift",
+                str(root / "noise"),
+                str(root / "after.npy"),
+                "--noise",
+                str(root / "noise"),
+                "--json",
+                str(root / "drift.json"),
+                "--per-key",
+                str(root / "keys.csv"),
+                "--format",
+                "json",
+            ]
+        )
         cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
         report = json.loads((root / "drift.json").read_text())
@@ -77,10 +89,18 @@ def main() -> None:
     is_moved = np.zeros(args.n, dtype=bool)
     is_moved[moved] = True
     result = {
-        "keys": args.n, "dim": args.dim, "noise_runs": args.runs, "seconds": round(seconds, 2),
-        "cpu_seconds": round(cpu, 2), "load_average_before": round(load_before, 1), "peak_rss_mb": round(peak), "moved_share": report["drift"]["moved_share"],
-        "recall_of_moved": float(flagged[is_moved].mean()), "moved_share_among_others": float(flagged[~is_moved].mean()),
-        "discoveries": report["drift"]["discoveries"], "knn_keys": report["drift"]["knn_keys"],
+        "keys": args.n,
+        "dim": args.dim,
+        "noise_runs": args.runs,
+        "seconds": round(seconds, 2),
+        "cpu_seconds": round(cpu, 2),
+        "load_average_before": round(load_before, 1),
+        "peak_rss_mb": round(peak),
+        "moved_share": report["drift"]["moved_share"],
+        "recall_of_moved": float(flagged[is_moved].mean()),
+        "moved_share_among_others": float(flagged[~is_moved].mean()),
+        "discoveries": report["drift"]["discoveries"],
+        "knn_keys": report["drift"]["knn_keys"],
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "drift.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -75,13 +75,23 @@ def throughput(rows: int, dim: int, out_dim: int, reps: int) -> dict:
         np.save(source, np.random.default_rng(0).standard_normal((rows, dim), dtype=np.float32))
         contenders = {
             "rbfsampler": [sys.executable, "-c", BASELINE, str(source), str(Path(tmp) / "base.npy"), str(out_dim)],
-            "stabcli": [sys.executable, "-m", "stabcli", "featurize", str(source), "--out", str(Path(tmp) / "ours.npy"),
-                        "--dim", str(out_dim), "--force"],
+            "stabcli": [
+                sys.executable,
+                "-m",
+                "stabcli",
+                "featurize",
+                str(source),
+                "--out",
+                str(Path(tmp) / "ours.npy"),
+                "--dim",
+                str(out_dim),
+                "--force",
+            ],
         }
         for name in contenders:
             results["seconds"][name], results["peak_rss_mb"][name] = [], []
         for rep in range(reps):
-            for name in (list(contenders) if rep % 2 == 0 else list(contenders)[::-1]):
+            for name in list(contenders) if rep % 2 == 0 else list(contenders)[::-1]:
                 seconds, rss = timed(contenders[name])
                 results["seconds"][name].append(round(seconds, 3))
                 results["peak_rss_mb"][name].append(round(rss))
@@ -102,6 +112,7 @@ def chunk_loop(emb: Any, directions: np.ndarray, normalize: bool, rows: int) -> 
     def run() -> None:
         for _ in _feature_chunks(emb, None, directions, options):
             pass
+
     return run
 
 
@@ -142,17 +153,27 @@ def compute_floor(x: np.ndarray, out_dim: int, reps: int = 15) -> dict:
 
     def chunked() -> None:  # the same, stabcli's chunk size at a time, into reused cache-sized buffers
         for start in range(0, x.shape[0], rows):
-            block = x[start:start + rows]
+            block = x[start : start + rows]
             p, o = np.matmul(block, u32, out=chunk_projected[: len(block)]), chunk_out[: len(block)]
             np.cos(p, out=o[:, :k])
             np.sin(p, out=o[:, k:])
 
-    best = fastest({"floor_whole": whole, "floor_chunked": chunked, "stabcli": chunk_loop(emb, u, True, rows),
-                    "stabcli_no_normalize": chunk_loop(emb, u, False, rows)}, reps)
-    return {"chunk_rows": rows, **{f"{name}_s": round(s, 3) for name, s in best.items()},
-            "ratio": round(best["stabcli"] / best["floor_whole"], 3),
-            "ratio_chunked": round(best["stabcli"] / best["floor_chunked"], 3),
-            "ratio_chunked_no_normalize": round(best["stabcli_no_normalize"] / best["floor_chunked"], 3)}
+    best = fastest(
+        {
+            "floor_whole": whole,
+            "floor_chunked": chunked,
+            "stabcli": chunk_loop(emb, u, True, rows),
+            "stabcli_no_normalize": chunk_loop(emb, u, False, rows),
+        },
+        reps,
+    )
+    return {
+        "chunk_rows": rows,
+        **{f"{name}_s": round(s, 3) for name, s in best.items()},
+        "ratio": round(best["stabcli"] / best["floor_whole"], 3),
+        "ratio_chunked": round(best["stabcli"] / best["floor_chunked"], 3),
+        "ratio_chunked_no_normalize": round(best["stabcli_no_normalize"] / best["floor_chunked"], 3),
+    }
 
 
 def chunk_sweep(rows: int, dim: int, out_dims: tuple[int, ...] = (128, 512, 2048), reps: int = 7) -> list[dict]:
@@ -167,10 +188,15 @@ def chunk_sweep(rows: int, dim: int, out_dims: tuple[int, ...] = (128, 512, 2048
     table = []
     for m in out_dims:
         u = draw_directions(dim, m, 1.0, 0)
-        best = fastest({size: chunk_loop(emb, u, True, size) for size in (256, 512, 1024, 2048, 4096, 8192, 16384)}, reps)
+        best = fastest(
+            {size: chunk_loop(emb, u, True, size) for size in (256, 512, 1024, 2048, 4096, 8192, 16384)}, reps
+        )
         table.append({"M": m, "auto": _chunk_rows(None, m), "seconds": {str(k): round(v, 3) for k, v in best.items()}})
-        print(f"  M={m:5d} (auto {table[-1]['auto']:,} rows): "
-              + ", ".join(f"{k}: {v:.3f}" for k, v in table[-1]["seconds"].items()), flush=True)
+        print(
+            f"  M={m:5d} (auto {table[-1]['auto']:,} rows): "
+            + ", ".join(f"{k}: {v:.3f}" for k, v in table[-1]["seconds"].items()),
+            flush=True,
+        )
     return table
 
 
@@ -192,10 +218,19 @@ def kernel_error(dims: list[int], seeds: int = 10, n: int = 20_000, d: int = 64,
             approx = (sampler.transform(x[first]) * sampler.transform(x[second])).sum(axis=1)
             exact = np.exp(-(sigma**2) * np.square(x[first] - x[second]).sum(axis=1) / 2)
             theirs.append(float(np.abs(approx - exact).mean()))
-        rows.append({"M": m, "stabcli": statistics.mean(ours), "rbfsampler": statistics.mean(theirs),
-                     "ratio": statistics.mean(ours) / statistics.mean(theirs)})
-        print(f"  M={m:4d}: stabcli {rows[-1]['stabcli']:.4f}, RBFSampler {rows[-1]['rbfsampler']:.4f} "
-              f"(ratio {rows[-1]['ratio']:.2f})", flush=True)
+        rows.append(
+            {
+                "M": m,
+                "stabcli": statistics.mean(ours),
+                "rbfsampler": statistics.mean(theirs),
+                "ratio": statistics.mean(ours) / statistics.mean(theirs),
+            }
+        )
+        print(
+            f"  M={m:4d}: stabcli {rows[-1]['stabcli']:.4f}, RBFSampler {rows[-1]['rbfsampler']:.4f} "
+            f"(ratio {rows[-1]['ratio']:.2f})",
+            flush=True,
+        )
     return rows
 
 
@@ -206,13 +241,19 @@ def main() -> None:
     parser.add_argument("--out-dim", type=int, default=128)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--error-only", action="store_true")
-    parser.add_argument("--chunk-sweep", action="store_true", help="also time the chunk loop per chunk size, M = 128, 512, 2048")
+    parser.add_argument(
+        "--chunk-sweep", action="store_true", help="also time the chunk loop per chunk size, M = 128, 512, 2048"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "featurize.json")
     args = parser.parse_args()
-    results: dict = {"date": time.strftime("%Y-%m-%d"),
-                     "machine": {"cores": len(os.sched_getaffinity(0)), "python": platform.python_version()}}
+    results: dict = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": {"cores": len(os.sched_getaffinity(0)), "python": platform.python_version()},
+    }
     if not args.error_only:
-        print(f"throughput: {args.rows:,} × {args.dim} float32 → {args.out_dim} dims, {args.reps} repetitions", flush=True)
+        print(
+            f"throughput: {args.rows:,} × {args.dim} float32 → {args.out_dim} dims, {args.reps} repetitions", flush=True
+        )
         t = throughput(args.rows, args.dim, args.out_dim, args.reps)
         median = {name: statistics.median(v) for name, v in t["seconds"].items()}
         rss = {name: max(v) for name, v in t["peak_rss_mb"].items()}
@@ -227,9 +268,11 @@ def main() -> None:
         for name in median:
             print(f"{name:>10} {median[name]:9.2f} {args.rows / median[name]:11,.0f} {rss[name]:12,.0f}")
         f = t["floor"]
-        print(f"compute: stabcli {f['stabcli_s']} s; floor {f['floor_whole_s']} s on whole arrays ({f['ratio']}x), "
-              f"{f['floor_chunked_s']} s in {f['chunk_rows']:,}-row chunks ({f['ratio_chunked']}x; "
-              f"{f['ratio_chunked_no_normalize']}x with --no-normalize)")
+        print(
+            f"compute: stabcli {f['stabcli_s']} s; floor {f['floor_whole_s']} s on whole arrays ({f['ratio']}x), "
+            f"{f['floor_chunked_s']} s in {f['chunk_rows']:,}-row chunks ({f['ratio_chunked']}x; "
+            f"{f['ratio_chunked_no_normalize']}x with --no-normalize)"
+        )
         for name, ok in t["targets"].items():
             print(f"{'PASS' if ok else 'MISS'} {name}")
     if args.chunk_sweep:

@@ -88,8 +88,27 @@ def run_one(name: str, corpus: Path, work: Path, runs: int) -> tuple[float, str]
         mode = "corpus_file" if name.startswith("loop-cf") else "sentences"
         argv = [sys.executable, "-c", LOOP, str(corpus), str(out), str(runs), str(workers), mode]
     else:
-        argv = [sys.executable, "-m", "stabcli", "pretrain", str(corpus), "--out", str(out / "runs"), "--runs",
-                str(runs), "--dim", "64", "--epochs", "5", "--window", "3", "--negative", "3", "--format", "json"]
+        argv = [
+            sys.executable,
+            "-m",
+            "stabcli",
+            "pretrain",
+            str(corpus),
+            "--out",
+            str(out / "runs"),
+            "--runs",
+            str(runs),
+            "--dim",
+            "64",
+            "--epochs",
+            "5",
+            "--window",
+            "3",
+            "--negative",
+            "3",
+            "--format",
+            "json",
+        ]
         if "dask" in name:
             argv += ["--scheduler", f"local:{name.rsplit('dask', 1)[1]}"]
         else:
@@ -110,8 +129,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "pretrain.json")
     parser.add_argument("--dask-scaling", action="store_true", help="time runs 2, 4, 8 on local:1 and local:2 only")
-    parser.add_argument("--contenders", help="comma list of contenders to time (default: all), e.g. "
-                                              "stabcli-j2,stabcli-dask2 for the scheduler's overhead alone")
+    parser.add_argument(
+        "--contenders",
+        help="comma list of contenders to time (default: all), e.g. "
+        "stabcli-j2,stabcli-dask2 for the scheduler's overhead alone",
+    )
     args = parser.parse_args()
     if args.dask_scaling:
         dask_scaling(args)
@@ -125,8 +147,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="stabcli-bench-") as tmp:
         corpus = Path(tmp) / "corpus.txt"
         tokens = build_corpus(corpus, args.tokens)
-        print(f"corpus: {tokens:,} tokens; {args.runs} runs × dim 64 × 5 epochs; {CORES} cores; {args.reps} repetitions",
-              flush=True)
+        print(
+            f"corpus: {tokens:,} tokens; {args.runs} runs × dim 64 × 5 epochs; {CORES} cores; {args.reps} repetitions",
+            flush=True,
+        )
         for rep in range(args.reps):
             order = contenders if rep % 2 == 0 else contenders[::-1]
             for name in order:
@@ -151,11 +175,13 @@ def main() -> None:
         targets["stabcli-j1 <= 1.10 x loop-w1"] = median["stabcli-j1"] <= 1.10 * median["loop-w1"]
     if have("stabcli-j1", parallel):
         targets["stabcli bitwise reproducible across reps and --jobs"] = (
-            reproducible["stabcli-j1"] and reproducible[parallel] and digests["stabcli-j1"][0] == digests[parallel][0])
+            reproducible["stabcli-j1"] and reproducible[parallel] and digests["stabcli-j1"][0] == digests[parallel][0]
+        )
     if have("stabcli-dask2", "stabcli-j2"):
         targets["stabcli-dask2 <= 1.10 x stabcli-j2"] = median["stabcli-dask2"] <= 1.10 * median["stabcli-j2"]
         targets["stabcli-dask2 vectors equal --jobs's"] = (
-            reproducible["stabcli-dask2"] and digests["stabcli-dask2"][0] == digests["stabcli-j2"][0])
+            reproducible["stabcli-dask2"] and digests["stabcli-dask2"][0] == digests["stabcli-j2"][0]
+        )
     base_name = "loop-w1" if "loop-w1" in median else contenders[0]
     base = median[base_name]
     print(f"\n{'contender':>14} {'median s':>9} {'vs ' + base_name:>14} {'reproducible':>13}")
@@ -166,11 +192,24 @@ def main() -> None:
     for name, ok in targets.items():
         print(f"{'PASS' if ok else 'MISS'} {name}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "date": time.strftime("%Y-%m-%d"), "machine": {"cores": CORES, "python": platform.python_version()},
-        "tokens": tokens, "runs": args.runs, "reps": args.reps, "seconds": times, "median_seconds": median,
-        "digests": digests, "reproducible": reproducible, "targets": targets,
-    }, indent=2) + "\n")
+    args.out.write_text(
+        json.dumps(
+            {
+                "date": time.strftime("%Y-%m-%d"),
+                "machine": {"cores": CORES, "python": platform.python_version()},
+                "tokens": tokens,
+                "runs": args.runs,
+                "reps": args.reps,
+                "seconds": times,
+                "median_seconds": median,
+                "digests": digests,
+                "reproducible": reproducible,
+                "targets": targets,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {args.out}")
 
 
@@ -184,7 +223,9 @@ def dask_scaling(args: argparse.Namespace) -> None:
         for runs in (2, 4, 8):
             for workers in (1, 2):
                 seconds = [run_one(f"stabcli-dask{workers}", corpus, Path(tmp), runs)[0] for _ in range(args.reps)]
-                rows.append({"runs": runs, "workers": workers, "median_s": statistics.median(seconds), "seconds": seconds})
+                rows.append(
+                    {"runs": runs, "workers": workers, "median_s": statistics.median(seconds), "seconds": seconds}
+                )
                 print(f"  {runs} runs on local:{workers}: {statistics.median(seconds):6.1f} s", flush=True)
     out = args.out.with_name("pretrain_dask_scaling.json")
     out.parent.mkdir(parents=True, exist_ok=True)

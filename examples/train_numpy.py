@@ -35,7 +35,7 @@ def main() -> None:
     for seq in sequences:
         ids = [index[t] for t in seq]
         for pos, a in enumerate(ids):
-            for b in ids[max(0, pos - args.window):pos]:
+            for b in ids[max(0, pos - args.window) : pos]:
                 counts[a, b] += 1
                 counts[b, a] += 1
     total = counts.sum()

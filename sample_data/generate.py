@@ -17,12 +17,24 @@ from pathlib import Path
 
 import numpy as np
 
-GENRES = ["Action", "Adventure", "Animation", "Children", "Comedy", "Crime",
-          "Documentary", "Drama", "Fantasy", "Horror", "Romance", "SciFi"]
+GENRES = [
+    "Action",
+    "Adventure",
+    "Animation",
+    "Children",
+    "Comedy",
+    "Crime",
+    "Documentary",
+    "Drama",
+    "Fantasy",
+    "Horror",
+    "Romance",
+    "SciFi",
+]
 N_USERS = 1000
 N_ITEMS = 1200
-STICKINESS = 0.8        # chance the next item in a session keeps the previous item's genre
-ZIPF_EXPONENT = 1.1     # item popularity within a genre ~ rank^-exponent
+STICKINESS = 0.8  # chance the next item in a session keeps the previous item's genre
+ZIPF_EXPONENT = 1.1  # item popularity within a genre ~ rank^-exponent
 WORDS_PER_GENRE = 30
 SHARED_WORDS = 60
 
@@ -38,7 +50,7 @@ def generate(seed: int = 0) -> dict[str, str]:
     for g in range(len(GENRES)):
         members = np.flatnonzero(item_genre == g)
         ranks = rng.permutation(len(members)) + 1
-        popularity[members] = ranks ** -ZIPF_EXPONENT
+        popularity[members] = ranks**-ZIPF_EXPONENT
         by_genre.append((members, popularity[members] / popularity[members].sum()))
 
     sessions = []

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 _TEMP_RE = re.compile(r"^\..+\.tmp-\d+.*$")
 

@@ -8,22 +8,31 @@ Markdown and plots.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stabcli import __version__
+from stabcli import __version__, schema
 from stabcli import metrics as m
 from stabcli.embeddings import Embedding, ReadOptions, match_inputs, require_finite
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.resources import require_memory
 from stabcli.runset import RunSet, is_runset
-from stabcli import schema
-from stabcli.schema import Check, parse_check  # noqa: F401 (parse_check: re-exported)
-from stabcli.sections import (AuditReport, DownstreamSection, EpochRow, Histogram, InputSection, Quantiles,
-                              RepresentationSection, TrainingSection, UnstableKey)
+from stabcli.schema import Check, parse_check
+from stabcli.sections import (
+    AuditReport,
+    DownstreamSection,
+    EpochRow,
+    Histogram,
+    InputSection,
+    Quantiles,
+    RepresentationSection,
+    TrainingSection,
+    UnstableKey,
+)
 
 if TYPE_CHECKING:  # downstream imports scikit-learn (seconds); only an audit with labels needs it
     from stabcli.downstream import DownstreamOptions
@@ -61,8 +70,8 @@ class Runs:
 
     names: list[str]
     keys: list[str]
-    arrays: list[np.ndarray]          # [n, d] each; memory maps when no reordering was needed
-    rows: list[np.ndarray | None]     # per run: row indices into its own file (None = identity)
+    arrays: list[np.ndarray]  # [n, d] each; memory maps when no reordering was needed
+    rows: list[np.ndarray | None]  # per run: row indices into its own file (None = identity)
     dropped: int
     runset: RunSet | None = None
     run_indices: list[int] = field(default_factory=list)
@@ -72,8 +81,9 @@ class Runs:
         return int(self.arrays[0].shape[1])
 
 
-def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | None = None,
-              read: ReadOptions | None = None) -> Runs:
+def load_runs(
+    inputs: Sequence[str | Path], on_warning: Callable[[str], None] | None = None, read: ReadOptions | None = None
+) -> Runs:
     """Read a run-set directory or several embedding files and align them on common keys.
 
     ``read`` carries ``--input-format``, ``--trust-pickle`` and ``--keys``; inputs then go
@@ -117,9 +127,11 @@ def load_runs(inputs: Sequence[str | Path], on_warning: Callable[[str], None] | 
         raise InputError(f"{first.source}: vectors have 0 dimensions; there is nothing to compare")
     if dropped and on_warning:
         on_warning(f"{dropped} keys are not in every run and were left out; comparing {len(keys)} common keys")
-    arrays = [emb.vectors if idx is None else np.asarray(emb.vectors[idx], dtype=np.float32)
-              for emb, idx in zip(embeddings, rows)]
-    for emb, arr in zip(embeddings, arrays):
+    arrays = [
+        emb.vectors if idx is None else np.asarray(emb.vectors[idx], dtype=np.float32)
+        for emb, idx in zip(embeddings, rows, strict=False)
+    ]
+    for emb, arr in zip(embeddings, arrays, strict=False):
         _check_finite(emb, arr, keys)
     return Runs(names, keys, arrays, rows, dropped, runset, list(indices))
 
@@ -144,7 +156,7 @@ def _common_keys(embeddings: list[Embedding]) -> tuple[list[str], list[np.ndarra
 def _check_finite(emb: Embedding, arr: np.ndarray, keys: list[str]) -> None:
     step = 1 << 16
     for start in range(0, arr.shape[0], step):
-        require_finite(emb.source, keys, arr[start:start + step], start)
+        require_finite(emb.source, keys, arr[start : start + step], start)
 
 
 def _normalized(arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -168,8 +180,10 @@ def _frame(runs: Runs, options: AuditOptions, step: Callable[[str], None]) -> _F
     grams = m.gram_blocks(arrays)
     zero = [runs.names[r] for r in grams.zero_runs()]
     if zero:
-        raise InputError(f"{zero[0]}: every value is 0; an all-zero run has no geometry to compare"
-                         + (f" ({len(zero)} such runs)" if len(zero) > 1 else ""))
+        raise InputError(
+            f"{zero[0]}: every value is 0; an all-zero run has no geometry to compare"
+            + (f" ({len(zero)} such runs)" if len(zero) > 1 else "")
+        )
     step("Procrustes alignment")
     rotations, iterations = m.generalized_procrustes(grams)
     return _Frame(arrays, grams, rotations, iterations)
@@ -194,12 +208,12 @@ class KeyStats:
     """Every key's stability numbers, in ``Runs.keys`` order (the ``--per-key`` export)."""
 
     keys: list[str]
-    frequency: np.ndarray | None      # training count per key, None when not recorded
-    norm: np.ndarray                  # root mean square over runs of the key's L2 norm
-    aligned_variance: np.ndarray      # mean over dims of Var_r after Procrustes (ddof=0)
+    frequency: np.ndarray | None  # training count per key, None when not recorded
+    norm: np.ndarray  # root mean square over runs of the key's L2 norm
+    aligned_variance: np.ndarray  # mean over dims of Var_r after Procrustes (ddof=0)
     relative_instability: np.ndarray  # aligned_variance · d / mean squared norm
-    knn_overlap: np.ndarray           # NaN where the key was not a k-NN query
-    displacement: np.ndarray | None   # mean cosine distance after pairwise Procrustes
+    knn_overlap: np.ndarray  # NaN where the key was not a k-NN query
+    displacement: np.ndarray | None  # mean cosine distance after pairwise Procrustes
 
 
 def _frequencies(runs: Runs) -> np.ndarray | None:
@@ -209,9 +223,14 @@ def _frequencies(runs: Runs) -> np.ndarray | None:
     return np.array([counts.get(k, -1) for k in runs.keys], dtype=np.int64)
 
 
-def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step: Callable[[str], None],
-                          key_names: Mapping[str, str] | None = None,
-                          per_key: bool = False) -> tuple[RepresentationSection, KeyStats]:
+def representation_report(
+    runs: Runs,
+    frame: _Frame,
+    options: AuditOptions,
+    step: Callable[[str], None],
+    key_names: Mapping[str, str] | None = None,
+    per_key: bool = False,
+) -> tuple[RepresentationSection, KeyStats]:
     """Every representation metric over the common keys of ``runs``, and the per-key table."""
     n, R, d = len(runs.keys), len(runs.arrays), runs.dim
     arrays, grams, iterations = frame.arrays, frame.grams, frame.iterations
@@ -231,7 +250,7 @@ def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step
     least_idx = np.argsort(-relative, kind="stable")[: options.top]
     # one pass over every run serves both the sampled queries and the least stable keys
     overlaps = m.knn_overlap(arrays, np.concatenate([queries, least_idx]), options.knn_k)
-    knn, least_knn = overlaps[: len(queries)], overlaps[len(queries):]
+    knn, least_knn = overlaps[: len(queries)], overlaps[len(queries) :]
     step("PIP, CKA, eigenspaces, displacement")
     pip = m.pairwise_mean(grams, m.pip_loss)
     counts, edges = np.histogram(raw.per_dim, bins=HISTOGRAM_BINS, range=(0.0, 1.0))
@@ -241,8 +260,12 @@ def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step
     knn_by_key[queries] = knn
     knn_by_key[least_idx] = least_knn
     stats = KeyStats(
-        keys=runs.keys, frequency=frequency, norm=np.sqrt(energy) * aligned.scale, aligned_variance=aligned.per_key_variance,
-        relative_instability=relative, knn_overlap=knn_by_key,
+        keys=runs.keys,
+        frequency=frequency,
+        norm=np.sqrt(energy) * aligned.scale,
+        aligned_variance=aligned.per_key_variance,
+        relative_instability=relative,
+        knn_overlap=knn_by_key,
         displacement=m.per_key_displacement(arrays, grams) if per_key else None,
     )
     section = RepresentationSection(
@@ -259,7 +282,7 @@ def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step
         inner_to_coordinate_ratio=inner / raw.overall if raw.overall > 0 else None,
         knn_overlap=float(knn.mean()),
         knn_k=options.knn_k,
-        knn_queries=int(len(queries)),
+        knn_queries=len(queries),
         knn_chance=options.knn_k / (n - 1),
         pip_loss=_finite(pip),
         pip_loss_relative=m.relative_pip_loss(grams),
@@ -267,12 +290,16 @@ def representation_report(runs: Runs, frame: _Frame, options: AuditOptions, step
         eigenspace_overlap=m.pairwise_mean(grams, m.eigenspace_overlap),
         semantic_displacement=m.semantic_displacement(arrays, grams),
         least_stable=[
-            UnstableKey(key=runs.keys[i], name=names.get(runs.keys[i]),
-                        frequency=None if frequency is None or frequency[i] < 0 else int(frequency[i]),
-                        aligned_variance=_finite(aligned.per_key_variance[i]),
-                        mean_squared_norm=_finite(m.rescaled(energy[i], aligned.scale, 2)),
-                        relative_instability=float(relative[i]), knn_overlap=float(o))
-            for i, o in zip(least_idx, least_knn)
+            UnstableKey(
+                key=runs.keys[i],
+                name=names.get(runs.keys[i]),
+                frequency=None if frequency is None or frequency[i] < 0 else int(frequency[i]),
+                aligned_variance=_finite(aligned.per_key_variance[i]),
+                mean_squared_norm=_finite(m.rescaled(energy[i], aligned.scale, 2)),
+                relative_instability=float(relative[i]),
+                knn_overlap=float(o),
+            )
+            for i, o in zip(least_idx, least_knn, strict=False)
         ],
     )
     return section, stats
@@ -282,8 +309,15 @@ def training_report(runs: Runs, options: AuditOptions) -> TrainingSection:
     """Final-loss spread over runs and, per epoch, mean loss, noise share and the spread of
     the across-run variance (paper Fig. 1b, 1c)."""
     if runs.runset is None:
-        return TrainingSection(final_loss=None, final_loss_mean=None, final_loss_std=None, final_loss_cv=None,
-                               loss_by_run=None, reports_loss=False, by_epoch=[])
+        return TrainingSection(
+            final_loss=None,
+            final_loss_mean=None,
+            final_loss_std=None,
+            final_loss_cv=None,
+            loss_by_run=None,
+            reports_loss=False,
+            by_epoch=[],
+        )
     losses = [runs.runset.losses(i) or [] for i in runs.run_indices]
     finals = [next((v for v in reversed(run) if v is not None), None) for run in losses]
     final_loss: list[float] | None = None
@@ -299,17 +333,25 @@ def training_report(runs: Runs, options: AuditOptions) -> TrainingSection:
         values = [v for run in losses if len(run) >= epoch and (v := run[epoch - 1]) is not None]
         share = _epoch_noise(runs, epoch, options.normalize)
         variance = None if share is None else share.variance_per_dim
-        by_epoch.append(EpochRow(
-            epoch=epoch,
-            noise_share=None if share is None else share.overall,
-            variance_mean=None if variance is None else float(np.mean(variance)),
-            variance_quantiles=None if variance is None else _quantiles(variance),
-            loss_mean=float(np.mean(values)) if values else None,
-        ))
+        by_epoch.append(
+            EpochRow(
+                epoch=epoch,
+                noise_share=None if share is None else share.overall,
+                variance_mean=None if variance is None else float(np.mean(variance)),
+                variance_quantiles=None if variance is None else _quantiles(variance),
+                loss_mean=float(np.mean(values)) if values else None,
+            )
+        )
     reports_loss = any(v is not None for run in losses for v in run)
-    return TrainingSection(final_loss=final_loss, final_loss_mean=final_mean, final_loss_std=final_std,
-                           final_loss_cv=final_cv, loss_by_run=losses if any(losses) else None,
-                           reports_loss=reports_loss, by_epoch=by_epoch)
+    return TrainingSection(
+        final_loss=final_loss,
+        final_loss_mean=final_mean,
+        final_loss_std=final_std,
+        final_loss_cv=final_cv,
+        loss_by_run=losses if any(losses) else None,
+        reports_loss=reports_loss,
+        by_epoch=by_epoch,
+    )
 
 
 def _quantiles(values: np.ndarray) -> Quantiles:
@@ -322,7 +364,7 @@ def _epoch_noise(runs: Runs, epoch: int, normalize: bool) -> m.NoiseShare | None
     None when a run has no snapshot of that epoch."""
     assert runs.runset is not None
     arrays = []
-    for index, rows in zip(runs.run_indices, runs.rows):
+    for index, rows in zip(runs.run_indices, runs.rows, strict=False):
         path = runs.runset.checkpoint(index, epoch)
         if not path.is_file():
             return None
@@ -331,8 +373,10 @@ def _epoch_noise(runs: Runs, epoch: int, normalize: bool) -> m.NoiseShare | None
         except (OSError, ValueError, EOFError) as exc:
             raise InputError(f"{path}: unreadable checkpoint ({exc})") from None
         if snapshot.ndim != 2 or snapshot.shape[1] != runs.dim or not np.issubdtype(snapshot.dtype, np.floating):
-            raise InputError(f"{path}: checkpoint of shape {snapshot.shape} and type {snapshot.dtype} does not "
-                             f"match the run's float vectors of dimension {runs.dim}")
+            raise InputError(
+                f"{path}: checkpoint of shape {snapshot.shape} and type {snapshot.dtype} does not "
+                f"match the run's float vectors of dimension {runs.dim}"
+            )
         array = snapshot if rows is None else np.asarray(snapshot[rows], dtype=np.float32)
         if array.shape[0] != len(runs.keys):
             raise InputError(f"{path}: {array.shape[0]} rows, but the run has {len(runs.keys)} keys")
@@ -346,10 +390,16 @@ def _featurized(runs: Runs) -> dict[str, Any] | None:
     return block if isinstance(block, dict) else None
 
 
-def build_report(runs: Runs, options: AuditOptions, on_step: Callable[[str], None] | None = None,
-                 downstream: DownstreamOptions | None = None, checks: Sequence[str] = (),
-                 key_names: Mapping[str, str] | None = None, per_key: bool = False,
-                 on_warning: Callable[[str], None] | None = None) -> AuditReport:
+def build_report(
+    runs: Runs,
+    options: AuditOptions,
+    on_step: Callable[[str], None] | None = None,
+    downstream: DownstreamOptions | None = None,
+    checks: Sequence[str] = (),
+    key_names: Mapping[str, str] | None = None,
+    per_key: bool = False,
+    on_warning: Callable[[str], None] | None = None,
+) -> AuditReport:
     """The whole audit report; ``downstream`` (label options) adds the downstream section,
     ``checks`` (expressions) its check results, ``per_key`` the per-key displacement."""
     step = on_step or (lambda _: None)
@@ -402,11 +452,17 @@ def _finite(value: float) -> float | None:
 
 # ---------------------------------------------------------------- CI checks
 
+
 def validate_checks(expressions: Sequence[str], labels: bool) -> list[tuple[str, str, float]]:
     """Parse every expression and resolve its path against the report's types, before any
     input is read: a typo or a ``downstream`` path without ``--labels`` fails at once."""
-    return schema.validate_checks(AuditReport, expressions,
-                               lambda path: "the downstream section needs --labels FILE" if path.split(".")[0] == "downstream" and not labels else None)
+    return schema.validate_checks(
+        AuditReport,
+        expressions,
+        lambda path: (
+            "the downstream section needs --labels FILE" if path.split(".")[0] == "downstream" and not labels else None
+        ),
+    )
 
 
 def resolve(report: Any, path: str) -> float | None:

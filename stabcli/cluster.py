@@ -16,10 +16,11 @@ import logging
 import os
 import re
 import uuid
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stabcli.errors import OptionError, UsageError
 
@@ -75,7 +76,7 @@ def versions() -> dict[str, str]:
     found = {"stabcli": __version__, "numpy": numpy.__version__}
     try:
         found["gensim"] = version("gensim")
-    except Exception:  # noqa: BLE001 - a worker without gensim: reported as a mismatch
+    except Exception:
         found["gensim"] = "not installed"
     return found
 
@@ -84,8 +85,8 @@ def versions() -> dict[str, str]:
 class Preflight:
     """What every worker must be able to do before runs are sent to it."""
 
-    read: list[tuple[Path, str | None]]   # (path, sha256 or None) every worker reads
-    write: list[Path]                     # directories every worker writes into
+    read: list[tuple[Path, str | None]]  # (path, sha256 or None) every worker reads
+    write: list[Path]  # directories every worker writes into
 
 
 def _worker_preflight(read: list[tuple[str, str | None]], write: list[str], expected: dict[str, str]) -> list[str]:
@@ -120,15 +121,18 @@ class Cluster:
         self._cluster: Any = None
         self.client: Any = None
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         distributed = _distributed()
         _quiet_logs()
         local = _LOCAL_RE.match(self.address)
         try:
             if local:
                 self._cluster = distributed.LocalCluster(
-                    n_workers=int(local.group(1)), threads_per_worker=1, processes=True,
-                    dashboard_address=":0", silence_logs=logging.CRITICAL,
+                    n_workers=int(local.group(1)),
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=":0",
+                    silence_logs=logging.CRITICAL,
                 )
                 self.client = distributed.Client(self._cluster, timeout=f"{CONNECT_TIMEOUT_S}s")
             else:
@@ -142,10 +146,8 @@ class Cluster:
     def __exit__(self, *exc: object) -> None:
         for closable in (self.client, self._cluster):
             if closable is not None:
-                try:
+                with suppress(Exception):
                     closable.close()
-                except Exception:  # noqa: BLE001 - closing a broken connection must not hide the real error
-                    pass
         self.client = self._cluster = None
 
     @property
@@ -158,7 +160,7 @@ class Cluster:
                 return None
         try:
             link = self.client.dashboard_link
-        except Exception:  # noqa: BLE001 - no dashboard is not an error
+        except Exception:
             return None
         return link or None
 
@@ -200,7 +202,7 @@ class Cluster:
                 self.client.cancel(pending, force=True)
 
 
-def run_on_worker(task: "RunTask") -> "RunResult":
+def run_on_worker(task: RunTask) -> RunResult:
     """Train one run on a Dask worker. When the scheduler retries a task whose worker died,
     the dead attempt's files are still in the task's partial directory (the same seed wrote
     them, but possibly only half): start from an empty directory."""
@@ -217,7 +219,7 @@ def run_on_worker(task: "RunTask") -> "RunResult":
     return execute(task)
 
 
-def pretrain_backend(cluster: Cluster) -> Callable[[Sequence["RunTask"], int], Iterator["RunResult"]]:
+def pretrain_backend(cluster: Cluster) -> Callable[[Sequence[RunTask], int], Iterator[RunResult]]:
     """A ``stabcli.training`` execution backend: every run is one task on ``cluster``.
 
     Before submitting, every worker proves it can read the corpus copy (by hash) and the
@@ -225,7 +227,7 @@ def pretrain_backend(cluster: Cluster) -> Callable[[Sequence["RunTask"], int], I
     numpy. ``jobs`` is ignored: the cluster's worker threads decide the parallelism.
     """
 
-    def backend(tasks: Sequence["RunTask"], jobs: int) -> Iterator["RunResult"]:
+    def backend(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunResult]:
         if not tasks:
             return
         from stabcli.corpus import file_sha256

@@ -41,19 +41,82 @@ FORMATS = ("auto", "lines", "tagged", "movielens", "interactions")
 MOVIELENS_NAMES = {"u.data", "ratings.dat", "ratings.csv"}
 MOVIELENS_HEADER = ["userId", "movieId", "rating", "timestamp"]
 DELIMITERS = ("::", "\t", ",", ";", "|")  # ties in column count go to the earlier one
-DELIMITER_NAMES = {"::": "'::'-separated", "\t": "tab-separated", ",": "comma-separated",
-                   ";": "semicolon-separated", "|": "'|'-separated"}
+DELIMITER_NAMES = {
+    "::": "'::'-separated",
+    "\t": "tab-separated",
+    ",": "comma-separated",
+    ";": "semicolon-separated",
+    "|": "'|'-separated",
+}
 SNIFF_LINES = 100
 
 # header names recognised per role, compared lower-case without '_', '-', ' ' and '.'
 COLUMN_NAMES = {
-    "user": ("user", "userid", "uid", "users", "customer", "customerid", "client", "clientid", "visitor", "visitorid",
-             "session", "sessionid", "member", "memberid", "reviewer", "reviewerid", "account", "accountid"),
-    "item": ("item", "itemid", "iid", "items", "movie", "movieid", "mid", "product", "productid", "pid", "sku",
-             "asin", "article", "articleid", "track", "trackid", "song", "songid", "book", "bookid", "isbn",
-             "business", "businessid", "artist", "artistid", "video", "videoid", "content", "contentid"),
-    "time": ("timestamp", "ts", "time", "datetime", "date", "unixtime", "unixtimestamp", "eventtime", "createdat",
-             "time_stamp", "timestampms", "epoch"),
+    "user": (
+        "user",
+        "userid",
+        "uid",
+        "users",
+        "customer",
+        "customerid",
+        "client",
+        "clientid",
+        "visitor",
+        "visitorid",
+        "session",
+        "sessionid",
+        "member",
+        "memberid",
+        "reviewer",
+        "reviewerid",
+        "account",
+        "accountid",
+    ),
+    "item": (
+        "item",
+        "itemid",
+        "iid",
+        "items",
+        "movie",
+        "movieid",
+        "mid",
+        "product",
+        "productid",
+        "pid",
+        "sku",
+        "asin",
+        "article",
+        "articleid",
+        "track",
+        "trackid",
+        "song",
+        "songid",
+        "book",
+        "bookid",
+        "isbn",
+        "business",
+        "businessid",
+        "artist",
+        "artistid",
+        "video",
+        "videoid",
+        "content",
+        "contentid",
+    ),
+    "time": (
+        "timestamp",
+        "ts",
+        "time",
+        "datetime",
+        "date",
+        "unixtime",
+        "unixtimestamp",
+        "eventtime",
+        "createdat",
+        "time_stamp",
+        "timestampms",
+        "epoch",
+    ),
     "rating": ("rating", "ratings", "score", "stars", "preference", "value"),
 }
 NO_COLUMN = "none"  # --time-col none / --rating-col none: do not use such a column even if the header has one
@@ -83,30 +146,40 @@ class CorpusOptions:
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
-            raise OptionError("corpus_format", f"unknown corpus format {self.format!r}; choose one of {', '.join(FORMATS)}")
+            raise OptionError(
+                "corpus_format", f"unknown corpus format {self.format!r}; choose one of {', '.join(FORMATS)}"
+            )
         check_encoding("encoding", self.encoding)
         for role in ("user", "item", "time", "rating"):
             param = f"{role}_col"
             object.__setattr__(self, param, _column_spec(param, getattr(self, param)))
-        given = {role: getattr(self, f"{role}_col") for role in ("user", "item", "time", "rating")
-                 if getattr(self, f"{role}_col") != NO_COLUMN}
+        given = {
+            role: getattr(self, f"{role}_col")
+            for role in ("user", "item", "time", "rating")
+            if getattr(self, f"{role}_col") != NO_COLUMN
+        }
         seen: dict[Any, str] = {}
         for role, spec in given.items():
             if spec is None:
                 continue
             if spec in seen:
-                raise OptionError(f"{role}_col", f"{spec!r} is already the {seen[spec]} column ({ROLE_FLAGS[seen[spec]]})")
+                raise OptionError(
+                    f"{role}_col", f"{spec!r} is already the {seen[spec]} column ({ROLE_FLAGS[seen[spec]]})"
+                )
             seen[spec] = role
-        if self.min_rating is not None and (isinstance(self.min_rating, bool)
-                                            or not isinstance(self.min_rating, (int, float))
-                                            or not math.isfinite(self.min_rating)):
+        if self.min_rating is not None and (
+            isinstance(self.min_rating, bool)
+            or not isinstance(self.min_rating, (int, float))
+            or not math.isfinite(self.min_rating)
+        ):
             raise OptionError("min_rating", f"expected a finite number, got {self.min_rating!r}")
         if self.format in ("lines", "tagged"):
             extra = [ROLE_FLAGS[r] for r, spec in given.items() if spec is not None]
             extra += ["--min-rating"] if self.min_rating is not None else []
             if extra:
-                raise OptionError(f"{_role_of(extra[0])}", f"applies to interaction tables only, "
-                                  f"not to --corpus-format {self.format}")
+                raise OptionError(
+                    f"{_role_of(extra[0])}", f"applies to interaction tables only, not to --corpus-format {self.format}"
+                )
 
     @property
     def columns_given(self) -> bool:
@@ -215,8 +288,9 @@ class Corpus:
             header = "header" if self.table.header is not None else "no header"
             how += f" ({DELIMITER_NAMES[self.table.delimiter]}, {header}; {cols})"
         skipped = f", {self.skipped_lines:,} rows below --min-rating skipped" if self.skipped_lines else ""
-        return (f"{how}: {self.n_sequences:,} sequences, {self.n_tokens:,} tokens, "
-                f"{self.n_keys:,} distinct keys{skipped}")
+        return (
+            f"{how}: {self.n_sequences:,} sequences, {self.n_tokens:,} tokens, {self.n_keys:,} distinct keys{skipped}"
+        )
 
 
 def file_sha256(path: Path) -> str:
@@ -254,14 +328,19 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
     fmt = detect_format(path, model, options) if options.format == "auto" else options.format
     if fmt == "lines" and options.columns_given:
         given = next(r for r in ROLE_FLAGS if getattr(options, f"{r}_col") not in (None, NO_COLUMN))
-        raise InputError(f"{path}: not a delimited table (lines do not split into the same number of fields), so "
-                         f"{ROLE_FLAGS[given]} does not apply; pass --corpus-format interactions to read it as one")
+        raise InputError(
+            f"{path}: not a delimited table (lines do not split into the same number of fields), so "
+            f"{ROLE_FLAGS[given]} does not apply; pass --corpus-format interactions to read it as one"
+        )
     if fmt in ("lines", "tagged") and options.min_rating is not None:
-        raise InputError(f"{path}: read as {fmt}, which has no ratings, so --min-rating does not apply; "
-                         f"pass --corpus-format interactions to read it as a table")
+        raise InputError(
+            f"{path}: read as {fmt}, which has no ratings, so --min-rating does not apply; "
+            f"pass --corpus-format interactions to read it as a table"
+        )
     if fmt == "lines":
-        corpus = Corpus(path, fmt, [line.split() for _, line in text_lines(path, options.encoding) if line.strip()],
-                        encoding=codec)
+        corpus = Corpus(
+            path, fmt, [line.split() for _, line in text_lines(path, options.encoding) if line.strip()], encoding=codec
+        )
     elif fmt == "tagged":
         corpus = _read_tagged(path, options.encoding)
         corpus.encoding = codec
@@ -307,21 +386,25 @@ def _check_reading(corpus: Corpus, auto: bool) -> None:
                         f"{path}: read as lines, {len(holding):,} of {len(keys):,} distinct keys contain "
                         f"{delim!r} (e.g. {holding[0]!r}), so each key would be a whole table row; pass "
                         f"--corpus-format interactions (with --user-col and --item-col) if it is a table, or "
-                        f"separate the tokens with spaces if each line is one sequence")
+                        f"separate the tokens with spaces if each line is one sequence"
+                    )
                 raise InputError(
                     f"{path}: {len(holding):,} of {len(keys):,} distinct items contain {delim!r} (e.g. "
-                    f"{holding[0]!r}); the table's delimiter or the item column looks wrong: check --item-col")
+                    f"{holding[0]!r}); the table's delimiter or the item column looks wrong: check --item-col"
+                )
     single = sum(1 for seq in corpus.sequences if len(seq) == 1)
     if single * 2 > n:
         if corpus.table is None:
             raise InputError(
                 f"{path}: read as {corpus.format}, {single:,} of {n:,} lines hold a single token, so there is no "
                 f"context to learn from; if this is a table of interactions pass --corpus-format interactions "
-                f"(with --user-col and --item-col), otherwise put one whole sequence per line")
+                f"(with --user-col and --item-col), otherwise put one whole sequence per line"
+            )
         raise InputError(
             f"{path}: {single:,} of {n:,} users ({corpus.columns.get('user')}) have a single item, so there is no "
             f"context to learn from; choose the column that groups items into sequences with --user-col, or pass "
-            f"--corpus-format lines if each line is one sequence")
+            f"--corpus-format lines if each line is one sequence"
+        )
 
 
 # ---- delimited tables
@@ -400,7 +483,9 @@ def _has_header(rows: list[list[str]]) -> bool:
     first, rest = rows[0], rows[1:]
     if any(_normal(name) in _KNOWN for name in first):
         return True
-    return bool(rest) and any(not _is_number(first[j]) and all(_is_number(r[j]) for r in rest) for j in range(len(first)))
+    return bool(rest) and any(
+        not _is_number(first[j]) and all(_is_number(r[j]) for r in rest) for j in range(len(first))
+    )
 
 
 def _movielens_layout(rows: list[list[str]]) -> bool:
@@ -432,17 +517,25 @@ def _layout_for(path: Path, options: CorpusOptions, fmt: str) -> TableLayout:
         first_line = next((line for _, line in text_lines(path, options.encoding) if line.strip()), None)
         if first_line is None:
             raise InputError(f"{path}: empty corpus (no rows)")
-        raise InputError(f"{path}: not a delimited table: its first lines do not all split into the same number "
-                         f"(two or more) of fields on ',', tab, ';', '::' or '|' (first line {first_line[:80]!r})")
-    if any(getattr(options, f"{r}_col") not in (None, NO_COLUMN) and isinstance(getattr(options, f"{r}_col"), str)
-           for r in ROLE_FLAGS) and layout.header is None:
+        raise InputError(
+            f"{path}: not a delimited table: its first lines do not all split into the same number "
+            f"(two or more) of fields on ',', tab, ';', '::' or '|' (first line {first_line[:80]!r})"
+        )
+    if (
+        any(
+            getattr(options, f"{r}_col") not in (None, NO_COLUMN) and isinstance(getattr(options, f"{r}_col"), str)
+            for r in ROLE_FLAGS
+        )
+        and layout.header is None
+    ):
         header = _split(next(line for _, line in text_lines(path, options.encoding) if line.strip()), layout.delimiter)
         return TableLayout(layout.delimiter, header, layout.n_columns)  # a column named by the user implies a header
     return layout
 
 
-def _choose_columns(path: Path, options: CorpusOptions, layout: TableLayout, fmt: str,
-                    first_rows: list[list[str]]) -> dict[str, int]:
+def _choose_columns(
+    path: Path, options: CorpusOptions, layout: TableLayout, fmt: str, first_rows: list[list[str]]
+) -> dict[str, int]:
     """Role → column index: the user's choice, a recognised header name, or the defaults."""
     header = layout.header
     chosen: dict[str, int] = {}
@@ -452,8 +545,10 @@ def _choose_columns(path: Path, options: CorpusOptions, layout: TableLayout, fmt
             continue  # ratings are read only to filter them; 'none' turns a column off
         if isinstance(spec, int):
             if spec >= layout.n_columns:
-                raise InputError(f"{path}: {ROLE_FLAGS[role]} {spec} is out of range; the table has "
-                                 f"{layout.n_columns} columns (0 to {layout.n_columns - 1})")
+                raise InputError(
+                    f"{path}: {ROLE_FLAGS[role]} {spec} is out of range; the table has "
+                    f"{layout.n_columns} columns (0 to {layout.n_columns - 1})"
+                )
             chosen[role] = spec
         elif isinstance(spec, str):
             assert header is not None
@@ -464,13 +559,22 @@ def _choose_columns(path: Path, options: CorpusOptions, layout: TableLayout, fmt
             chosen[role] = (exact or loose)[0]
         elif header is not None:
             names = [_normal(name) for name in header]
-            match = next((j for known in COLUMN_NAMES[role] for j, n in enumerate(names)
-                          if n == _normal(known) and j not in chosen.values()), None)
+            match = next(
+                (
+                    j
+                    for known in COLUMN_NAMES[role]
+                    for j, n in enumerate(names)
+                    if n == _normal(known) and j not in chosen.values()
+                ),
+                None,
+            )
             if match is not None:
                 chosen[role] = match
             elif role in ("user", "item"):
-                raise InputError(f"{path}: no column of the header ({', '.join(header)}) is a known {role} column "
-                                 f"name; pass {ROLE_FLAGS[role]} NAME or a 0-based position")
+                raise InputError(
+                    f"{path}: no column of the header ({', '.join(header)}) is a known {role} column "
+                    f"name; pass {ROLE_FLAGS[role]} NAME or a 0-based position"
+                )
         elif role in ("user", "item"):
             chosen[role] = 0 if role == "user" else 1
             if chosen[role] in [c for r, c in chosen.items() if r != role]:
@@ -480,8 +584,11 @@ def _choose_columns(path: Path, options: CorpusOptions, layout: TableLayout, fmt
             if chosen[role] in [c for r, c in chosen.items() if r != role]:
                 del chosen[role]
     if options.min_rating is not None and "rating" not in chosen:
-        raise InputError(f"{path}: --min-rating needs a rating column and none was recognised"
-                         + (f" (columns are {', '.join(header)})" if header else "") + "; pass --rating-col")
+        raise InputError(
+            f"{path}: --min-rating needs a rating column and none was recognised"
+            + (f" (columns are {', '.join(header)})" if header else "")
+            + "; pass --rating-col"
+        )
     return chosen
 
 
@@ -517,8 +624,10 @@ def _table_rows(path: Path, encoding: str, layout: TableLayout) -> Iterator[tupl
         if len(fields) == width + 1 and fields[-1] == "":
             fields.pop()  # a trailing delimiter
         if len(fields) != width:
-            raise InputError(f"{path}:{lineno}: expected {width} {DELIMITER_NAMES[layout.delimiter]} fields "
-                             f"(as in the first lines), found {len(fields)}")
+            raise InputError(
+                f"{path}:{lineno}: expected {width} {DELIMITER_NAMES[layout.delimiter]} fields "
+                f"(as in the first lines), found {len(fields)}"
+            )
         yield lineno, fields
 
 
@@ -563,14 +672,17 @@ def _read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Corpus:
         if t is not None:
             value = _time_value(fields[t])
             if value is None:
-                raise InputError(f"{path}:{lineno}: timestamp {fields[t]!r} ({_column_label(layout, t)}) is not a "
-                                 f"number or an ISO date (--time-col none keeps file order)")
+                raise InputError(
+                    f"{path}:{lineno}: timestamp {fields[t]!r} ({_column_label(layout, t)}) is not a "
+                    f"number or an ISO date (--time-col none keeps file order)"
+                )
             stamp = value
         known = interned.get(item)
         if known is None:
             if len(item.split()) != 1:
-                raise InputError(f"{path}:{lineno}: item {item!r} contains whitespace, which a key cannot; "
-                                 f"check --item-col")
+                raise InputError(
+                    f"{path}:{lineno}: item {item!r} contains whitespace, which a key cannot; check --item-col"
+                )
             known = interned[item] = item
         items = items_by_user.get(user)
         if items is None:

@@ -17,10 +17,11 @@ import re
 import signal
 import threading
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 from joblib import Parallel, delayed
@@ -34,9 +35,9 @@ from stabcli.errors import InputError, OptionError
 from stabcli.featurize import draw_directions, fourier_features
 from stabcli.labels import read_labels
 from stabcli.metrics import peak, power_of_two_scale, rescaled
+from stabcli.processes import cpu_count
 from stabcli.resources import available_memory, human_bytes
 from stabcli.textfile import check_encoding
-from stabcli.processes import cpu_count
 
 TASKS = ("auto", "classification", "regression")
 MODELS = ("logreg", "knn", "ridge")
@@ -48,8 +49,8 @@ STALE_TOLERANCE = 0.01  # a stale-model drop above this is called out in the rec
 MIN_CLASS_SIZE = 5
 DROPPED_SHOWN = 10  # dropped classes named in the warning line
 MODEL_SAFE_EXPONENT = 100  # features beyond 2^±100 are divided by a common power of two before fitting
-SEED_MAX = 2**32 - 1       # scikit-learn's random_state range
-SIGMA_MAX = 1e300          # N(0, σ²) directions beyond this overflow float64 (and phi is pure noise long before)
+SEED_MAX = 2**32 - 1  # scikit-learn's random_state range
+SIGMA_MAX = 1e300  # N(0, σ²) directions beyond this overflow float64 (and phi is pure noise long before)
 
 
 @dataclass(frozen=True)
@@ -63,16 +64,16 @@ class DownstreamOptions:
 
     labels: Path
     task: str = "auto"
-    model: str | None = None          # default: logreg for classification, ridge for regression
+    model: str | None = None  # default: logreg for classification, ridge for regression
     test_size: float = 0.2
     split_seed: int = 0
     variants: Sequence[str] | None = None  # default: h, avg, aligned, phi:d, phi:2d
     featurize_dims: Sequence[int] = ()
     sigmas: Sequence[float] = ()
     reference: int = 0
-    seed: int = 0                      # random Fourier directions, one draw for all runs
+    seed: int = 0  # random Fourier directions, one draw for all runs
     jobs: int | None = None
-    encoding: str | None = None        # None: utf-8, MovieLens u.item/movies.dat latin-1 (labels.read_labels)
+    encoding: str | None = None  # None: utf-8, MovieLens u.item/movies.dat latin-1 (labels.read_labels)
     min_class_size: int = MIN_CLASS_SIZE  # smaller classes are dropped (with a warning)
 
     def __post_init__(self) -> None:
@@ -107,8 +108,9 @@ class DownstreamOptions:
     def check_runs(self, runs: int) -> None:
         """The checks that need the number of runs; call right after loading them."""
         if self.reference >= runs:
-            raise OptionError("reference", f"{self.reference} must be a run position from 0 to {runs - 1} "
-                                           f"({runs} runs)")
+            raise OptionError(
+                "reference", f"{self.reference} must be a run position from 0 to {runs - 1} ({runs} runs)"
+            )
 
 
 @dataclass(frozen=True)
@@ -124,8 +126,9 @@ class Variant:
 _VARIANT_RE = re.compile(r"^(?:(h|avg|aligned)\+)?phi:(\d+)(?:@([0-9.eE+-]+))?$")
 
 
-def parse_variants(spec: Sequence[str] | None, input_dim: int, featurize_dims: Sequence[int] = (),
-                   sigmas: Sequence[float] = ()) -> list[Variant]:
+def parse_variants(
+    spec: Sequence[str] | None, input_dim: int, featurize_dims: Sequence[int] = (), sigmas: Sequence[float] = ()
+) -> list[Variant]:
     """Variant names → variants, expanded over the M and σ sweeps, duplicates dropped.
 
     ``phi:M`` is short for ``h+phi:M``; ``phi:M@S`` sets σ = S. ``--featurize-dims``
@@ -148,8 +151,9 @@ def parse_variants(spec: Sequence[str] | None, input_dim: int, featurize_dims: S
             continue
         match = _VARIANT_RE.match(token)
         if not match:
-            raise OptionError("variants", f"unknown variant {token!r}; use h, avg, aligned, phi:M, phi:M@SIGMA "
-                                          "or aligned+phi:M")
+            raise OptionError(
+                "variants", f"unknown variant {token!r}; use h, avg, aligned, phi:M, phi:M@SIGMA or aligned+phi:M"
+            )
         has_phi = True
         source, dim, sigma_text = match.group(1) or "h", int(match.group(2)), match.group(3)
         try:
@@ -159,14 +163,17 @@ def parse_variants(spec: Sequence[str] | None, input_dim: int, featurize_dims: S
         for m in featurize_dims or [dim]:
             for s in sigmas or [sigma]:
                 if m < 2 or m % 2 or not _good_sigma(s):
-                    raise OptionError("variants", f"{token!r} needs an even M >= 2 and a positive finite sigma "
-                                                  f"up to {SIGMA_MAX:g}")
+                    raise OptionError(
+                        "variants", f"{token!r} needs an even M >= 2 and a positive finite sigma up to {SIGMA_MAX:g}"
+                    )
                 prefix = "" if source == "h" else f"{source}+"
                 suffix = f"@{s:g}" if sigmas or s != 1.0 else ""
                 variants.append(Variant(f"{prefix}phi:{m}{suffix}", source, m, s))
     if (featurize_dims or sigmas) and not has_phi:
-        raise OptionError("featurize_dims" if featurize_dims else "sigmas",
-                          "sweeps the phi variants, but --variants has none (add phi:M)")
+        raise OptionError(
+            "featurize_dims" if featurize_dims else "sigmas",
+            "sweeps the phi variants, but --variants has none (add phi:M)",
+        )
     return list({v.name: v for v in variants}.values())  # first occurrence order, duplicates dropped
 
 
@@ -180,16 +187,17 @@ def _good_sigma(sigma: float) -> bool:
 @dataclass
 class Targets:
     task: str
-    rows: np.ndarray          # positions in the runs' common keys that have a (kept) label
-    y: np.ndarray             # labels of those rows (str for classification, float for regression)
-    skipped: int              # common keys without a label
+    rows: np.ndarray  # positions in the runs' common keys that have a (kept) label
+    y: np.ndarray  # labels of those rows (str for classification, float for regression)
+    skipped: int  # common keys without a label
     classes: list[str]
     dropped_classes: list[dict[str, Any]]  # {label, count} of classes below --min-class-size
-    scale: float = 1.0        # regression: y is the labels divided by this power of two
+    scale: float = 1.0  # regression: y is the labels divided by this power of two
 
 
-def targets_for(keys: Sequence[str], options: DownstreamOptions,
-                on_warning: Callable[[str], None] | None = None) -> Targets:
+def targets_for(
+    keys: Sequence[str], options: DownstreamOptions, on_warning: Callable[[str], None] | None = None
+) -> Targets:
     """Match the label file to the embedding keys and decide the task.
 
     Classes with fewer than ``options.min_class_size`` labeled keys are dropped, with one
@@ -201,8 +209,10 @@ def targets_for(keys: Sequence[str], options: DownstreamOptions,
     rows = np.array([i for i, k in enumerate(keys) if k in labels.by_key], dtype=np.int64)
     if len(rows) == 0:
         sample = next(iter(labels.by_key))
-        raise InputError(f"{labels.source}: none of its {len(labels.by_key):,} keys is an embedding key "
-                         f"(label key {sample!r}, embedding key {keys[0]!r})")
+        raise InputError(
+            f"{labels.source}: none of its {len(labels.by_key):,} keys is an embedding key "
+            f"(label key {sample!r}, embedding key {keys[0]!r})"
+        )
     raw = [labels.by_key[keys[i]] for i in rows]
     numbers = _as_numbers(raw)
     task = options.task
@@ -220,7 +230,9 @@ def targets_for(keys: Sequence[str], options: DownstreamOptions,
     y = np.array(raw, dtype=object)
     classes, counts = np.unique(y, return_counts=True)
     rare = counts < options.min_class_size
-    dropped = [{"label": str(c), "count": int(n)} for c, n in zip(classes, counts) if n < options.min_class_size]
+    dropped = [
+        {"label": str(c), "count": int(n)} for c, n in zip(classes, counts, strict=False) if n < options.min_class_size
+    ]
     shown = sorted(dropped, key=lambda d: (d["count"], d["label"]))[:DROPPED_SHOWN]  # the rarest first
     listed = ", ".join(f"{d['label']!r} ({d['count']})" for d in shown)
     listed += f" and {len(dropped) - len(shown)} more (all in the JSON)" if len(dropped) > len(shown) else ""
@@ -230,18 +242,26 @@ def targets_for(keys: Sequence[str], options: DownstreamOptions,
         classes, counts = classes[~rare], counts[~rare]
     if len(classes) < 2 and dropped:
         found = f"only one class ({classes[0]!r}) has" if len(classes) else "no class has"
-        raise InputError(f"{labels.source}: {found} at least {options.min_class_size} labeled keys (--min-class-size "
-                         f"{options.min_class_size} dropped {listed}); classification needs at least 2 classes")
+        raise InputError(
+            f"{labels.source}: {found} at least {options.min_class_size} labeled keys (--min-class-size "
+            f"{options.min_class_size} dropped {listed}); classification needs at least 2 classes"
+        )
     if len(classes) < 2:
-        raise InputError(f"{labels.source}: only one class ({classes[0]!r}) among the {len(rows):,} labeled keys; "
-                         "classification needs at least 2")
+        raise InputError(
+            f"{labels.source}: only one class ({classes[0]!r}) among the {len(rows):,} labeled keys; "
+            "classification needs at least 2"
+        )
     if dropped and on_warning:  # one line, and only when the audit goes on
-        on_warning(f"{labels.source}: dropped {len(dropped)} class(es) with fewer than {options.min_class_size} "
-                   f"labeled keys (--min-class-size): {listed}")
+        on_warning(
+            f"{labels.source}: dropped {len(dropped)} class(es) with fewer than {options.min_class_size} "
+            f"labeled keys (--min-class-size): {listed}"
+        )
     if counts.min() < 2:
         rare_class = classes[int(np.argmin(counts))]
-        raise InputError(f"{labels.source}: class {rare_class!r} has only 1 labeled key; a stratified split needs at "
-                         "least 2 per class (--min-class-size 2 or more drops it)")
+        raise InputError(
+            f"{labels.source}: class {rare_class!r} has only 1 labeled key; a stratified split needs at "
+            "least 2 per class (--min-class-size 2 or more drops it)"
+        )
     return Targets(task, rows, y, skipped, [str(c) for c in classes], dropped)
 
 
@@ -257,10 +277,16 @@ def split(targets: Targets, test_size: float, seed: int) -> tuple[np.ndarray, np
     """One seeded (stratified for classification) split into train and test positions."""
     positions = np.arange(len(targets.rows))
     try:
-        train, test = train_test_split(positions, test_size=test_size, random_state=seed,
-                                       stratify=targets.y if targets.task == "classification" else None)
+        train, test = train_test_split(
+            positions,
+            test_size=test_size,
+            random_state=seed,
+            stratify=targets.y if targets.task == "classification" else None,
+        )
     except ValueError as exc:
-        raise InputError(f"cannot split {len(positions):,} labeled keys with --test-size {test_size:g}: {exc}") from None
+        raise InputError(
+            f"cannot split {len(positions):,} labeled keys with --test-size {test_size:g}: {exc}"
+        ) from None
     if targets.task == "regression" and min(len(train), len(test)) < 2:
         raise InputError(f"{len(positions)} labeled keys are too few for a train/test split")
     return np.sort(train), np.sort(test)
@@ -273,8 +299,11 @@ def make_model(name: str, task: str) -> Any:
     """The unfitted scikit-learn estimator; deterministic and solved to tight tolerance."""
     if name == "logreg":
         if task == "regression":
-            raise OptionError("model", "logreg is for classification, and these labels are numeric (regression); "
-                                       "use ridge or knn, or --task classification")
+            raise OptionError(
+                "model",
+                "logreg is for classification, and these labels are numeric (regression); "
+                "use ridge or knn, or --task classification",
+            )
         return LogisticRegression(max_iter=5000, tol=1e-6)
     if name == "knn":
         return KNeighborsClassifier(KNN_NEIGHBOURS) if task == "classification" else KNeighborsRegressor(KNN_NEIGHBOURS)
@@ -302,12 +331,21 @@ class _Fit:
     x: np.ndarray
     transform: _Transform
     predictions: np.ndarray
-    model: Any          # kept for the reference run only
+    model: Any  # kept for the reference run only
     converged: bool
 
 
-def _fit_predict(model_name: str, task: str, x: np.ndarray, transform: _Transform, train: np.ndarray,
-                 test: np.ndarray, y: np.ndarray, keep_model: bool, parent_pid: int) -> tuple[np.ndarray, Any, bool]:
+def _fit_predict(
+    model_name: str,
+    task: str,
+    x: np.ndarray,
+    transform: _Transform,
+    train: np.ndarray,
+    test: np.ndarray,
+    y: np.ndarray,
+    keep_model: bool,
+    parent_pid: int,
+) -> tuple[np.ndarray, Any, bool]:
     """Fit on the training rows of one run; (test predictions, the model if kept, converged)."""
     if os.getpid() != parent_pid and threading.current_thread() is threading.main_thread():
         # a worker process (loky): Ctrl-C is the parent's to handle (exit 130); a Dask worker runs
@@ -322,13 +360,16 @@ def _fit_predict(model_name: str, task: str, x: np.ndarray, transform: _Transfor
     return predictions, model if keep_model else None, converged
 
 
-def prediction_scores(task: str, y_true: np.ndarray, y_pred: np.ndarray, classes: list[str],
-                      scale: float = 1.0) -> dict[str, float]:
+def prediction_scores(
+    task: str, y_true: np.ndarray, y_pred: np.ndarray, classes: list[str], scale: float = 1.0
+) -> dict[str, float]:
     """Test-split metrics of predictions (accuracy and macro F1, or R² and RMSE; audit and
     drift); regression labels divided by ``scale`` give the RMSE back in label units."""
     if task == "classification":
-        return {"accuracy": float(accuracy_score(y_true, y_pred)),
-                "f1_macro": float(f1_score(y_true, y_pred, labels=classes, average="macro", zero_division=0))}
+        return {
+            "accuracy": float(accuracy_score(y_true, y_pred)),
+            "f1_macro": float(f1_score(y_true, y_pred, labels=classes, average="macro", zero_division=0)),
+        }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         r2 = float(r2_score(y_true, y_pred))
@@ -379,8 +420,13 @@ class Plan:
     test: np.ndarray
 
 
-def plan_downstream(options: DownstreamOptions, keys: Sequence[str], runs: int, dim: int,
-                    on_warning: Callable[[str], None] | None = None) -> Plan:
+def plan_downstream(
+    options: DownstreamOptions,
+    keys: Sequence[str],
+    runs: int,
+    dim: int,
+    on_warning: Callable[[str], None] | None = None,
+) -> Plan:
     """Check the options against the runs, read the labels, choose the task, model and split,
     and refuse variants whose features cannot fit in memory. Reads only the label file."""
     options.check_runs(runs)
@@ -390,8 +436,10 @@ def plan_downstream(options: DownstreamOptions, keys: Sequence[str], runs: int, 
     make_model(model_name, targets.task)  # a bad model/task pair fails before any fitting
     train, test = split(targets, options.test_size, options.split_seed)
     if model_name == "knn" and len(train) < KNN_NEIGHBOURS:
-        raise InputError(f"{options.labels}: {len(train)} training keys are fewer than the {KNN_NEIGHBOURS} "
-                         "neighbours --model knn uses")
+        raise InputError(
+            f"{options.labels}: {len(train)} training keys are fewer than the {KNN_NEIGHBOURS} "
+            "neighbours --model knn uses"
+        )
     _check_memory(variants, options, dim, len(targets.rows), runs)
     return Plan(variants, targets, model_name, train, test)
 
@@ -407,15 +455,24 @@ def _check_memory(variants: Sequence[Variant], options: DownstreamOptions, dim: 
     need, have = directions + features, available_memory()
     if have is not None and need > have:
         param = "featurize_dims" if options.featurize_dims and widest.phi_dim else "variants"
-        raise OptionError(param, f"{widest.name} needs about {human_bytes(need)} ({human_bytes(directions)} of random directions "
-                                 f"{dim}×M/2 and {human_bytes(features)} of features for {labeled:,} labeled keys × "
-                                 f"{jobs} parallel fit(s)), more than the {human_bytes(have)} of memory available")
+        raise OptionError(
+            param,
+            f"{widest.name} needs about {human_bytes(need)} ({human_bytes(directions)} of random directions "
+            f"{dim}×M/2 and {human_bytes(features)} of features for {labeled:,} labeled keys × "
+            f"{jobs} parallel fit(s)), more than the {human_bytes(have)} of memory available",
+        )
 
 
-def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotations: Sequence[np.ndarray],
-                      options: DownstreamOptions, run_names: Sequence[str],
-                      on_step: Callable[[str], None] | None = None, plan: Plan | None = None,
-                      on_warning: Callable[[str], None] | None = None) -> dict[str, Any]:
+def downstream_report(
+    arrays: Sequence[np.ndarray],
+    keys: Sequence[str],
+    rotations: Sequence[np.ndarray],
+    options: DownstreamOptions,
+    run_names: Sequence[str],
+    on_step: Callable[[str], None] | None = None,
+    plan: Plan | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """The ``downstream`` section of the audit report (schema in the README).
 
     ``plan`` (from ``plan_downstream``, called before the Gram pass) is made here if not given.
@@ -439,8 +496,9 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
         directions = draw_directions(dim, v.phi_dim, v.sigma, options.seed) if v.phi_dim else None
         if v.source == "avg":
             mean = np.asarray(np.mean(xs, axis=0, dtype=np.float64))
-            jobs_list.append((v, 0, mean if xs[0].dtype == np.float64 else mean.astype(np.float32),
-                              _Transform(None, directions)))
+            jobs_list.append(
+                (v, 0, mean if xs[0].dtype == np.float64 else mean.astype(np.float32), _Transform(None, directions))
+            )
             continue
         for r in range(R):
             rotation = rotations[r] if v.source == "aligned" else None
@@ -452,11 +510,22 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
     with warnings.catch_warnings():  # joblib's own warnings never reach the user's stderr
         warnings.simplefilter("ignore")
         outputs = parallel(
-            delayed(_fit_predict)(model_name, targets.task, x, transform, train, test, y,
-                                  v.source != "avg" and r == options.reference, os.getpid())
+            delayed(_fit_predict)(
+                model_name,
+                targets.task,
+                x,
+                transform,
+                train,
+                test,
+                y,
+                v.source != "avg" and r == options.reference,
+                os.getpid(),
+            )
             for v, r, x, transform in jobs_list
         )
-        for done, ((v, _, x, transform), (pred, model, converged)) in enumerate(zip(jobs_list, outputs), start=1):
+        for done, ((v, _, x, transform), (pred, model, converged)) in enumerate(
+            zip(jobs_list, outputs, strict=False), start=1
+        ):
             fits[v.name].append(_Fit(x, transform, pred, model, converged))
             step(f"downstream: fit {done}/{len(jobs_list)} ({v.name})")
 
@@ -464,7 +533,9 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
     results: dict[str, dict[str, Any]] = {}
     for v in variants:
         predictions = [f.predictions for f in fits[v.name]]
-        scores = [prediction_scores(targets.task, y[test], pred, targets.classes, targets.scale) for pred in predictions]
+        scores = [
+            prediction_scores(targets.task, y[test], pred, targets.classes, targets.scale) for pred in predictions
+        ]
         entry: dict[str, Any] = {"dim": v.phi_dim or dim, "source": v.source, "sigma": v.sigma if v.phi_dim else None}
         for metric in scores[0]:
             values = [s[metric] for s in scores]
@@ -479,8 +550,8 @@ def downstream_report(arrays: Sequence[np.ndarray], keys: Sequence[str], rotatio
         "task": targets.task,
         "model": model_name,
         "classes": len(targets.classes) if targets.classes else None,
-        "train": int(len(train)),
-        "test": int(len(test)),
+        "train": len(train),
+        "test": len(test),
         "skipped_keys": targets.skipped,
         "min_class_size": options.min_class_size,
         "dropped_classes": {c["label"]: c["count"] for c in targets.dropped_classes},
@@ -509,8 +580,9 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _stale(fits: list[_Fit], refit: list[float], test: np.ndarray, targets: Targets,
-           primary: str) -> tuple[float | None, float | None]:
+def _stale(
+    fits: list[_Fit], refit: list[float], test: np.ndarray, targets: Targets, primary: str
+) -> tuple[float | None, float | None]:
     """The reference run's model on every other run's test rows: (mean metric, mean drop from
     that run's ``refit`` metric). None, None for a variant with a single fit (avg)."""
     reference = next((f.model for f in fits if f.model is not None), None)
@@ -518,7 +590,7 @@ def _stale(fits: list[_Fit], refit: list[float], test: np.ndarray, targets: Targ
         return None, None
     truth = targets.y[test]
     stale, drops = [], []
-    for f, refit_metric in zip(fits, refit):
+    for f, refit_metric in zip(fits, refit, strict=False):
         if f.model is not None:
             continue
         with warnings.catch_warnings():
@@ -542,8 +614,11 @@ def recommend(results: dict[str, dict[str, Any]], primary: str, resolution: floa
     1/n_test, for accuracy): "within one std" means within max(std, resolution), so a
     best variant whose std happens to be 0 does not exclude a variant one prediction behind.
     """
-    eligible = {name: r for name, r in results.items()
-                if r["churn"] is not None and r[f"{primary}_std"] is not None and r[f"{primary}_mean"] is not None}
+    eligible = {
+        name: r
+        for name, r in results.items()
+        if r["churn"] is not None and r[f"{primary}_std"] is not None and r[f"{primary}_mean"] is not None
+    }
     if not eligible:
         return {"variant": None, "reason": "no variant has more than one run; nothing to compare"}
     label = "accuracy" if primary == "accuracy" else "R²"
@@ -554,28 +629,39 @@ def recommend(results: dict[str, dict[str, Any]], primary: str, resolution: floa
     c = eligible[choice]
     churn_text = _churn_text(primary, c["churn"])
     if choice == "h":
-        reason = (f"raw h is already the best choice: churn {churn_text}, {label} {c[f'{primary}_mean']:.3f} "
-                  f"(std {c[f'{primary}_std']:.3f}); no variant within one std of the best {label} "
-                  f"({best}: {best_mean:.3f} ± {best_std:.3f}) has lower churn.")
+        reason = (
+            f"raw h is already the best choice: churn {churn_text}, {label} {c[f'{primary}_mean']:.3f} "
+            f"(std {c[f'{primary}_std']:.3f}); no variant within one std of the best {label} "
+            f"({best}: {best_mean:.3f} ± {best_std:.3f}) has lower churn."
+        )
     else:
         # "vs raw h" only where h competed (it is then never below the choice); otherwise say why h lost
         versus = f" vs {_churn_text(primary, eligible['h']['churn'])} for raw h" if "h" in close else ""
-        reason = (f"{choice}: lowest churn ({churn_text}{versus}) among the {len(close)} variant(s) whose {label} is "
-                  f"within one std of the best ({best}: {best_mean:.3f} ± {best_std:.3f}); its {label} is "
-                  f"{c[f'{primary}_mean']:.3f} (std {c[f'{primary}_std']:.3f}).")
+        reason = (
+            f"{choice}: lowest churn ({churn_text}{versus}) among the {len(close)} variant(s) whose {label} is "
+            f"within one std of the best ({best}: {best_mean:.3f} ± {best_std:.3f}); its {label} is "
+            f"{c[f'{primary}_mean']:.3f} (std {c[f'{primary}_std']:.3f})."
+        )
         if "h" in eligible and "h" not in close:
             h = eligible["h"]
             relation = "lower" if h["churn"] < c["churn"] else "higher" if h["churn"] > c["churn"] else "the same"
-            reason += (f" Raw h has {relation} churn ({_churn_text(primary, h['churn'])}) but its {label} "
-                       f"{h[f'{primary}_mean']:.3f} is not within one std of the best.")
+            reason += (
+                f" Raw h has {relation} churn ({_churn_text(primary, h['churn'])}) but its {label} "
+                f"{h[f'{primary}_mean']:.3f} is not within one std of the best."
+            )
     stale_key = f"stale_{primary}_mean"
     stale = {n: r[stale_key] for n, r in eligible.items() if r[stale_key] is not None}
     if stale and c["stale_drop"] is not None and c["stale_drop"] > STALE_TOLERANCE:
         keeper = max(stale, key=lambda name: stale[name])
-        reason += (f" A downstream model that is not refit scores {label} {c[stale_key]:.3f} with {choice} "
-                   f"(drop {c['stale_drop']:.3f}); "
-                   + (f"with {keeper} it keeps {stale[keeper]:.3f}, so refit on every refresh or use {keeper}."
-                      if keeper != choice else "refit it on every refresh."))
+        reason += (
+            f" A downstream model that is not refit scores {label} {c[stale_key]:.3f} with {choice} "
+            f"(drop {c['stale_drop']:.3f}); "
+            + (
+                f"with {keeper} it keeps {stale[keeper]:.3f}, so refit on every refresh or use {keeper}."
+                if keeper != choice
+                else "refit it on every refresh."
+            )
+        )
     return {"variant": choice, "reason": reason}
 
 

@@ -12,17 +12,17 @@ validated against the types before anything is loaded (``schema.validate_checks`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stabcli import __version__
+from stabcli import __version__, schema
 from stabcli import drift_math as dm
 from stabcli import metrics as m
 from stabcli.embeddings import Embedding, ReadOptions, match_inputs, require_finite
-from stabcli import schema
 from stabcli.errors import InputError, OptionError
 from stabcli.runset import RunSet, is_runset
 from stabcli.schema import Check, doc, to_json
@@ -30,8 +30,8 @@ from stabcli.schema import Check, doc, to_json
 if TYPE_CHECKING:
     from stabcli.downstream import DownstreamOptions
 
-KNN_ALL_MAX_KEYS = 10_000   # k-NN overlap for every key up to this many keys (n² ≤ 1e8), else a seeded sample
-ADDED_REMOVED_LISTED = 20   # keys_added / keys_removed samples kept in the report
+KNN_ALL_MAX_KEYS = 10_000  # k-NN overlap for every key up to this many keys (n² ≤ 1e8), else a seeded sample
+ADDED_REMOVED_LISTED = 20  # keys_added / keys_removed samples kept in the report
 
 
 # ------------------------------------------------------------------ options
@@ -92,15 +92,21 @@ def _load_side(path: Path, reference: int, read: ReadOptions) -> tuple[Embedding
         if not runset.runs:
             raise InputError(f"{path}: the run set has no finished run")
         if reference >= len(runset.runs):
-            raise OptionError("reference", f"{reference}: {path} has {len(runset.runs)} finished run(s) (0 to "
-                                           f"{len(runset.runs) - 1})")
+            raise OptionError(
+                "reference", f"{reference}: {path} has {len(runset.runs)} finished run(s) (0 to {len(runset.runs) - 1})"
+            )
         index = runset.runs[reference]
         return runset.load(index), runset, index
     return read.read(path), None, None
 
 
-def load_inputs(before: str | Path, after: str | Path, noise: str | Path | None = None, reference: int = 0,
-                read: ReadOptions | None = None) -> DriftInputs:
+def load_inputs(
+    before: str | Path,
+    after: str | Path,
+    noise: str | Path | None = None,
+    reference: int = 0,
+    read: ReadOptions | None = None,
+) -> DriftInputs:
     """Read BEFORE, AFTER (with ``read``: ``--input-format``, ``--trust-pickle``, ``--keys``)
     and the noise run set and match them on keys (``embeddings.match_inputs`` for keyless arrays).
 
@@ -111,7 +117,7 @@ def load_inputs(before: str | Path, after: str | Path, noise: str | Path | None 
     before, after = Path(before), Path(after)
     read = read or ReadOptions()
     b_emb, b_set, b_index = _load_side(before, reference, read)
-    a_emb, a_set, _ = _load_side(after, reference, read)
+    a_emb, _a_set, _ = _load_side(after, reference, read)
     if a_emb.dim != b_emb.dim:
         raise InputError(f"{a_emb.source}: dimension {a_emb.dim}, but {b_emb.source} has {b_emb.dim}")
     b_emb, a_emb = match_inputs([b_emb, a_emb], read.keys_file)
@@ -140,8 +146,10 @@ def load_inputs(before: str | Path, after: str | Path, noise: str | Path | None 
         member = member_by_path or any(np.array_equal(arr, b) for arr in arrays)
         minimum = 3 if member else 4
         if len(arrays) < minimum:
-            raise InputError(f"{noise}: {len(arrays)} finished run(s); a noise band needs at least {minimum} "
-                             f"({'BEFORE is one of them' if member else '4 when BEFORE is not one of them, 3 when it is'})")
+            raise InputError(
+                f"{noise}: {len(arrays)} finished run(s); a noise band needs at least {minimum} "
+                f"({'BEFORE is one of them' if member else '4 when BEFORE is not one of them, 3 when it is'})"
+            )
         inputs.noise, inputs.noise_runs, inputs.before_in_noise = str(noise), arrays, member
         frequency_set = runset
     if frequency_set is not None:
@@ -160,7 +168,9 @@ def _noise_runset(noise: Path) -> RunSet:
     return RunSet.open(noise)
 
 
-def _match(b_keys: list[str], a_keys: list[str]) -> tuple[list[str], np.ndarray | None, np.ndarray | None, list[str], list[str]]:
+def _match(
+    b_keys: list[str], a_keys: list[str]
+) -> tuple[list[str], np.ndarray | None, np.ndarray | None, list[str], list[str]]:
     if b_keys == a_keys:
         return b_keys, None, None, [], []
     a_pos = {k: i for i, k in enumerate(a_keys)}
@@ -181,9 +191,11 @@ def _cover(emb: Embedding, keys: list[str], noise: Path) -> np.ndarray | None:
     pos = {k: i for i, k in enumerate(emb.keys)}
     missing = [k for k in keys if k not in pos]
     if missing:
-        raise InputError(f"{noise}: {len(missing):,} of the {len(keys):,} compared keys are not in its run "
-                         f"{emb.source.parent.name} (e.g. {missing[0]!r}); the noise run set must be trained on "
-                         "BEFORE's data")
+        raise InputError(
+            f"{noise}: {len(missing):,} of the {len(keys):,} compared keys are not in its run "
+            f"{emb.source.parent.name} (e.g. {missing[0]!r}); the noise run set must be trained on "
+            "BEFORE's data"
+        )
     return np.fromiter((pos[k] for k in keys), dtype=np.int64, count=len(keys))
 
 
@@ -193,7 +205,7 @@ def _rows(emb: Embedding, rows: np.ndarray | None, keys: list[str]) -> np.ndarra
         arr = np.asarray(arr, dtype=np.float64)
     step = 1 << 16
     for start in range(0, arr.shape[0], step):
-        require_finite(emb.source, keys, arr[start:start + step], start)
+        require_finite(emb.source, keys, arr[start : start + step], start)
     return arr
 
 
@@ -220,26 +232,26 @@ def read_key_names(path: str | Path, known: set[str], encoding: str = "utf-8") -
 @dataclass(frozen=True)
 class TopKey:
     key: str = doc("the key")
-    name: Optional[str] = doc("its display name (--key-names), or null")
+    name: str | None = doc("its display name (--key-names), or null")
     distance: float = doc("‖b − a‖ (AFTER aligned unless --no-align)")
     cosine_distance: float = doc("1 − cos(b, a)")
     norm_change: float = doc("‖a‖ − ‖b‖")
-    knn_overlap: Optional[float] = doc("share of its k nearest neighbours kept BEFORE → AFTER")
-    frequency: Optional[float] = doc("its count in the run set's corpus, or null")
-    noise_scale: Optional[float] = doc("its RMS distance between two noise runs (null without --noise)")
-    noise_band: Optional[float] = doc("the distance flagged at alpha for this key (null without --noise)")
-    ratio: Optional[float] = doc("distance / noise scale, level-adjusted (null without --noise)")
-    p_value: Optional[float] = doc("against the pooled noise null (null without --noise)")
-    q_value: Optional[float] = doc("Benjamini–Hochberg q (null without --noise)")
+    knn_overlap: float | None = doc("share of its k nearest neighbours kept BEFORE → AFTER")
+    frequency: float | None = doc("its count in the run set's corpus, or null")
+    noise_scale: float | None = doc("its RMS distance between two noise runs (null without --noise)")
+    noise_band: float | None = doc("the distance flagged at alpha for this key (null without --noise)")
+    ratio: float | None = doc("distance / noise scale, level-adjusted (null without --noise)")
+    p_value: float | None = doc("against the pooled noise null (null without --noise)")
+    q_value: float | None = doc("Benjamini–Hochberg q (null without --noise)")
 
 
 @dataclass(frozen=True)
 class InputSection:
     before: str = doc("BEFORE as given")
     after: str = doc("AFTER as given")
-    noise: Optional[str] = doc("the --noise run set, or null")
-    noise_runs: Optional[int] = doc("finished runs in the noise set, or null")
-    before_in_noise: Optional[bool] = doc("whether BEFORE is one of the noise runs, or null")
+    noise: str | None = doc("the --noise run set, or null")
+    noise_runs: int | None = doc("finished runs in the noise set, or null")
+    before_in_noise: bool | None = doc("whether BEFORE is one of the noise runs, or null")
     keys_compared: int = doc("keys in both BEFORE and AFTER")
     keys_added: int = doc("keys only in AFTER")
     keys_removed: int = doc("keys only in BEFORE")
@@ -247,9 +259,9 @@ class InputSection:
     removed: list[str] = doc(f"the first {ADDED_REMOVED_LISTED} removed keys")
     dim: int = doc("dimensions")
     aligned: bool = doc("AFTER rotated onto BEFORE (orthogonal Procrustes); false with --no-align")
-    alignment_residual: Optional[float] = doc("‖AFTER·Q − BEFORE‖_F / ‖BEFORE‖_F, or null with --no-align")
+    alignment_residual: float | None = doc("‖AFTER·Q − BEFORE‖_F / ‖BEFORE‖_F, or null with --no-align")
     keyless: bool = doc("rows matched by position (keyless arrays)")
-    key_names: Optional[str] = doc("the --key-names file, or null")
+    key_names: str | None = doc("the --key-names file, or null")
 
 
 NEEDS_NOISE = ("noise", "drift.moved_count", "drift.moved_share", "drift.expected_false_positives", "drift.discoveries")
@@ -271,13 +283,14 @@ class DriftSection:
     knn_keys: int = doc("keys the overlap is averaged over")
     knn_sampled: bool = doc("a seeded sample of keys (above 10,000 keys), not every key")
     knn_chance: float = doc("the overlap expected by chance, k/(n−1)")
-    moved_count: Optional[int] = doc("keys with p < alpha (null without --noise)", default=None)
-    moved_share: Optional[float] = doc("moved_count / keys compared (null without --noise)", default=None)
-    expected_false_positives: Optional[float] = doc("alpha × keys compared (null without --noise)", default=None)
-    discoveries: Optional[int] = doc("keys with Benjamini–Hochberg q ≤ alpha (null without --noise)", default=None)
+    moved_count: int | None = doc("keys with p < alpha (null without --noise)", default=None)
+    moved_share: float | None = doc("moved_count / keys compared (null without --noise)", default=None)
+    expected_false_positives: float | None = doc("alpha × keys compared (null without --noise)", default=None)
+    discoveries: int | None = doc("keys with Benjamini–Hochberg q ≤ alpha (null without --noise)", default=None)
     top_by: str = doc("order of top: p_value (with --noise) or distance", default="distance")
-    top: list[TopKey] = doc("the moved keys listed (at most --top; without --noise the largest changes)",
-                            default_factory=list)
+    top: list[TopKey] = doc(
+        "the moved keys listed (at most --top; without --noise the largest changes)", default_factory=list
+    )
 
 
 @dataclass(frozen=True)
@@ -308,11 +321,11 @@ class DownstreamSection:
     before: float = doc("BEFORE's model on BEFORE")
     refit: float = doc("a model refit on AFTER")
     stale_raw: float = doc("BEFORE's model on raw AFTER")
-    stale_aligned: Optional[float] = doc("BEFORE's model on aligned AFTER (null with --no-align)")
+    stale_aligned: float | None = doc("BEFORE's model on aligned AFTER (null with --no-align)")
     drop_raw: float = doc("refit − stale_raw")
-    drop_aligned: Optional[float] = doc("refit − stale_aligned (null with --no-align)")
+    drop_aligned: float | None = doc("refit − stale_aligned (null with --no-align)")
     churn_refit: float = doc("share of test predictions the refit model changes (RMS difference for regression)")
-    churn_stale_aligned: Optional[float] = doc("the same for BEFORE's model on aligned AFTER (null with --no-align)")
+    churn_stale_aligned: float | None = doc("the same for BEFORE's model on aligned AFTER (null with --no-align)")
 
 
 @dataclass(frozen=True)
@@ -320,8 +333,8 @@ class DriftReport:
     stabcli_version: str = doc("version that wrote the report")
     input: InputSection = doc("what was compared")
     drift: DriftSection = doc("per-key change BEFORE → AFTER")
-    noise: Optional[NoiseSection] = doc("the noise band (null without --noise)")
-    downstream: Optional[DownstreamSection] = doc("BEFORE's model on AFTER (null without --labels)")
+    noise: NoiseSection | None = doc("the noise band (null without --noise)")
+    downstream: DownstreamSection | None = doc("BEFORE's model on AFTER (null without --labels)")
     checks: list[Check] = doc("the --check results, in the order given", default_factory=list)
     passed: bool = doc("true when every check passed (true without checks)", default=True)
 
@@ -365,7 +378,7 @@ def validate_checks(expressions: Sequence[str], has_noise: bool, has_labels: boo
     is read (``schema.validate_checks``): unknown paths, non-numeric fields and fields that
     need ``--noise`` or ``--labels`` are ``UsageError``. Returns (expression, path, op, threshold)."""
     parsed = schema.validate_checks(DriftReport, expressions, lambda path: _needs(path, has_noise, has_labels))
-    return [(expression.strip(), *triple) for expression, triple in zip(expressions, parsed)]
+    return [(expression.strip(), *triple) for expression, triple in zip(expressions, parsed, strict=False)]
 
 
 def evaluate_checks(report: DriftReport, parsed: Sequence[tuple[str, str, str, float]]) -> DriftReport:
@@ -378,9 +391,14 @@ def evaluate_checks(report: DriftReport, parsed: Sequence[tuple[str, str, str, f
 # ------------------------------------------------------------------ computing
 
 
-def compute_drift(inputs: DriftInputs, options: DriftOptions, downstream: DownstreamOptions | None = None,
-                  key_names: dict[str, str] | None = None, key_names_path: str | None = None,
-                  on_step: Callable[[str], None] | None = None) -> tuple[DriftReport, PerKey]:
+def compute_drift(
+    inputs: DriftInputs,
+    options: DriftOptions,
+    downstream: DownstreamOptions | None = None,
+    key_names: dict[str, str] | None = None,
+    key_names_path: str | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> tuple[DriftReport, PerKey]:
     """The drift report and the per-key table of one BEFORE→AFTER comparison."""
     step = on_step or (lambda _: None)
     n = len(inputs.keys)
@@ -407,11 +425,17 @@ def compute_drift(inputs: DriftInputs, options: DriftOptions, downstream: Downst
     if key_names is not None:
         columns["name"] = [key_names.get(k, "") for k in inputs.keys]
     columns["frequency"] = inputs.frequency if inputs.frequency is not None else np.full(n, np.nan)
-    columns.update(distance=change.distance, cosine_distance=change.cosine_distance, norm_before=change.norm_before,
-                   norm_after=change.norm_after, norm_change=change.norm_change, dot=change.dot)
+    columns.update(
+        distance=change.distance,
+        cosine_distance=change.cosine_distance,
+        norm_before=change.norm_before,
+        norm_after=change.norm_after,
+        norm_change=change.norm_change,
+        dot=change.dot,
+    )
 
     noise_section = None
-    moved = {}
+    moved: dict[str, Any] = {}
     if inputs.noise_runs is not None:
         step(f"noise band: {len(inputs.noise_runs) * (len(inputs.noise_runs) - 1) // 2} run pairs")
         distances, pairs = dm.pair_distances(inputs.noise_runs)
@@ -425,19 +449,38 @@ def compute_drift(inputs: DriftInputs, options: DriftOptions, downstream: Downst
         threshold = dm.null_quantile(band.null_ratios, options.alpha)
         flagged = p < options.alpha
         discovered = q <= options.alpha
-        columns.update(noise_scale=band.scale, noise_median=band.pair_median, noise_band=band.scale * factor * threshold,
-                       ratio=adjusted, p_value=p, q_value=q, moved=flagged, discovered=discovered)
+        columns.update(
+            noise_scale=band.scale,
+            noise_median=band.pair_median,
+            noise_band=band.scale * factor * threshold,
+            ratio=adjusted,
+            p_value=p,
+            q_value=q,
+            moved=flagged,
+            discovered=discovered,
+        )
         noise_median = float(np.median(band.scale))
         noise_section = NoiseSection(
-            alpha=options.alpha, runs=band.runs, pairs=band.pairs, null_samples=len(band.null_ratios),
+            alpha=options.alpha,
+            runs=band.runs,
+            pairs=band.pairs,
+            null_samples=len(band.null_ratios),
             statistic="pooled scale-family: distance / key's RMS noise pair distance, level-adjusted, "
-                      "empirical p-value against the pooled leave-out null (exponential tail beyond it)",
+            "empirical p-value against the pooled leave-out null (exponential tail beyond it)",
             noise_median=noise_median,
             drift_to_noise=float(np.median(change.distance)) / noise_median if noise_median > 0 else math.inf,
-            global_ratio=global_ratio, level_factor=factor, level_range_low=band.level_range[0],
-            level_range_high=band.level_range[1], ratio_threshold=threshold)
-        moved = dict(moved_count=int(flagged.sum()), moved_share=float(flagged.mean()),
-                     expected_false_positives=options.alpha * n, discoveries=int(discovered.sum()))
+            global_ratio=global_ratio,
+            level_factor=factor,
+            level_range_low=band.level_range[0],
+            level_range_high=band.level_range[1],
+            ratio_threshold=threshold,
+        )
+        moved = dict(
+            moved_count=int(flagged.sum()),
+            moved_share=float(flagged.mean()),
+            expected_false_positives=options.alpha * n,
+            discoveries=int(discovered.sum()),
+        )
         order = np.lexsort((-adjusted, p))  # smallest p first, then largest ratio
         top_idx = [i for i in order[: options.top] if discovered[i]]
         top_by = "p_value"
@@ -458,48 +501,89 @@ def compute_drift(inputs: DriftInputs, options: DriftOptions, downstream: Downst
     overlaps = m.knn_overlap([inputs.b, inputs.a], np.concatenate([queries, extra]), options.knn_k)
     knn = np.full(n, np.nan)
     knn[queries] = overlaps[: len(queries)]
-    knn[extra] = overlaps[len(queries):]
+    knn[extra] = overlaps[len(queries) :]
     columns["knn_overlap"] = knn
 
     def opt(column: str, i: int) -> float | None:
         return float(columns[column][i]) if column in columns and not np.isnan(columns[column][i]) else None
 
-    top = [TopKey(key=inputs.keys[i], name=key_names.get(inputs.keys[i]) if key_names else None,
-                  distance=float(change.distance[i]), cosine_distance=float(change.cosine_distance[i]),
-                  norm_change=float(change.norm_change[i]), knn_overlap=opt("knn_overlap", i),
-                  frequency=opt("frequency", i), noise_scale=opt("noise_scale", i), noise_band=opt("noise_band", i),
-                  ratio=opt("ratio", i), p_value=opt("p_value", i), q_value=opt("q_value", i)) for i in top_idx]
+    top = [
+        TopKey(
+            key=inputs.keys[i],
+            name=key_names.get(inputs.keys[i]) if key_names else None,
+            distance=float(change.distance[i]),
+            cosine_distance=float(change.cosine_distance[i]),
+            norm_change=float(change.norm_change[i]),
+            knn_overlap=opt("knn_overlap", i),
+            frequency=opt("frequency", i),
+            noise_scale=opt("noise_scale", i),
+            noise_band=opt("noise_band", i),
+            ratio=opt("ratio", i),
+            p_value=opt("p_value", i),
+            q_value=opt("q_value", i),
+        )
+        for i in top_idx
+    ]
     with np.errstate(divide="ignore", invalid="ignore"):
         relative_norm = np.where(change.norm_before > 0, change.norm_change / change.norm_before, np.nan)
     drift_section = DriftSection(
-        distance_median=float(np.median(change.distance)), distance_mean=float(np.mean(change.distance)),
-        distance_p90=float(np.quantile(change.distance, 0.9)), distance_p99=float(np.quantile(change.distance, 0.99)),
+        distance_median=float(np.median(change.distance)),
+        distance_mean=float(np.mean(change.distance)),
+        distance_p90=float(np.quantile(change.distance, 0.9)),
+        distance_p99=float(np.quantile(change.distance, 0.99)),
         cosine_distance_median=float(np.median(change.cosine_distance)),
         cosine_distance_p90=float(np.quantile(change.cosine_distance, 0.9)),
         norm_change_median=float(np.median(change.norm_change)),
-        relative_norm_change_median=float(np.nanmedian(relative_norm)) if np.isfinite(relative_norm).any() else math.nan,
+        relative_norm_change_median=float(np.nanmedian(relative_norm))
+        if np.isfinite(relative_norm).any()
+        else math.nan,
         dot_median=float(np.median(change.dot)),
-        knn_overlap=float(np.mean(overlaps[: len(queries)])), knn_k=options.knn_k, knn_keys=len(queries),
-        knn_sampled=sampled, knn_chance=options.knn_k / (n - 1), top_by=top_by, top=top, **moved)
+        knn_overlap=float(np.mean(overlaps[: len(queries)])),
+        knn_k=options.knn_k,
+        knn_keys=len(queries),
+        knn_sampled=sampled,
+        knn_chance=options.knn_k / (n - 1),
+        top_by=top_by,
+        top=top,
+        **moved,
+    )
 
     downstream_section = None
     if targets is not None:
+        assert downstream is not None  # targets come from the label options
         step("downstream")
         downstream_section = _downstream(inputs, rotation, targets, model_name, train, test, downstream)
 
     input_section = InputSection(
-        before=inputs.before, after=inputs.after, noise=inputs.noise,
+        before=inputs.before,
+        after=inputs.after,
+        noise=inputs.noise,
         noise_runs=len(inputs.noise_runs) if inputs.noise_runs is not None else None,
-        before_in_noise=inputs.before_in_noise, keys_compared=n, keys_added=len(inputs.added),
-        keys_removed=len(inputs.removed), added=inputs.added[:ADDED_REMOVED_LISTED],
-        removed=inputs.removed[:ADDED_REMOVED_LISTED], dim=inputs.dim, aligned=options.align,
-        alignment_residual=residual, keyless=inputs.keyless, key_names=key_names_path)
+        before_in_noise=inputs.before_in_noise,
+        keys_compared=n,
+        keys_added=len(inputs.added),
+        keys_removed=len(inputs.removed),
+        added=inputs.added[:ADDED_REMOVED_LISTED],
+        removed=inputs.removed[:ADDED_REMOVED_LISTED],
+        dim=inputs.dim,
+        aligned=options.align,
+        alignment_residual=residual,
+        keyless=inputs.keyless,
+        key_names=key_names_path,
+    )
     report = DriftReport(__version__, input_section, drift_section, noise_section, downstream_section)
     return report, PerKey(columns)
 
 
-def _downstream(inputs: DriftInputs, rotation: np.ndarray | None, targets: Any, model_name: str, train: np.ndarray,
-                test: np.ndarray, options: DownstreamOptions) -> DownstreamSection:
+def _downstream(
+    inputs: DriftInputs,
+    rotation: np.ndarray | None,
+    targets: Any,
+    model_name: str,
+    train: np.ndarray,
+    test: np.ndarray,
+    options: DownstreamOptions,
+) -> DownstreamSection:
     """The model fit on BEFORE applied unchanged to AFTER (raw and aligned) against a model
     refit on AFTER, on the split ``audit --labels`` uses."""
     import warnings
@@ -537,15 +621,27 @@ def _downstream(inputs: DriftInputs, rotation: np.ndarray | None, targets: Any, 
     before, refit, raw = score(pred_before), score(pred_refit), score(pred_raw)
     aligned = score(pred_aligned) if pred_aligned is not None else None
     return DownstreamSection(
-        labels=str(options.labels), task=targets.task, model=model_name, metric=metric, train=len(train),
-        test=len(test), skipped_keys=int(targets.skipped), before=before, refit=refit, stale_raw=raw,
-        stale_aligned=aligned, drop_raw=refit - raw, drop_aligned=None if aligned is None else refit - aligned,
+        labels=str(options.labels),
+        task=targets.task,
+        model=model_name,
+        metric=metric,
+        train=len(train),
+        test=len(test),
+        skipped_keys=int(targets.skipped),
+        before=before,
+        refit=refit,
+        stale_raw=raw,
+        stale_aligned=aligned,
+        drop_raw=refit - raw,
+        drop_aligned=None if aligned is None else refit - aligned,
         churn_refit=churn(pred_before, pred_refit),
-        churn_stale_aligned=None if pred_aligned is None else churn(pred_before, pred_aligned))
+        churn_stale_aligned=None if pred_aligned is None else churn(pred_before, pred_aligned),
+    )
 
 
-def move_items(sessions: Sequence[Sequence[str]], group_of: dict[str, str], items: set[str], into: str,
-               seed: int = 0) -> list[list[str]]:
+def move_items(
+    sessions: Sequence[Sequence[str]], group_of: dict[str, str], items: set[str], into: str, seed: int = 0
+) -> list[list[str]]:
     """A simulated refresh: ``items`` leave every session and reappear (1 or 2 of them, drawn
     uniformly) in the sessions whose most frequent group is ``into``; all else is unchanged.
 
@@ -561,7 +657,7 @@ def move_items(sessions: Sequence[Sequence[str]], group_of: dict[str, str], item
         for g in groups:
             if g is not None:
                 counts[g] = counts.get(g, 0) + 1
-        dominant = max(counts, key=counts.get) if counts else None
+        dominant = max(counts, key=lambda g: counts[g]) if counts else None
         kept = [t for t in session if t not in items]
         if dominant == into and pool:
             for item in rng.choice(pool, size=int(rng.integers(1, 3))):

@@ -7,9 +7,9 @@ P = R(R−1)/2 noise pair distances; nothing n×n.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -20,11 +20,11 @@ from stabcli import metrics as m
 class KeyChange:
     """Per-key feature-drift measures between BEFORE ``b`` and (aligned) AFTER ``a``."""
 
-    distance: np.ndarray         # ‖b − a‖
+    distance: np.ndarray  # ‖b − a‖
     cosine_distance: np.ndarray  # 1 − cos(b, a); 0 for a zero row
-    norm_before: np.ndarray      # ‖b‖
-    norm_after: np.ndarray       # ‖a‖
-    dot: np.ndarray              # ⟨b, a⟩: the new vector's product with the old one
+    norm_before: np.ndarray  # ‖b‖
+    norm_after: np.ndarray  # ‖a‖
+    dot: np.ndarray  # ⟨b, a⟩: the new vector's product with the old one
 
     @property
     def norm_change(self) -> np.ndarray:
@@ -85,15 +85,17 @@ def pair_distances(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[i
         joint += wide.T @ wide  # numpy uses BLAS syrk for this symmetric product
     blocks = joint.reshape(R, d, R, d)
     partners = {s: [r for r in range(s)] for s in range(1, R)}
-    side_by_side = {s: np.concatenate([m.procrustes_rotation(blocks[s, :, r, :]) for r in rs], axis=1).astype(np.float32)
-                    for s, rs in partners.items()}
+    side_by_side = {
+        s: np.concatenate([m.procrustes_rotation(blocks[s, :, r, :]) for r in rs], axis=1).astype(np.float32)
+        for s, rs in partners.items()
+    }
     index = {pair: p for p, pair in enumerate(pairs)}
     out = np.empty((len(pairs), n), dtype=np.float32)
     for rows, wide in _wide_chunks(runs):
         for s, rs in partners.items():
-            rotated = wide[:, s * d:(s + 1) * d] @ side_by_side[s]  # [c, len(rs)·d]
+            rotated = wide[:, s * d : (s + 1) * d] @ side_by_side[s]  # [c, len(rs)·d]
             for j, r in enumerate(rs):
-                diff = wide[:, r * d:(r + 1) * d] - rotated[:, j * d:(j + 1) * d]
+                diff = wide[:, r * d : (r + 1) * d] - rotated[:, j * d : (j + 1) * d]
                 out[index[r, s], rows] = np.sqrt(np.einsum("cd,cd->c", diff, diff))
     return out, pairs
 
@@ -102,10 +104,10 @@ def pair_distances(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[i
 class NoiseBand:
     """Every key's noise scale and the pooled null distribution of the drift ratio."""
 
-    scale: np.ndarray        # RMS over run pairs of the key's aligned pair distance
+    scale: np.ndarray  # RMS over run pairs of the key's aligned pair distance
     pair_median: np.ndarray  # median over run pairs of the key's pair distance
     null_ratios: np.ndarray  # sorted pooled null sample of the level-adjusted ratio (float32)
-    typical_level: float     # median over null samples of their median ratio over keys
+    typical_level: float  # median over null samples of their median ratio over keys
     level_range: tuple[float, float]  # smallest and largest level factor among the null samples
     runs: int
     pairs: int
@@ -160,9 +162,17 @@ def noise_band(distances: np.ndarray, pairs: list[tuple[int, int]], runs: int, b
     typical = float(np.median(levels))
     factors = levels / typical if typical > 0 else np.ones_like(levels)
     factors[factors <= 0] = 1.0
-    null = np.sort(np.concatenate([t / f for t, f in zip(samples, factors)]).astype(np.float32))
-    return NoiseBand(np.sqrt(total / len(pairs)), np.median(distances, axis=0), null, typical,
-                     (float(factors.min()), float(factors.max())), runs, len(pairs), before_in_noise)
+    null = np.sort(np.concatenate([t / f for t, f in zip(samples, factors, strict=False)]).astype(np.float32))
+    return NoiseBand(
+        np.sqrt(total / len(pairs)),
+        np.median(distances, axis=0),
+        null,
+        typical,
+        (float(factors.min()), float(factors.max())),
+        runs,
+        len(pairs),
+        before_in_noise,
+    )
 
 
 def ratio(distance: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -173,8 +183,8 @@ def ratio(distance: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return out
 
 
-TAIL_MIN_SAMPLES = 50     # the exponential tail is fitted to at least this many of the largest null samples
-TAIL_SHARE = 0.001        # … or to the largest 0.1% of them, whichever is more
+TAIL_MIN_SAMPLES = 50  # the exponential tail is fitted to at least this many of the largest null samples
+TAIL_SHARE = 0.001  # … or to the largest 0.1% of them, whichever is more
 
 
 def p_values(ratios: np.ndarray, null_sorted: np.ndarray) -> np.ndarray:
@@ -192,9 +202,9 @@ def p_values(ratios: np.ndarray, null_sorted: np.ndarray) -> np.ndarray:
     greater_equal = N - np.searchsorted(null_sorted, t.astype(np.float32), side="left")
     p = (1.0 + greater_equal) / (1.0 + N)
     k = max(TAIL_MIN_SAMPLES, int(N * TAIL_SHARE))
-    if N > k:
+    if k < N:
         u = float(null_sorted[N - k - 1])
-        mean_excess = float(np.mean(null_sorted[N - k:].astype(np.float64) - u))
+        mean_excess = float(np.mean(null_sorted[N - k :].astype(np.float64) - u))
         beyond = t > u
         if mean_excess > 0 and beyond.any():
             with np.errstate(over="ignore"):

@@ -22,13 +22,17 @@ def verdict(report: DriftReport) -> str:
     """One line: how many keys moved beyond their noise band, or why that cannot be said."""
     d, noise, inp = report.drift, report.noise, report.input
     if noise is None:
-        return (f"median drift {_num(d.distance_median, 3)} (cosine {_num(d.cosine_distance_median, 3)}) · "
-                f"k-NN overlap {_num(d.knn_overlap, 3)} · no noise band: change cannot be separated from training "
-                "noise (add --noise RUNSET)")
-    return (f"moved: {_pct(d.moved_share)} of keys ({d.moved_count:,} of {inp.keys_compared:,}; "
-            f"{d.expected_false_positives:.3g} expected by chance at alpha {noise.alpha:g}) · "
-            f"{d.discoveries:,} at FDR {noise.alpha:g} · drift/noise {noise.drift_to_noise:.3g}× · "
-            f"k-NN overlap {_num(d.knn_overlap, 3)}")
+        return (
+            f"median drift {_num(d.distance_median, 3)} (cosine {_num(d.cosine_distance_median, 3)}) · "
+            f"k-NN overlap {_num(d.knn_overlap, 3)} · no noise band: change cannot be separated from training "
+            "noise (add --noise RUNSET)"
+        )
+    return (
+        f"moved: {_pct(d.moved_share)} of keys ({d.moved_count:,} of {inp.keys_compared:,}; "
+        f"{d.expected_false_positives:.3g} expected by chance at alpha {noise.alpha:g}) · "
+        f"{d.discoveries:,} at FDR {noise.alpha:g} · drift/noise {noise.drift_to_noise:.3g}× · "
+        f"k-NN overlap {_num(d.knn_overlap, 3)}"
+    )
 
 
 def summary_rows(report: DriftReport) -> list[tuple[str, str, str]]:
@@ -36,29 +40,54 @@ def summary_rows(report: DriftReport) -> list[tuple[str, str, str]]:
     d, noise, inp = report.drift, report.noise, report.input
     knn_how = f"{d.knn_keys:,} keys" + (" (seeded sample)" if d.knn_sampled else " (every key)")
     rows = [
-        ("keys compared / added / removed", f"{inp.keys_compared:,} / {inp.keys_added:,} / {inp.keys_removed:,}",
-         "keys in both, only in AFTER, only in BEFORE"),
-        ("median distance", _num(d.distance_median, 4), f"‖before − after‖; p90 {_num(d.distance_p90, 4)}, "
-                                                         f"p99 {_num(d.distance_p99, 4)}"),
+        (
+            "keys compared / added / removed",
+            f"{inp.keys_compared:,} / {inp.keys_added:,} / {inp.keys_removed:,}",
+            "keys in both, only in AFTER, only in BEFORE",
+        ),
+        (
+            "median distance",
+            _num(d.distance_median, 4),
+            f"‖before − after‖; p90 {_num(d.distance_p90, 4)}, p99 {_num(d.distance_p99, 4)}",
+        ),
         ("median cosine distance", _num(d.cosine_distance_median, 4), f"1 − cos; p90 {_num(d.cosine_distance_p90, 4)}"),
-        ("median norm change", _num(d.norm_change_median, 3), f"‖after‖ − ‖before‖; relative {_num(d.relative_norm_change_median, 3)}"),
-        (f"k-NN overlap@{d.knn_k}", _num(d.knn_overlap, 3), f"shared neighbours BEFORE vs AFTER, {knn_how}, "
-                                                              f"chance {d.knn_chance:.2g}"),
+        (
+            "median norm change",
+            _num(d.norm_change_median, 3),
+            f"‖after‖ − ‖before‖; relative {_num(d.relative_norm_change_median, 3)}",
+        ),
+        (
+            f"k-NN overlap@{d.knn_k}",
+            _num(d.knn_overlap, 3),
+            f"shared neighbours BEFORE vs AFTER, {knn_how}, chance {d.knn_chance:.2g}",
+        ),
     ]
     if inp.aligned:
-        rows.append(("alignment residual", _num(inp.alignment_residual, 3), "‖AFTER·Q − BEFORE‖ / ‖BEFORE‖ after Procrustes"))
+        rows.append(
+            ("alignment residual", _num(inp.alignment_residual, 3), "‖AFTER·Q − BEFORE‖ / ‖BEFORE‖ after Procrustes")
+        )
     else:
         rows.append(("alignment", "none", "--no-align: coordinates compared raw"))
     if noise is not None:
         rows += [
-            ("median noise", _num(noise.noise_median, 4), f"a key's RMS distance between two noise runs "
-                                                          f"({noise.runs} runs, {noise.pairs} pairs)"),
+            (
+                "median noise",
+                _num(noise.noise_median, 4),
+                f"a key's RMS distance between two noise runs ({noise.runs} runs, {noise.pairs} pairs)",
+            ),
             ("drift / noise", f"{noise.drift_to_noise:.3g}×", "median drift over median noise"),
-            ("global ratio", f"{noise.global_ratio:.3g}", f"this refresh's typical ratio vs a noise pair's; "
-                                                          f"level applied {noise.level_factor:.3g} "
-                                                          f"(noise pairs {noise.level_range_low:.3g}–{noise.level_range_high:.3g})"),
-            ("moved", f"{d.moved_count:,} ({_pct(d.moved_share)})", f"p < {noise.alpha:g}; "
-                                                                    f"{d.expected_false_positives:.3g} expected by chance"),
+            (
+                "global ratio",
+                f"{noise.global_ratio:.3g}",
+                f"this refresh's typical ratio vs a noise pair's; "
+                f"level applied {noise.level_factor:.3g} "
+                f"(noise pairs {noise.level_range_low:.3g}–{noise.level_range_high:.3g})",
+            ),
+            (
+                "moved",
+                f"{d.moved_count:,} ({_pct(d.moved_share)})",
+                f"p < {noise.alpha:g}; {d.expected_false_positives:.3g} expected by chance",
+            ),
             ("listed at FDR", f"{d.discoveries:,}", f"Benjamini–Hochberg q ≤ {noise.alpha:g}"),
         ]
     return rows
@@ -82,10 +111,17 @@ def _top_rows(report: DriftReport) -> list[list[str]]:
     headers = _top_headers(report)
     rows = []
     for t in report.drift.top:
-        cells = {"key": t.key, "name": t.name or "", "distance": _num(t.distance, 3), "cosine": _num(t.cosine_distance, 3),
-                 "noise band": _num(t.noise_band, 3), "ratio": _num(t.ratio, 3), "q": _num(t.q_value, 2),
-                 "frequency": "—" if t.frequency is None else f"{int(t.frequency):,}",
-                 f"k-NN@{report.drift.knn_k}": _num(t.knn_overlap, 2)}
+        cells = {
+            "key": t.key,
+            "name": t.name or "",
+            "distance": _num(t.distance, 3),
+            "cosine": _num(t.cosine_distance, 3),
+            "noise band": _num(t.noise_band, 3),
+            "ratio": _num(t.ratio, 3),
+            "q": _num(t.q_value, 2),
+            "frequency": "—" if t.frequency is None else f"{int(t.frequency):,}",
+            f"k-NN@{report.drift.knn_k}": _num(t.knn_overlap, 2),
+        }
         rows.append([cells[h] for h in headers])
     return rows
 
@@ -93,19 +129,29 @@ def _top_rows(report: DriftReport) -> list[list[str]]:
 def _top_title(report: DriftReport) -> str:
     if report.noise is None:
         return f"Largest changes (top {len(report.drift.top)} by distance; without a noise band some may be noise)"
-    return (f"Moved keys (top {len(report.drift.top)} of {report.drift.discoveries:,} at FDR {report.noise.alpha:g}, "
-            "by p-value then ratio)")
+    return (
+        f"Moved keys (top {len(report.drift.top)} of {report.drift.discoveries:,} at FDR {report.noise.alpha:g}, "
+        "by p-value then ratio)"
+    )
 
 
 def downstream_rows(report: DriftReport) -> list[tuple[str, str]]:
     ds = report.downstream
+    assert ds is not None, "downstream_rows needs a report with a downstream section"
     label = "accuracy" if ds.metric == "accuracy" else "R²"
     churn = (lambda v: _pct(v)) if ds.task == "classification" else (lambda v: _num(v, 3) + " RMS")
-    rows = [(f"BEFORE model on BEFORE ({label})", _num(ds.before, 3)),
-            (f"refit on AFTER ({label})", _num(ds.refit, 3)),
-            (f"BEFORE model on raw AFTER ({label})", f"{_num(ds.stale_raw, 3)} (drop {_num(ds.drop_raw, 3)})")]
+    rows = [
+        (f"BEFORE model on BEFORE ({label})", _num(ds.before, 3)),
+        (f"refit on AFTER ({label})", _num(ds.refit, 3)),
+        (f"BEFORE model on raw AFTER ({label})", f"{_num(ds.stale_raw, 3)} (drop {_num(ds.drop_raw, 3)})"),
+    ]
     if ds.stale_aligned is not None:
-        rows.append((f"BEFORE model on aligned AFTER ({label})", f"{_num(ds.stale_aligned, 3)} (drop {_num(ds.drop_aligned, 3)})"))
+        rows.append(
+            (
+                f"BEFORE model on aligned AFTER ({label})",
+                f"{_num(ds.stale_aligned, 3)} (drop {_num(ds.drop_aligned, 3)})",
+            )
+        )
     rows.append(("prediction churn, refit vs BEFORE", churn(ds.churn_refit)))
     if ds.churn_stale_aligned is not None:
         rows.append(("prediction churn, aligned stale vs BEFORE", churn(ds.churn_stale_aligned)))
@@ -115,10 +161,18 @@ def downstream_rows(report: DriftReport) -> list[tuple[str, str]]:
 def render_terminal(report: DriftReport, console: Console) -> None:
     inp = report.input
     console.print(Text(verdict(report), style="bold"), soft_wrap=True)
-    console.print(f"{escape(inp.before)} → {escape(inp.after)}: {inp.keys_compared:,} keys × {inp.dim} dims"
-                  + (f" · noise: {escape(inp.noise)} ({inp.noise_runs} runs"
-                     + (", BEFORE is one of them)" if inp.before_in_noise else ")") if inp.noise else "")
-                  + (" · rows matched by position (keyless arrays)" if inp.keyless else ""), highlight=False, soft_wrap=True)
+    console.print(
+        f"{escape(inp.before)} → {escape(inp.after)}: {inp.keys_compared:,} keys × {inp.dim} dims"
+        + (
+            f" · noise: {escape(inp.noise)} ({inp.noise_runs} runs"
+            + (", BEFORE is one of them)" if inp.before_in_noise else ")")
+            if inp.noise
+            else ""
+        )
+        + (" · rows matched by position (keyless arrays)" if inp.keyless else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
     table = Table(title="Drift", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right", no_wrap=True)
@@ -128,21 +182,24 @@ def render_terminal(report: DriftReport, console: Console) -> None:
     console.print(table)
     if report.drift.top:
         top = Table(title=_top_title(report), title_justify="left")
-        for i, header in enumerate(_top_headers(report)):
+        for header in _top_headers(report):
             top.add_column(header, justify="left" if header in ("key", "name") else "right")
-        for row in _top_rows(report):
-            top.add_row(*map(escape, row))  # keys and names are data, not markup
+        for top_row in _top_rows(report):
+            top.add_row(*map(escape, top_row))  # keys and names are data, not markup
         console.print(top)
     elif report.noise is not None:
         console.print(f"no key moved beyond its noise band at FDR {report.noise.alpha:g}", highlight=False)
     if report.downstream is not None:
         ds = report.downstream
-        table = Table(title=f"Downstream: {ds.model} on {escape(Path(ds.labels).name)} ({ds.task}, {ds.train:,} train / "
-                            f"{ds.test:,} test keys)", title_justify="left")
+        table = Table(
+            title=f"Downstream: {ds.model} on {escape(Path(ds.labels).name)} ({ds.task}, {ds.train:,} train / "
+            f"{ds.test:,} test keys)",
+            title_justify="left",
+        )
         table.add_column("model")
         table.add_column("value", justify="right")
-        for row in downstream_rows(report):
-            table.add_row(*row)
+        for name, value in downstream_rows(report):
+            table.add_row(name, value)
         console.print(table)
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
         mark = "[green]PASS[/]" if check.passed else "[bold red]FAIL[/]"
@@ -151,17 +208,31 @@ def render_terminal(report: DriftReport, console: Console) -> None:
 
 def render_markdown(report: DriftReport) -> str:
     inp = report.input
-    lines = ["## stabcli drift", "", f"**{verdict(report)}**", "",
-             f"`{inp.before}` → `{inp.after}`: {inp.keys_compared:,} keys × {inp.dim} dims"
-             + (f"; noise: `{inp.noise}` ({inp.noise_runs} runs)" if inp.noise else ""), "",
-             "| measure | value | reading |", "| --- | ---: | --- |"]
+    lines = [
+        "## stabcli drift",
+        "",
+        f"**{verdict(report)}**",
+        "",
+        f"`{inp.before}` → `{inp.after}`: {inp.keys_compared:,} keys × {inp.dim} dims"
+        + (f"; noise: `{inp.noise}` ({inp.noise_runs} runs)" if inp.noise else ""),
+        "",
+        "| measure | value | reading |",
+        "| --- | ---: | --- |",
+    ]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in summary_rows(report)]
     if report.drift.top:
         headers = _top_headers(report)
-        lines += ["", _top_title(report) + ":", "", "| " + " | ".join(headers) + " |",
-                  "| " + " | ".join("---" if h in ("key", "name") else "---:" for h in headers) + " |"]
-        lines += ["| " + " | ".join(f"`{c}`" if i == 0 else c.replace("|", "\\|") for i, c in enumerate(row)) + " |"
-                  for row in _top_rows(report)]
+        lines += [
+            "",
+            _top_title(report) + ":",
+            "",
+            "| " + " | ".join(headers) + " |",
+            "| " + " | ".join("---" if h in ("key", "name") else "---:" for h in headers) + " |",
+        ]
+        lines += [
+            "| " + " | ".join(f"`{c}`" if i == 0 else c.replace("|", "\\|") for i, c in enumerate(row)) + " |"
+            for row in _top_rows(report)
+        ]
     if report.downstream is not None:
         lines += ["", "| downstream | value |", "| --- | ---: |"]
         lines += [f"| {a} | {b} |" for a, b in downstream_rows(report)]
@@ -194,31 +265,55 @@ def write_plots(report: DriftReport, per_key: PerKey, directory: Path) -> list[P
 
     floor = max(float(distance[distance > 0].min()) if (distance > 0).any() else 1e-12, 1e-12)
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    if "noise_scale" in cols:
+    if "noise_scale" in cols and report.noise is not None:
+        alpha = report.noise.alpha
         band = np.maximum(np.asarray(cols["noise_band"]), floor)
         moved = np.asarray(cols["moved"], dtype=bool)
-        ax.scatter(band[~moved], np.maximum(distance[~moved], floor), s=6, alpha=0.5, color="#4c72b0", label="within band")
-        ax.scatter(band[moved], np.maximum(distance[moved], floor), s=10, alpha=0.8, color="#c44e52",
-                   label=f"moved (p < {report.noise.alpha:g})")
+        ax.scatter(
+            band[~moved], np.maximum(distance[~moved], floor), s=6, alpha=0.5, color="#4c72b0", label="within band"
+        )
+        ax.scatter(
+            band[moved],
+            np.maximum(distance[moved], floor),
+            s=10,
+            alpha=0.8,
+            color="#c44e52",
+            label=f"moved (p < {alpha:g})",
+        )
         lims = [min(band.min(), distance.max(initial=floor)), max(band.max(), distance.max(initial=floor))]
         ax.plot(lims, lims, color="black", lw=0.8, label="drift = noise band")
-        ax.set(xscale="log", yscale="log", xlabel="noise band (distance flagged at alpha)", ylabel="drift (distance)",
-               title="Drift against each key's noise band")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="noise band (distance flagged at alpha)",
+            ylabel="drift (distance)",
+            title="Drift against each key's noise band",
+        )
         ax.legend(fontsize=8)
     else:
         norms = np.maximum(np.asarray(cols["norm_before"]), floor)
         ax.scatter(norms, np.maximum(distance, floor), s=6, alpha=0.5, color="#4c72b0")
-        ax.set(xscale="log", yscale="log", xlabel="‖before‖", ylabel="drift (distance)",
-               title="Drift per key (no noise band: --noise RUNSET)")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="‖before‖",
+            ylabel="drift (distance)",
+            title="Drift per key (no noise band: --noise RUNSET)",
+        )
     save(fig, PLOT_NAMES[0])
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     positive = distance[distance > 0]
     bins = np.geomspace(floor, max(positive.max(initial=floor), floor * 10), 40)
-    ax.hist(np.maximum(distance, floor), bins=bins, alpha=0.6, color="#c44e52", label="drift BEFORE→AFTER")
+    ax.hist(np.maximum(distance, floor), bins=list(bins), alpha=0.6, color="#c44e52", label="drift BEFORE→AFTER")
     if "noise_scale" in cols:
-        ax.hist(np.maximum(np.asarray(cols["noise_scale"]), floor), bins=bins, alpha=0.6, color="#4c72b0",
-                label="noise (RMS pair distance)")
+        ax.hist(
+            np.maximum(np.asarray(cols["noise_scale"]), floor),
+            bins=list(bins),
+            alpha=0.6,
+            color="#4c72b0",
+            label="noise (RMS pair distance)",
+        )
     ax.set(xscale="log", xlabel="distance", ylabel="keys", title="Distribution of drift and of noise")
     ax.legend(fontsize=8)
     save(fig, PLOT_NAMES[1])

@@ -29,13 +29,27 @@ from stabcli.safe_pickle import load_gensim, printable
 
 WRITE_FORMATS = ("npy", "word2vec", "word2vec-bin", "kv", "parquet")
 READ_FORMATS = ("npy", "word2vec", "word2vec-bin", "fasttext", "kv", "parquet")
-_SUFFIX_FORMAT = {".npy": "npy", ".txt": "word2vec", ".vec": "word2vec", ".bin": "word2vec-bin", ".kv": "kv",
-                  ".parquet": "parquet"}
+_SUFFIX_FORMAT = {
+    ".npy": "npy",
+    ".txt": "word2vec",
+    ".vec": "word2vec",
+    ".bin": "word2vec-bin",
+    ".kv": "kv",
+    ".parquet": "parquet",
+}
 _READ_SUFFIX_FORMAT = {**_SUFFIX_FORMAT, ".wv": "kv", ".model": "kv"}
 FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")
 NPY_MAGIC = b"\x93NUMPY"  # first int32 of a Facebook fastText .bin
-_DTYPE_KINDS = {"b": "boolean", "c": "complex", "O": "object", "U": "string", "S": "bytes", "M": "datetime",
-                "m": "timedelta", "V": "structured"}
+_DTYPE_KINDS = {
+    "b": "boolean",
+    "c": "complex",
+    "O": "object",
+    "U": "string",
+    "S": "bytes",
+    "M": "datetime",
+    "m": "timedelta",
+    "V": "structured",
+}
 
 
 @dataclass
@@ -58,13 +72,14 @@ class ReadOptions:
     ``--keys``); checks ``input_format`` on construction."""
 
     input_format: str | None = None  # one of READ_FORMATS; None: from each file's suffix
-    trust_pickle: bool = False       # gensim files may run code: only for files you trust
-    keys_file: Path | None = None    # keys for inputs without them (match_inputs)
+    trust_pickle: bool = False  # gensim files may run code: only for files you trust
+    keys_file: Path | None = None  # keys for inputs without them (match_inputs)
 
     def __post_init__(self) -> None:
         if self.input_format is not None and self.input_format not in READ_FORMATS:
-            raise OptionError("input_format", f"unknown format {self.input_format!r} "
-                                              f"(choose one of {', '.join(READ_FORMATS)})")
+            raise OptionError(
+                "input_format", f"unknown format {self.input_format!r} (choose one of {', '.join(READ_FORMATS)})"
+            )
 
     def read(self, path: str | Path) -> Embedding:
         """``read_embedding`` with these options."""
@@ -109,7 +124,9 @@ def require_real_dtype(source: Path, vectors: np.ndarray) -> None:
     kind = vectors.dtype.kind
     if kind not in "fiu":
         what = _DTYPE_KINDS.get(kind, "not numeric")
-        raise InputError(f"{source}: vectors have dtype {vectors.dtype} ({what}); expected a numeric matrix of real numbers")
+        raise InputError(
+            f"{source}: vectors have dtype {vectors.dtype} ({what}); expected a numeric matrix of real numbers"
+        )
 
 
 def keys_text(keys: Sequence[str]) -> str:
@@ -151,8 +168,10 @@ def _check_keys(path: Path, keys: list[str], unit: str = "") -> None:
         if key == "":
             raise InputError(f"{where(i)} empty key")
         if key in seen:
-            raise InputError(f"{where(i)} duplicate key {key!r} (first {'on line' if not unit else 'at'} "
-                             f"{'' if not unit else unit}{seen[key]})")
+            raise InputError(
+                f"{where(i)} duplicate key {key!r} (first {'on line' if not unit else 'at'} "
+                f"{unit if unit else ''}{seen[key]})"
+            )
         seen[key] = i
 
 
@@ -177,8 +196,13 @@ def read_embedding(path: str | Path, fmt: str | None = None, trust_pickle: bool 
     fmt = fmt or detect_format(path)
     if fmt == "kv":
         return _read_gensim(path, trust_pickle)
-    reader = {"npy": _read_npy, "word2vec": _read_word2vec_text, "word2vec-bin": _read_word2vec_binary,
-              "fasttext": _read_fasttext_bin, "parquet": _read_parquet}[fmt]
+    reader = {
+        "npy": _read_npy,
+        "word2vec": _read_word2vec_text,
+        "word2vec-bin": _read_word2vec_binary,
+        "fasttext": _read_fasttext_bin,
+        "parquet": _read_parquet,
+    }[fmt]
     return reader(path)
 
 
@@ -186,8 +210,10 @@ def detect_format(path: Path) -> str:
     """The reading format of ``path`` from its suffix; ``.bin`` by fastText's magic number."""
     fmt = _READ_SUFFIX_FORMAT.get(path.suffix.lower())
     if fmt is None:
-        raise InputError(f"{path}: unknown embedding format (expected one of "
-                         f"{', '.join(sorted(_READ_SUFFIX_FORMAT))}, or give --input-format)")
+        raise InputError(
+            f"{path}: unknown embedding format (expected one of "
+            f"{', '.join(sorted(_READ_SUFFIX_FORMAT))}, or give --input-format)"
+        )
     if fmt == "word2vec-bin" and _starts_with(path, FASTTEXT_MAGIC):
         return "fasttext"
     return fmt
@@ -211,8 +237,10 @@ def load_npy(path: Path) -> np.ndarray:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
         if "allow_pickle" in str(exc) or "Python objects" in str(exc):
-            raise InputError(f"{path}: vectors have dtype object; expected a numeric matrix of real numbers "
-                             "(stabcli never loads pickled arrays)") from None
+            raise InputError(
+                f"{path}: vectors have dtype object; expected a numeric matrix of real numbers "
+                "(stabcli never loads pickled arrays)"
+            ) from None
         if "header" in str(exc).lower():  # numpy quotes the header: never echo a file's bytes
             raise InputError(f"{path}: not a readable .npy file (malformed header)") from None
         raise InputError(f"{path}: not a readable .npy file ({printable(str(exc))})") from None
@@ -243,8 +271,10 @@ def _as_float64(path: Path, vectors: np.ndarray) -> np.ndarray:
     magnitude = np.abs(vectors)
     finite = magnitude[np.isfinite(magnitude)]
     if finite.size and finite.max() > np.finfo(np.float64).max:
-        raise InputError(f"{path}: {vectors.dtype} values up to 1e{float(np.log10(finite.max())):.0f} "
-                         f"exceed float64's range (1.8e308), which stabcli computes in")
+        raise InputError(
+            f"{path}: {vectors.dtype} values up to 1e{float(np.log10(finite.max())):.0f} "
+            f"exceed float64's range (1.8e308), which stabcli computes in"
+        )
     with np.errstate(under="ignore"):
         return np.asarray(vectors, dtype=np.float64)
 
@@ -266,8 +296,10 @@ def _rows_for(path: Path, count: int, dim: int, remaining: int, min_row_bytes: i
     allocation (``999999999999 4`` in a small file reads as "found N vectors")."""
     fit = (remaining + 1) // min_row_bytes  # the last row's newline is optional
     if fit == 0:
-        raise InputError(f"{path}:1: word2vec header says {count} vectors of dimension {dim}, but the "
-                         f"{remaining:,} bytes after it cannot hold even one")
+        raise InputError(
+            f"{path}:1: word2vec header says {count} vectors of dimension {dim}, but the "
+            f"{remaining:,} bytes after it cannot hold even one"
+        )
     return np.empty((min(count, fit), dim), dtype=np.float32)
 
 
@@ -302,7 +334,9 @@ def _read_word2vec_text(path: Path) -> Embedding:
             except UnicodeDecodeError:
                 raise InputError(f"{path}:{lineno}: not valid UTF-8") from None
             if len(fields) != dim + 1:
-                raise InputError(f"{path}:{lineno}: expected {dim + 1} fields (key + {dim} values), found {len(fields)}")
+                raise InputError(
+                    f"{path}:{lineno}: expected {dim + 1} fields (key + {dim} values), found {len(fields)}"
+                )
             try:
                 row = np.asarray(fields[1:], dtype=np.float64)
             except ValueError:
@@ -329,7 +363,7 @@ def _read_word2vec_binary(path: Path) -> Embedding:
     vectors = _rows_for(path, count, dim, len(data) - newline - 1, row_bytes + 2)
     pos = newline + 1
     for row in range(count):
-        while pos < len(data) and data[pos:pos + 1] in (b"\n", b" "):
+        while pos < len(data) and data[pos : pos + 1] in (b"\n", b" "):
             pos += 1
         if row >= vectors.shape[0]:  # the rest of the file cannot hold another row
             raise InputError(f"{path}: vector {row + 1} of {count}: file ends early (truncated?)")
@@ -395,7 +429,7 @@ def _key_problem(key: object) -> str | None:
     if isinstance(key, str):
         return None
     if isinstance(key, int) and not isinstance(key, bool):
-        return None if -2**63 <= key < 2**63 else f"an integer of {key.bit_length()} bits, not a Doc2Vec tag"
+        return None if -(2**63) <= key < 2**63 else f"an integer of {key.bit_length()} bits, not a Doc2Vec tag"
     if key is None or isinstance(key, (bool, float, bytes)):
         return f"{printable(repr(key), 40)}, not a string"
     return f"a {printable(type(key).__name__)}, not a string"  # not its repr: a list may nest 100,000 deep
@@ -423,7 +457,9 @@ def _read_fasttext_bin(path: Path) -> Embedding:
             warnings.simplefilter("ignore")
             kv = load_facebook_vectors(str(path))
     except MemoryError:
-        raise InputError(f"{path}: not a readable fastText .bin file (its header asks for more memory than there is)") from None
+        raise InputError(
+            f"{path}: not a readable fastText .bin file (its header asks for more memory than there is)"
+        ) from None
     except Exception:  # gensim's reader raises anything on a malformed file
         raise InputError(f"{path}: not a readable fastText .bin file (truncated or malformed)") from None
     keys = [str(k) for k in kv.index_to_key]
@@ -454,8 +490,10 @@ def _read_parquet(path: Path) -> Embedding:
     for column, dtype in values.dtypes.items():
         kind = getattr(dtype, "kind", "O")
         if kind not in "fiu":
-            raise InputError(f"{path}: column {printable(str(column))!r} has dtype {dtype} "
-                             f"({_DTYPE_KINDS.get(kind, 'not numeric')}); expected real numbers")
+            raise InputError(
+                f"{path}: column {printable(str(column))!r} has dtype {dtype} "
+                f"({_DTYPE_KINDS.get(kind, 'not numeric')}); expected real numbers"
+            )
     try:
         vectors = values.to_numpy(dtype=np.float64)
     except (ValueError, TypeError):
@@ -483,11 +521,13 @@ def check_keys_writable(path: Path, fmt: str, keys: Sequence[str]) -> None:
             raise InputError(f"{path}: cannot write key {key!r} twice")
         seen.add(key)
         if fmt in ("word2vec", "word2vec-bin") and any(c.isspace() for c in key):
-            raise InputError(f"{path}: key {key!r} contains whitespace, which {fmt} cannot store "
-                             "(choose npy, kv or parquet)")
+            raise InputError(
+                f"{path}: key {key!r} contains whitespace, which {fmt} cannot store (choose npy, kv or parquet)"
+            )
         if fmt == "npy" and ("\n" in key or "\r" in key):
-            raise InputError(f"{path}: key {key!r} contains a line break, which a keys file cannot store "
-                             "(choose kv or parquet)")
+            raise InputError(
+                f"{path}: key {key!r} contains a line break, which a keys file cannot store (choose kv or parquet)"
+            )
         try:
             key.encode("utf-8")
         except UnicodeEncodeError:
@@ -502,8 +542,10 @@ def check_writable(path: Path, fmt: str, keys: Sequence[str], vectors: np.ndarra
     check_keys_writable(path, fmt, keys)
     ok = np.isfinite(vectors).all(axis=1)
     if not ok.all():
-        raise InputError(f"{path}: cannot write key {keys[int(np.argmin(ok))]!r}: its values are NaN, infinite "
-                         "or beyond float32's range")
+        raise InputError(
+            f"{path}: cannot write key {keys[int(np.argmin(ok))]!r}: its values are NaN, infinite "
+            "or beyond float32's range"
+        )
 
 
 def write_embedding(path: str | Path, keys: list[str], vectors: np.ndarray, fmt: str | None = None) -> None:
@@ -532,14 +574,14 @@ def write_embedding(path: str | Path, keys: list[str], vectors: np.ndarray, fmt:
     elif fmt == "word2vec":
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(f"{vectors.shape[0]} {vectors.shape[1]}\n")
-            for key, row in zip(keys, vectors):
+            for key, row in zip(keys, vectors, strict=False):
                 fh.write(key + " " + " ".join(repr(float(v)) for v in row) + "\n")
         written.append((tmp, path))
     elif fmt == "word2vec-bin":
         with open(tmp, "wb") as fh:
             fh.write(f"{vectors.shape[0]} {vectors.shape[1]}\n".encode())
             little = vectors.astype("<f4")
-            for key, row in zip(keys, little):
+            for key, row in zip(keys, little, strict=False):
                 fh.write(key.encode("utf-8") + b" " + row.tobytes() + b"\n")
         written.append((tmp, path))
     elif fmt == "kv":
@@ -563,8 +605,9 @@ def write_embedding(path: str | Path, keys: list[str], vectors: np.ndarray, fmt:
         os.replace(src, dst)
 
 
-def match_inputs(embeddings: Sequence[Embedding], keys_file: str | Path | None = None,
-                 on_note: Callable[[str], None] | None = None) -> list[Embedding]:
+def match_inputs(
+    embeddings: Sequence[Embedding], keys_file: str | Path | None = None, on_note: Callable[[str], None] | None = None
+) -> list[Embedding]:
     """Make a list of inputs comparable key by key, or refuse.
 
     A keyless input (a ``.npy`` without a keys file: its keys are row numbers) cannot be
@@ -593,8 +636,9 @@ def match_inputs(embeddings: Sequence[Embedding], keys_file: str | Path | None =
     if keys_file is not None:
         keys_file = Path(keys_file)
         if not keyless:
-            raise OptionError("keys", f"{keys_file}: every input already has keys (--keys is for .npy files "
-                                      "without a keys file)")
+            raise OptionError(
+                "keys", f"{keys_file}: every input already has keys (--keys is for .npy files without a keys file)"
+            )
         if not keys_file.is_file():
             raise InputError(f"{keys_file}: no such keys file")
         keys = read_keys(keys_file)
@@ -606,14 +650,18 @@ def match_inputs(embeddings: Sequence[Embedding], keys_file: str | Path | None =
         return embeddings
     keyed = [e for e in embeddings if not e.keyless]
     if keyed:
-        raise InputError(f"{keyless[0].source}: has no keys file ({keys_path_for(Path(keyless[0].source)).name}), "
-                         f"but {keyed[0].source} has keys; rows cannot be matched to keys. Give --keys FILE "
-                         "(one key per row) or put the keys file beside it")
+        raise InputError(
+            f"{keyless[0].source}: has no keys file ({keys_path_for(Path(keyless[0].source)).name}), "
+            f"but {keyed[0].source} has keys; rows cannot be matched to keys. Give --keys FILE "
+            "(one key per row) or put the keys file beside it"
+        )
     rows = keyless[0].vectors.shape[0]
     for e in keyless[1:]:
         if e.vectors.shape[0] != rows:
-            raise InputError(f"{e.source}: {e.vectors.shape[0]} rows, but {keyless[0].source} has {rows}; inputs "
-                             "without keys files are matched by position and need the same rows (or give --keys)")
+            raise InputError(
+                f"{e.source}: {e.vectors.shape[0]} rows, but {keyless[0].source} has {rows}; inputs "
+                "without keys files are matched by position and need the same rows (or give --keys)"
+            )
     if on_note and len(embeddings) > 1:
         on_note("no input has a keys file: rows are matched by position")
     return embeddings

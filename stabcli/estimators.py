@@ -58,7 +58,9 @@ class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
         "random_state": [Interval(Integral, 0, None, closed="left"), None],
     }
 
-    def __init__(self, *, n_components: int = 128, sigma: float = 1.0, normalize: bool = True, random_state: int | None = None):
+    def __init__(
+        self, *, n_components: int = 128, sigma: float = 1.0, normalize: bool = True, random_state: int | None = None
+    ):
         self.n_components = n_components
         self.sigma = sigma
         self.normalize = normalize
@@ -105,8 +107,9 @@ class ProcrustesAligner(TransformerMixin, BaseEstimator):
         X = validate_data(self, X, dtype=(np.float64, np.float32))
         reference = np.asarray(self.reference, dtype=np.float64) if self.reference is not None else None
         if reference is None or reference.shape != X.shape:
-            raise OptionError("reference", f"must have the shape of X {X.shape}, got "
-                                           f"{None if reference is None else reference.shape}")
+            raise OptionError(
+                "reference", f"must have the shape of X {X.shape}, got {None if reference is None else reference.shape}"
+            )
         self.rotation_, _, _ = procrustes_rotation(X, reference)
         return self
 

@@ -102,8 +102,11 @@ class FeaturizeOptions:
         if self.align_to is not None:
             object.__setattr__(self, "align_to", Path(self.align_to))
         if self.dim is None:
-            if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, Real) or \
-                    not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            if (
+                isinstance(self.epsilon, bool)
+                or not isinstance(self.epsilon, Real)
+                or not (math.isfinite(self.epsilon) and self.epsilon > 0)
+            ):
                 raise OptionError("epsilon", f"{self.epsilon!r} must be a positive number")
         elif self.dim == 0 and not isinstance(self.dim, bool):
             if self.align_to is None:
@@ -122,8 +125,9 @@ class FeaturizeOptions:
             raise OptionError("reference", "only applies with --align-to RUN_SET")
         if self.fmt is not None and self.fmt not in WRITE_FORMATS:
             raise OptionError("fmt", f"{self.fmt!r}: choose one of {', '.join(WRITE_FORMATS)}")
-        if self.chunk_rows is not None and (isinstance(self.chunk_rows, bool) or not isinstance(self.chunk_rows, Integral)
-                                            or self.chunk_rows < 1):
+        if self.chunk_rows is not None and (
+            isinstance(self.chunk_rows, bool) or not isinstance(self.chunk_rows, Integral) or self.chunk_rows < 1
+        ):
             raise OptionError("chunk_rows", f"{self.chunk_rows!r} must be at least 1")
 
 
@@ -151,8 +155,6 @@ def is_keyless(emb: Embedding) -> bool:
     return emb.keyless
 
 
-
-
 def _alignment(emb: Embedding, reference: Embedding) -> tuple[np.ndarray, float, float]:
     """Rotation of ``emb`` onto ``reference`` over shared keys (by position when both are
     keyless), with relative residuals before/after."""
@@ -160,12 +162,16 @@ def _alignment(emb: Embedding, reference: Embedding) -> tuple[np.ndarray, float,
         raise InputError(f"{reference.source}: dimension {reference.dim}, but {emb.source} has {emb.dim}")
     if is_keyless(emb) != is_keyless(reference):
         keyless, keyed = (emb, reference) if is_keyless(emb) else (reference, emb)
-        raise UsageError(f"{keyless.source} has no keys file ({keys_path_for(keyless.source).name}) but {keyed.source} "
-                         f"has keys: rows cannot be matched; give both keys or neither")
+        raise UsageError(
+            f"{keyless.source} has no keys file ({keys_path_for(keyless.source).name}) but {keyed.source} "
+            f"has keys: rows cannot be matched; give both keys or neither"
+        )
     if is_keyless(emb):
         if len(emb.keys) != len(reference.keys):
-            raise InputError(f"{reference.source}: {len(reference.keys)} rows, but {emb.source} has {len(emb.keys)}; "
-                             f"keyless arrays are aligned row by row and need the same number of rows")
+            raise InputError(
+                f"{reference.source}: {len(reference.keys)} rows, but {emb.source} has {len(emb.keys)}; "
+                f"keyless arrays are aligned row by row and need the same number of rows"
+            )
         return procrustes_rotation(emb.vectors, reference.vectors)
     position = {k: i for i, k in enumerate(reference.keys)}
     mine = [i for i, k in enumerate(emb.keys) if k in position]
@@ -194,8 +200,13 @@ def _float32_carries(block: np.ndarray, norms: np.ndarray) -> bool:
     return low >= SMALLEST_RELIABLE_NORM32 or not block[norms < SMALLEST_RELIABLE_NORM32].any()
 
 
-def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.ndarray | None, options: FeaturizeOptions,
-                    buffers: int = 1) -> Iterator[tuple[int, np.ndarray]]:
+def _feature_chunks(
+    emb: Embedding,
+    rotation: np.ndarray | None,
+    directions: np.ndarray | None,
+    options: FeaturizeOptions,
+    buffers: int = 1,
+) -> Iterator[tuple[int, np.ndarray]]:
     """The output, chunk by chunk: (first row, float32 rows) after alignment and features.
 
     Computed in float32 (in float64 for a block float32 cannot normalize or hold) into
@@ -214,7 +225,7 @@ def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.
         work = np.empty((rows, k), np.float32)
         outs = [np.empty((rows, 2 * k), np.float32) for _ in range(buffers)]
     for chunk, start in enumerate(range(0, n, chunk_rows)):
-        raw = emb.vectors[start:start + chunk_rows]
+        raw = emb.vectors[start : start + chunk_rows]
         with np.errstate(over="ignore"):  # float64 beyond float32's range: redone in float64 below
             block = np.asarray(raw, dtype=np.float32)
         inverse, finite = None, False
@@ -237,16 +248,23 @@ def _feature_chunks(emb: Embedding, rotation: np.ndarray | None, directions: np.
         if rotation is not None and rotation32 is not None:
             block = block @ (rotation32 if block.dtype == np.float32 else rotation)
         if directions is not None:
-            block = fourier_features(block, directions, options.normalize, out=outs[chunk % buffers][: block.shape[0]],
-                                     inverse=inverse, work=work if block.dtype == np.float32 else None)
+            block = fourier_features(
+                block,
+                directions,
+                options.normalize,
+                out=outs[chunk % buffers][: block.shape[0]],
+                inverse=inverse,
+                work=work if block.dtype == np.float32 else None,
+            )
         yield start, block if finite else _finite_float32(block, emb, start, options, directions is not None)
 
 
 _SAFE_FLOAT32 = 1e37  # an order of magnitude below float32's largest value
 
 
-def _finite_float32(block: np.ndarray, emb: Embedding, start: int, options: FeaturizeOptions,
-                    featurized: bool) -> np.ndarray:
+def _finite_float32(
+    block: np.ndarray, emb: Embedding, start: int, options: FeaturizeOptions, featurized: bool
+) -> np.ndarray:
     """``block`` as float32, or an error naming the first key whose output is not finite."""
     with np.errstate(over="ignore", invalid="ignore"):
         block = np.asarray(block, dtype=np.float32)
@@ -257,8 +275,11 @@ def _finite_float32(block: np.ndarray, emb: Embedding, start: int, options: Feat
         return block
     key = emb.keys[start + int(np.argmin(finite))]
     if featurized:
-        raise OptionError("sigma", f"{options.sigma:g} makes the features of key {key!r} in {emb.source} NaN "
-                                   f"(the projection h·U overflows); choose a smaller --sigma")
+        raise OptionError(
+            "sigma",
+            f"{options.sigma:g} makes the features of key {key!r} in {emb.source} NaN "
+            f"(the projection h·U overflows); choose a smaller --sigma",
+        )
     raise InputError(f"{emb.source}: key {key!r}: aligned values exceed the float32 range of the output")
 
 
@@ -266,12 +287,21 @@ def _width(emb: Embedding, directions: np.ndarray | None) -> int:
     return emb.dim if directions is None else 2 * directions.shape[1]
 
 
-def _write_npy(emb: Embedding, file: BinaryIO, rotation: np.ndarray | None, directions: np.ndarray | None,
-               options: FeaturizeOptions) -> None:
+def _write_npy(
+    emb: Embedding,
+    file: BinaryIO,
+    rotation: np.ndarray | None,
+    directions: np.ndarray | None,
+    options: FeaturizeOptions,
+) -> None:
     """Stream ``emb`` as a float32 ``.npy`` into ``file``, a chunk in memory at a time; a
     writer thread saves one chunk while the next is computed."""
-    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
-              "shape": (emb.vectors.shape[0], _width(emb, directions))}
+    header = {
+        "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+        "fortran_order": False,
+        "shape": (emb.vectors.shape[0], _width(emb, directions)),
+    }
+
     def save(data: Any) -> None:
         file.write(data)
 
@@ -286,11 +316,12 @@ def _write_npy(emb: Embedding, file: BinaryIO, rotation: np.ndarray | None, dire
             pending.result()
 
 
-def _features_in_memory(emb: Embedding, rotation: np.ndarray | None, directions: np.ndarray | None,
-                        options: FeaturizeOptions) -> np.ndarray:
+def _features_in_memory(
+    emb: Embedding, rotation: np.ndarray | None, directions: np.ndarray | None, options: FeaturizeOptions
+) -> np.ndarray:
     out = np.empty((emb.vectors.shape[0], _width(emb, directions)), dtype=np.float32)
     for start, block in _feature_chunks(emb, rotation, directions, options):
-        out[start:start + block.shape[0]] = block
+        out[start : start + block.shape[0]] = block
     return out
 
 
@@ -308,8 +339,11 @@ def memory_needed(rows: int, input_dim: int, dim: int, chunk_rows: int | None, f
 
 def _guard_memory(rows: int, input_dim: int, dim: int, options: FeaturizeOptions, fmt: str) -> None:
     needed = memory_needed(rows, input_dim, dim, options.chunk_rows, fmt)
-    param = "chunk_rows" if options.chunk_rows and \
-        memory_needed(rows, input_dim, dim, None, fmt) < needed else ("dim" if options.dim is not None else "epsilon")
+    param = (
+        "chunk_rows"
+        if options.chunk_rows and memory_needed(rows, input_dim, dim, None, fmt) < needed
+        else ("dim" if options.dim is not None else "epsilon")
+    )
     request = f"{options.chunk_rows:,} rows per chunk" if param == "chunk_rows" else f"M = {dim:,}"
     require_memory(param, needed, f"{request} for {rows:,} rows of dimension {input_dim} ({fmt} output)")
 
@@ -323,12 +357,15 @@ def _output_format(output: Path, fmt: str | None, runset: bool) -> str:
         return "npy"
     if fmt is None:
         if suffix_format is None:
-            raise UsageError(f"--out {output}: cannot tell the format from the suffix {output.suffix or '(none)'!r}; "
-                             f"use .npy, .txt, .vec, .bin, .kv or .parquet, or pass --format")
+            raise UsageError(
+                f"--out {output}: cannot tell the format from the suffix {output.suffix or '(none)'!r}; "
+                f"use .npy, .txt, .vec, .bin, .kv or .parquet, or pass --format"
+            )
         return suffix_format
     if suffix_format is not None and suffix_format != fmt:
-        raise OptionError("fmt", f"{fmt} contradicts the suffix of --out {output} ({suffix_format}); "
-                                 f"change one of them")
+        raise OptionError(
+            "fmt", f"{fmt} contradicts the suffix of --out {output} ({suffix_format}); change one of them"
+        )
     return fmt
 
 
@@ -352,15 +389,25 @@ def _load_reference(options: FeaturizeOptions, read: ReadOptions) -> tuple[Embed
     if runset is None:
         return read.read(options.align_to), options.align_to
     if options.reference >= len(runset.runs):
-        raise OptionError("reference", f"{options.reference}: {options.align_to} has {len(runset.runs)} complete runs "
-                                       f"(positions 0 to {len(runset.runs) - 1})")
+        raise OptionError(
+            "reference",
+            f"{options.reference}: {options.align_to} has {len(runset.runs)} complete runs "
+            f"(positions 0 to {len(runset.runs) - 1})",
+        )
     index = runset.runs[options.reference]
     return runset.load(index), runset.run_dir(index) / "vectors.npy"
 
 
-def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOptions | None = None, *,
-              save_transform: str | Path | None = None, force: bool = False,
-              on_run: Callable[[str], None] | None = None, read: ReadOptions | None = None) -> FeaturizeResult:
+def featurize(
+    input_path: str | Path,
+    output: str | Path,
+    options: FeaturizeOptions | None = None,
+    *,
+    save_transform: str | Path | None = None,
+    force: bool = False,
+    on_run: Callable[[str], None] | None = None,
+    read: ReadOptions | None = None,
+) -> FeaturizeResult:
     """Featurize one embedding file, or every run of a run set with the same directions U.
 
     A run set is written as a new run set that ``stabcli audit`` reads. The sidecar
@@ -373,8 +420,12 @@ def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOpti
     read = read or ReadOptions()
     source, output = Path(input_path), Path(output)
     runset = _open_runset(source)
-    plan = OutputPlan(with_companions(source) + (with_companions(options.align_to) if options.align_to else [])
-                      + ([read.keys_file] if read.keys_file is not None else []), force=force)
+    plan = OutputPlan(
+        with_companions(source)
+        + (with_companions(options.align_to) if options.align_to else [])
+        + ([read.keys_file] if read.keys_file is not None else []),
+        force=force,
+    )
     if runset is not None:
         plan.add(output, "--out", kind="dir", owned=runset_owned)
     else:
@@ -396,8 +447,10 @@ def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOpti
     reference, reference_file = _load_reference(options, read)
     notes: list[str] = []
     if reference is not None or read.keys_file is not None:  # keyless inputs: --keys, or all keyless, or refused
-        matched = match_inputs(embeddings + ([reference] if reference is not None else []), read.keys_file, notes.append)
-        embeddings, reference = matched[:len(embeddings)], (matched[-1] if reference is not None else None)
+        matched = match_inputs(
+            embeddings + ([reference] if reference is not None else []), read.keys_file, notes.append
+        )
+        embeddings, reference = matched[: len(embeddings)], (matched[-1] if reference is not None else None)
         first = embeddings[0]
     check_keys_writable(output, fmt, first.keys)  # what the output's reader would reject is never written
     alignments = [_alignment(e, reference) for e in embeddings] if reference else [(None, None, None)] * len(embeddings)
@@ -405,7 +458,9 @@ def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOpti
     if dim is None:
         assert options.epsilon is not None
         dim, measured = choose_dimension(first.vectors, options.sigma, options.epsilon, options.seed, options.normalize)
-        diameter = 2.0 if options.normalize else 2.0 * float(np.linalg.norm(np.asarray(first.vectors[:10_000]), axis=1).max())
+        diameter = (
+            2.0 if options.normalize else 2.0 * float(np.linalg.norm(np.asarray(first.vectors[:10_000]), axis=1).max())
+        )
         rr_dim = rahimi_recht_dimension(options.epsilon, options.sigma, first.dim, diameter)
     _guard_memory(len(first.keys), first.dim, dim, options, fmt)
     directions = draw_directions(first.dim, dim, options.sigma, options.seed) if dim else None
@@ -428,7 +483,9 @@ def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOpti
     }
     with plan:
         if runset is not None:
-            _featurize_runset(runset, embeddings, plan.staging(output), alignments, directions, options, sidecar, on_run)
+            _featurize_runset(
+                runset, embeddings, plan.staging(output), alignments, directions, options, sidecar, on_run
+            )
         elif fmt == "npy":
             with open(plan.staging(output), "wb") as file:
                 _write_npy(first, file, alignments[0][0], directions, options)
@@ -441,16 +498,30 @@ def featurize(input_path: str | Path, output: str | Path, options: FeaturizeOpti
             _save_transform(plan, save_transform, directions, [a[0] for a in alignments], sidecar)
     residuals = [a for a in alignments if a[1] is not None]
     return FeaturizeResult(
-        output, sidecar_path, len(first.keys), first.dim, dim or first.dim, len(embeddings), measured, rr_dim,
+        output,
+        sidecar_path,
+        len(first.keys),
+        first.dim,
+        dim or first.dim,
+        len(embeddings),
+        measured,
+        rr_dim,
         float(np.mean([a[1] for a in residuals])) if residuals else None,
         float(np.mean([a[2] for a in residuals])) if residuals else None,
         notes,
     )
 
 
-def _featurize_runset(runset: RunSet, embeddings: list[Embedding], building: Path, alignments: list,
-                      directions: np.ndarray | None, options: FeaturizeOptions, sidecar: dict,
-                      on_run: Callable[[str], None] | None) -> None:
+def _featurize_runset(
+    runset: RunSet,
+    embeddings: list[Embedding],
+    building: Path,
+    alignments: list,
+    directions: np.ndarray | None,
+    options: FeaturizeOptions,
+    sidecar: dict,
+    on_run: Callable[[str], None] | None,
+) -> None:
     """Write the featurized run set into ``building`` (the output's temporary directory)."""
     for name in (KEYS, KEY_COUNTS):
         if (runset.root / name).is_file():
@@ -471,9 +542,13 @@ def _featurize_runset(runset: RunSet, embeddings: list[Embedding], building: Pat
     (building / MANIFEST).write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
-def _save_transform(plan: OutputPlan, path: Path, directions: np.ndarray | None, rotations: list, sidecar: dict) -> None:
-    recipe = ("serve: h -> (h @ rotation if aligned) -> h / ||h|| if normalize -> z = h @ directions "
-              "(a dense layer without bias) -> sqrt(1/k) * concat(cos(z), sin(z)), k = directions.shape[1]")
+def _save_transform(
+    plan: OutputPlan, path: Path, directions: np.ndarray | None, rotations: list, sidecar: dict
+) -> None:
+    recipe = (
+        "serve: h -> (h @ rotation if aligned) -> h / ||h|| if normalize -> z = h @ directions "
+        "(a dense layer without bias) -> sqrt(1/k) * concat(cos(z), sin(z)), k = directions.shape[1]"
+    )
     arrays: dict[str, Any] = {"recipe": np.array(recipe), "sidecar": np.array(json.dumps(sidecar))}
     if directions is not None:
         arrays["directions"] = directions

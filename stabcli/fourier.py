@@ -45,8 +45,14 @@ def draw_directions(input_dim: int, n_components: int, sigma: float, seed: int |
     return np.random.default_rng(seed).normal(0.0, sigma, size=(input_dim, n_components // 2))
 
 
-def fourier_features(X: np.ndarray, directions: np.ndarray, normalize: bool, out: np.ndarray | None = None,
-                     inverse: np.ndarray | None = None, work: np.ndarray | None = None) -> np.ndarray:
+def fourier_features(
+    X: np.ndarray,
+    directions: np.ndarray,
+    normalize: bool,
+    out: np.ndarray | None = None,
+    inverse: np.ndarray | None = None,
+    work: np.ndarray | None = None,
+) -> np.ndarray:
     """``sqrt(1/k) [cos(XU), sin(XU)]`` for one block of rows, written into ``out`` if given.
 
     Computed in float32 when X is float32 (the streamed files: SIMD cos/sin, half the
@@ -72,8 +78,9 @@ def fourier_features(X: np.ndarray, directions: np.ndarray, normalize: bool, out
     return out
 
 
-def gaussian_kernel_error(X: np.ndarray, sigma: float, n_components: int, seed: int, normalize: bool,
-                          pairs: int = 2000) -> float:
+def gaussian_kernel_error(
+    X: np.ndarray, sigma: float, n_components: int, seed: int, normalize: bool, pairs: int = 2000
+) -> float:
     """Mean absolute error of ``⟨phi(x), phi(y)⟩`` against ``exp(−σ²‖x − y‖²/2)`` on seeded row pairs."""
     rng = np.random.default_rng([seed, 1])
     n = X.shape[0]
@@ -88,9 +95,11 @@ def gaussian_kernel_error(X: np.ndarray, sigma: float, n_components: int, seed: 
         k = directions.shape[1]
         approx = np.zeros(pairs)
         for start in range(0, k, _KERNEL_BLOCK):  # memory O(pairs × block), not O(pairs × M)
-            block = directions[:, start:start + _KERNEL_BLOCK]
+            block = directions[:, start : start + _KERNEL_BLOCK]
             # each block's features are scaled by sqrt(1/its width): rescale to 1/k (exactly 1.0 for one block)
-            approx += (fourier_features(a, block, False) * fourier_features(b, block, False)).sum(axis=1) * (block.shape[1] / k)
+            approx += (fourier_features(a, block, False) * fourier_features(b, block, False)).sum(axis=1) * (
+                block.shape[1] / k
+            )
         return float(np.abs(approx - exact).mean())
 
 
@@ -102,12 +111,13 @@ def rahimi_recht_dimension(epsilon: float, sigma: float, dim: int, diameter: flo
     ≤ ε with probability ≥ 1 − δ: D ≥ 4(d+2)/ε² · ln(2⁸ (σ_p·diam/ε)² / δ), σ_p = σ√d, M = 2D."""
     # in logarithms: σ_p·diam/ε overflows a float for a large σ
     log_ratio = math.log(sigma) + 0.5 * math.log(dim) + math.log(diameter) - math.log(epsilon) if diameter > 0 else 0.0
-    d_needed = 4 * (dim + 2) / epsilon / epsilon * (math.log(2 ** 8 / delta) + 2 * log_ratio)
+    d_needed = 4 * (dim + 2) / epsilon / epsilon * (math.log(2**8 / delta) + 2 * log_ratio)
     return 2 * math.ceil(max(d_needed, 1))
 
 
-def choose_dimension(X: np.ndarray, sigma: float, epsilon: float, seed: int, normalize: bool,
-                     max_dim: int = 1 << 16) -> tuple[int, float]:
+def choose_dimension(
+    X: np.ndarray, sigma: float, epsilon: float, seed: int, normalize: bool, max_dim: int = 1 << 16
+) -> tuple[int, float]:
     """Smallest even M (doubling, then bisection) whose measured mean kernel error is ≤ ε."""
     if not (isinstance(epsilon, Real) and math.isfinite(epsilon) and epsilon > 0):
         raise OptionError("epsilon", f"{epsilon!r} must be a positive number")
@@ -131,7 +141,9 @@ def choose_dimension(X: np.ndarray, sigma: float, epsilon: float, seed: int, nor
 def _finite_kernel_error(X: np.ndarray, sigma: float, n_components: int, seed: int, normalize: bool) -> float:
     error = gaussian_kernel_error(X, sigma, n_components, seed, normalize)
     if not math.isfinite(error):
-        raise OptionError("sigma", f"{sigma:g} makes the features NaN (the projection h·U overflows); choose a smaller --sigma")
+        raise OptionError(
+            "sigma", f"{sigma:g} makes the features NaN (the projection h·U overflows); choose a smaller --sigma"
+        )
     return error
 
 

@@ -14,8 +14,16 @@ from stabcli.errors import InputError, UsageError
 if TYPE_CHECKING:  # pandas is imported where a table is read or built: a suffix check needs none of its 60 MB
     import pandas as pd
 
-PER_KEY_COLUMNS = ["key", "name", "frequency", "norm", "aligned_variance", "relative_instability",
-                   "displacement", "knn_overlap"]
+PER_KEY_COLUMNS = [
+    "key",
+    "name",
+    "frequency",
+    "norm",
+    "aligned_variance",
+    "relative_instability",
+    "displacement",
+    "knn_overlap",
+]
 
 
 def read_key_names(path: Path, encoding: str = "utf-8") -> dict[str, str]:
@@ -46,11 +54,20 @@ def read_key_names(path: Path, encoding: str = "utf-8") -> dict[str, str]:
         raise InputError(f"{path}: empty; expected key and name columns")
     separator = "|" if "|" in first else "\t" if "\t" in first else "::" if "::" in first else ","
     try:
-        table = pd.read_csv(io.StringIO(text), sep=separator, header=None, dtype=str, keep_default_na=False,
-                            usecols=[0, 1], engine="python")
+        table = pd.read_csv(
+            io.StringIO(text),
+            sep=separator,
+            header=None,
+            dtype=str,
+            keep_default_na=False,
+            usecols=[0, 1],
+            engine="python",
+        )
     except (ValueError, pd.errors.ParserError) as exc:
-        raise InputError(f"{path}: expected at least two {_name(separator)}-separated columns, key and name "
-                         f"({str(exc).splitlines()[0]})") from None
+        raise InputError(
+            f"{path}: expected at least two {_name(separator)}-separated columns, key and name "
+            f"({str(exc).splitlines()[0]})"
+        ) from None
     return dict(zip(table[0].str.strip(), table[1].str.strip(), strict=True))
 
 
@@ -58,24 +75,34 @@ def _name(separator: str) -> str:
     return {"|": "'|'", "\t": "tab", "::": "'::'", ",": "comma"}[separator]
 
 
-def per_key_frame(keys: list[str], names: dict[str, str] | None, frequency: np.ndarray | None, norm: np.ndarray,
-                  aligned_variance: np.ndarray, relative_instability: np.ndarray, displacement: np.ndarray | None,
-                  knn_overlap: np.ndarray) -> pd.DataFrame:
+def per_key_frame(
+    keys: list[str],
+    names: dict[str, str] | None,
+    frequency: np.ndarray | None,
+    norm: np.ndarray,
+    aligned_variance: np.ndarray,
+    relative_instability: np.ndarray,
+    displacement: np.ndarray | None,
+    knn_overlap: np.ndarray,
+) -> pd.DataFrame:
     """One row per key with the ``PER_KEY_COLUMNS``; missing values are empty (NA)."""
     import pandas as pd
 
     n = len(keys)
     counts = [None] * n if frequency is None else [int(c) if c >= 0 else None for c in frequency]
-    return pd.DataFrame({
-        "key": keys,
-        "name": [names.get(k) for k in keys] if names else [None] * n,
-        "frequency": pd.array(counts, dtype="Int64"),
-        "norm": norm,
-        "aligned_variance": aligned_variance,
-        "relative_instability": relative_instability,
-        "displacement": displacement if displacement is not None else np.full(n, np.nan),
-        "knn_overlap": knn_overlap,
-    }, columns=PER_KEY_COLUMNS)
+    return pd.DataFrame(
+        {
+            "key": keys,
+            "name": [names.get(k) for k in keys] if names else [None] * n,
+            "frequency": pd.array(counts, dtype="Int64"),
+            "norm": norm,
+            "aligned_variance": aligned_variance,
+            "relative_instability": relative_instability,
+            "displacement": displacement if displacement is not None else np.full(n, np.nan),
+            "knn_overlap": knn_overlap,
+        },
+        columns=PER_KEY_COLUMNS,
+    )
 
 
 def per_key_format(path: Path) -> str:

@@ -22,9 +22,27 @@ from stabcli.errors import InputError
 from stabcli.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
 # u.genre of MovieLens 100K: the order of the flags in u.item
-ML100K_GENRES = ("unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary",
-                 "Drama", "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller",
-                 "War", "Western")
+ML100K_GENRES = (
+    "unknown",
+    "Action",
+    "Adventure",
+    "Animation",
+    "Children's",
+    "Comedy",
+    "Crime",
+    "Documentary",
+    "Drama",
+    "Fantasy",
+    "Film-Noir",
+    "Horror",
+    "Musical",
+    "Mystery",
+    "Romance",
+    "Sci-Fi",
+    "Thriller",
+    "War",
+    "Western",
+)
 NO_GENRE = {"unknown", "(no genres listed)"}
 MOVIELENS_ENCODING = "latin-1"  # what the GroupLens u.item and movies.dat files are written in
 
@@ -54,8 +72,12 @@ def read_labels(path: str | Path, known_keys: Collection[str], encoding: str | N
     fmt = _detect(path, encoding or "utf-8")
     if encoding is None:
         encoding = MOVIELENS_ENCODING if fmt in ("u.item", "movies.dat") else "utf-8"
-    readers = {"delimited": lambda: _delimited(path, encoding, known_keys), "u.item": lambda: _u_item(path, encoding),
-               "movies.dat": lambda: _movies_dat(path, encoding), "movies.csv": lambda: _movies_csv(path, encoding)}
+    readers = {
+        "delimited": lambda: _delimited(path, encoding, known_keys),
+        "u.item": lambda: _u_item(path, encoding),
+        "movies.dat": lambda: _movies_dat(path, encoding),
+        "movies.csv": lambda: _movies_csv(path, encoding),
+    }
     by_key: dict[str, str] = {}
     first_line: dict[str, int] = {}
     with csv_field_limit_lifted():
@@ -63,8 +85,10 @@ def read_labels(path: str | Path, known_keys: Collection[str], encoding: str | N
             if label is None:
                 continue
             if key in by_key and by_key[key] != label:
-                raise InputError(f"{path}:{lineno}: key {key!r} has label {label!r} here but {by_key[key]!r} "
-                                 f"on line {first_line[key]}")
+                raise InputError(
+                    f"{path}:{lineno}: key {key!r} has label {label!r} here but {by_key[key]!r} "
+                    f"on line {first_line[key]}"
+                )
             by_key.setdefault(key, label)
             first_line.setdefault(key, lineno)
     if not by_key:
@@ -119,7 +143,9 @@ def _csv_records(path: Path, encoding: str, delimiter: str) -> Iterator[tuple[in
         except StopIteration:
             return
         except csv.Error as exc:
-            raise InputError(f"{path}:{start}: malformed {'CSV' if delimiter == ',' else 'delimited'} record ({exc})") from None
+            raise InputError(
+                f"{path}:{start}: malformed {'CSV' if delimiter == ',' else 'delimited'} record ({exc})"
+            ) from None
         if not any(f.strip() for f in fields):
             continue
         if len(fields) > 2 and fields[-1] == "" and all(fields[:-1]):
@@ -151,7 +177,9 @@ def _u_item(path: Path, encoding: str) -> Iterator[tuple[int, str, str | None]]:
             continue
         fields = line.split("|")
         if len(fields) != width or any(f.strip() not in ("0", "1") for f in fields[5:]):
-            raise InputError(f"{path}:{lineno}: not a MovieLens u.item line (id|title|date|video date|url|19 genre flags)")
+            raise InputError(
+                f"{path}:{lineno}: not a MovieLens u.item line (id|title|date|video date|url|19 genre flags)"
+            )
         flags = [g for g, f in zip(ML100K_GENRES, fields[5:], strict=True) if f.strip() == "1"]
         yield lineno, fields[0].strip(), _first_genre(flags[0]) if flags else None
 

@@ -9,9 +9,9 @@ and eigenspace overlap only ever need those. Accumulations are float64.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from scipy.linalg import orthogonal_procrustes
@@ -19,7 +19,9 @@ from scipy.linalg import orthogonal_procrustes
 CHUNK_ELEMENTS = 1 << 22  # float64 elements per run-stacked chunk (32 MiB)
 
 
-def _chunks(runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | None = None) -> Iterator[tuple[slice, np.ndarray]]:
+def _chunks(
+    runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | None = None
+) -> Iterator[tuple[slice, np.ndarray]]:
     """Yield (row slice, float64 stack [R, c, d]) over the rows, optionally rotated."""
     n, d = runs[0].shape
     step = max(1, CHUNK_ELEMENTS // (len(runs) * max(d, 1)))
@@ -97,10 +99,10 @@ class NoiseShare:
     """
 
     overall: float
-    per_dim: np.ndarray        # share_j for every dimension j
+    per_dim: np.ndarray  # share_j for every dimension j
     variance_per_dim: np.ndarray  # mean over keys of Var_r(H[i,j]) with ddof=1 (the paper's Fig. 1a)
     per_key_variance: np.ndarray  # mean over dimensions of Var_r(H[i,j]) (ddof=0), one per key
-    scale: float = 1.0         # power of two the values were divided by (the variances are rescaled back)
+    scale: float = 1.0  # power of two the values were divided by (the variances are rescaled back)
     per_key_variance_scaled: np.ndarray | None = None  # per_key_variance / scale², finite: for ranking keys
 
 
@@ -132,8 +134,14 @@ def noise_share(runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | No
     per_dim = np.divide(var_sum, energy_sum, out=np.zeros(d), where=energy_sum > 0)
     overall = float(var_sum.sum() / total) if total > 0 else 0.0
     variance_per_dim = var_sum / n * R / (R - 1)
-    return NoiseShare(overall, per_dim, _rescaled_array(variance_per_dim, common.scale, 2),
-                      _rescaled_array(per_key, common.scale, 2), common.scale, per_key)
+    return NoiseShare(
+        overall,
+        per_dim,
+        _rescaled_array(variance_per_dim, common.scale, 2),
+        _rescaled_array(per_key, common.scale, 2),
+        common.scale,
+        per_key,
+    )
 
 
 def _rescaled_array(values: np.ndarray, scale: float, power: int) -> np.ndarray:
@@ -158,7 +166,7 @@ class Grams:
     ones (PIP loss, Gram norms) multiply back by ``scale²``.
     """
 
-    G: np.ndarray      # [R, R, d, d]
+    G: np.ndarray  # [R, R, d, d]
     means: np.ndarray  # [R, d]
     n: int
     scale: float = 1.0
@@ -296,7 +304,9 @@ def generalized_procrustes(grams: Grams, max_iter: int = 100, tol: float = 1e-7)
     rotations = [procrustes_rotation(grams.G[r, 0]) for r in range(R)]
 
     def consensus_norm2(weights: list[np.ndarray]) -> float:
-        return sum(float(np.trace(weights[r].T @ grams.G[r, s] @ weights[s])) for r in range(R) for s in range(R)) / R**2
+        return (
+            sum(float(np.trace(weights[r].T @ grams.G[r, s] @ weights[s])) for r in range(R) for s in range(R)) / R**2
+        )
 
     previous = consensus_norm2(rotations)
     for iteration in range(1, max_iter + 1):
@@ -386,8 +396,12 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
         _, exponent = np.frexp(np.where(np.isfinite(largest), largest, 0.0))
         scaled = np.ldexp(rows, -exponent[:, None])
         scaled_norms = row_norms(scaled)
-        out[bad] = np.divide(scaled, scaled_norms[:, None], out=np.zeros_like(scaled),
-                             where=np.isfinite(scaled_norms)[:, None] & (scaled_norms > 0)[:, None])
+        out[bad] = np.divide(
+            scaled,
+            scaled_norms[:, None],
+            out=np.zeros_like(scaled),
+            where=np.isfinite(scaled_norms)[:, None] & (scaled_norms > 0)[:, None],
+        )
     return out
 
 
@@ -420,7 +434,7 @@ def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray
     best_scores: np.ndarray | None = None
     best_ids: np.ndarray | None = None
     for start in range(0, n, step):
-        chunk = unit_rows(np.asarray(h[start:start + step])).astype(np.float32, copy=False)
+        chunk = unit_rows(np.asarray(h[start : start + step])).astype(np.float32, copy=False)
         scores = q_unit @ chunk.T
         inside = (queries >= start) & (queries < start + chunk.shape[0])
         scores[np.flatnonzero(inside), queries[inside] - start] = -np.inf
@@ -478,10 +492,10 @@ def per_key_energy(runs: Sequence[np.ndarray], scale: float = 1.0) -> np.ndarray
     step = max(1, CHUNK_ELEMENTS // max(d, 1))
     for h in runs:  # run by run: no [R, c, d] stack, one float64 row block at a time
         for start in range(0, n, step):
-            block = np.asarray(h[start:start + step], dtype=np.float64)
+            block = np.asarray(h[start : start + step], dtype=np.float64)
             if scale != 1.0:
                 block = block / scale
-            energy[start:start + step] += np.einsum("ij,ij->i", block, block)
+            energy[start : start + step] += np.einsum("ij,ij->i", block, block)
     return energy / len(runs)
 
 

@@ -108,8 +108,10 @@ def enclosing_runset(path: str | Path) -> Path | None:
     manifest ``stabcli.json``. Reading one run's file makes its whole run set an input."""
     real = _real(Path(path))
     for folder in real.parents:
-        if re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", folder.name) and \
-                (folder.parent / "stabcli.json").is_file():
+        if (
+            re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", folder.name)
+            and (folder.parent / "stabcli.json").is_file()
+        ):
             return folder.parent
     return None
 
@@ -165,13 +167,13 @@ def _inside(path: Path, directory: Path) -> bool:
 
 @dataclass
 class _Output:
-    path: Path                      # as given: shown in every message
-    label: str                      # "--out", "--json", "GITHUB_STEP_SUMMARY", "sidecar of --out" ...
-    kind: str                       # "file", "dir" or "append"
+    path: Path  # as given: shown in every message
+    label: str  # "--out", "--json", "GITHUB_STEP_SUMMARY", "sidecar of --out" ...
+    kind: str  # "file", "dir" or "append"
     owned: Owned | None = None
     exists_ok: bool = False
-    staged: Path | None = None      # the temporary name once something was written
-    nested: bool = False            # staged inside a private temporary directory (``staging(nested=True)``)
+    staged: Path | None = None  # the temporary name once something was written
+    nested: bool = False  # staged inside a private temporary directory (``staging(nested=True)``)
     text: list[str] = field(default_factory=list)  # what an "append" output receives on commit
 
     @property
@@ -194,7 +196,7 @@ def _append(path: Path, data: bytes) -> None:
         start = os.lseek(fd, 0, os.SEEK_END) if regular else 0
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     except OSError:
         try:
             if not existed:
@@ -235,8 +237,15 @@ class OutputPlan:
         """Declare an input; a directory makes everything inside it an input too."""
         self._inputs.append(Path(path))
 
-    def add(self, path: str | Path, label: str = "", *, kind: str = "file", owned: Owned | None = None,
-            exists_ok: bool = False) -> Path:
+    def add(
+        self,
+        path: str | Path,
+        label: str = "",
+        *,
+        kind: str = "file",
+        owned: Owned | None = None,
+        exists_ok: bool = False,
+    ) -> Path:
         """Declare an output; returns it as a Path. ``label`` names it in messages (the
         option, e.g. ``--json``). ``kind`` is ``file``, ``dir`` (built whole, then renamed;
         ``owned`` says which entries ``force`` may replace) or ``append``. ``exists_ok``:
@@ -274,16 +283,21 @@ class OutputPlan:
                         raise UsageError(f"{output.name}: contains the input {given}; write the output elsewhere")
                 for given, runset in runsets:
                     if candidate == runset or _inside(candidate, runset):
-                        raise UsageError(f"{output.name}: lies inside the run set {_shown(runset)} of the input {given}; "
-                                         "write the output elsewhere")
-            for given, source in inputs:  # a hard link into an input directory is a file of that input
+                        raise UsageError(
+                            f"{output.name}: lies inside the run set {_shown(runset)} of the input {given}; "
+                            "write the output elsewhere"
+                        )
+            for _given, source in inputs:  # a hard link into an input directory is a file of that input
                 if source.is_dir() and (twin := _hard_link_to(real, source)) is not None:
-                    raise UsageError(f"{output.name}: is the input {_shown(twin)} (a hard link to it); "
-                                     "write the output elsewhere")
+                    raise UsageError(
+                        f"{output.name}: is the input {_shown(twin)} (a hard link to it); write the output elsewhere"
+                    )
             for other, other_real in seen:
                 if real == other_real:
                     raise UsageError(f"{output.name}: is also {other.name}; give them different paths")
-                if (other.kind == "dir" and _inside(real, other_real)) or (output.kind == "dir" and _inside(other_real, real)):
+                if (other.kind == "dir" and _inside(real, other_real)) or (
+                    output.kind == "dir" and _inside(other_real, real)
+                ):
                     raise UsageError(f"{output.name}: overlaps {other.name}; give them separate paths")
             seen.append((output, real))
         for output in self._outputs:  # collisions first: they are named whatever else is wrong
@@ -300,8 +314,10 @@ class OutputPlan:
         if not os.path.lexists(path):
             return
         if output.kind != "append" and _special(path):
-            raise UsageError(f"{output.name}: is not a regular file (a device, FIFO or socket); "
-                             "stabcli writes only regular files and directories")
+            raise UsageError(
+                f"{output.name}: is not a regular file (a device, FIFO or socket); "
+                "stabcli writes only regular files and directories"
+            )
         if output.kind == "append":
             if path.is_dir():
                 raise UsageError(f"{output.name}: is a directory")
@@ -319,8 +335,10 @@ class OutputPlan:
                 raise UsageError(f"{output.name}: is a symlink; stabcli replaces only directories it wrote")
             foreign = foreign_entry(path, output.owned or (lambda rel, is_dir: False))
             if foreign is not None:
-                raise UsageError(f"{output.name}: holds {foreign}, which stabcli did not write; "
-                                 f"refusing to replace it even with --force")
+                raise UsageError(
+                    f"{output.name}: holds {foreign}, which stabcli did not write; "
+                    f"refusing to replace it even with --force"
+                )
 
     # -- writing -------------------------------------------------------------------------
     def _find(self, path: str | Path) -> _Output:

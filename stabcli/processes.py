@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -24,7 +25,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 
@@ -79,10 +81,8 @@ def script_preexec() -> None:
 
 def kill_group(pgid: int) -> None:
     """SIGKILL process group ``pgid``; quiet when it is already gone."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 SCRIPT_TOKEN = "STABCLI_SCRIPT"  # environment variable naming the script a process descends from
@@ -124,10 +124,8 @@ def kill_marked(token: str, rounds: int = 20, var: str = SCRIPT_TOKEN) -> None:
         if not pids:
             return
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         time.sleep(0.01)
 
 
@@ -186,7 +184,5 @@ def kill_pool_workers(executor: Any) -> None:
         kill()
         return
     for process in list((getattr(executor, "_processes", None) or {}).values()):
-        try:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             process.kill()
-        except (OSError, ValueError, AttributeError):
-            pass

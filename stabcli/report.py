@@ -26,10 +26,12 @@ NO_LOSS = "the model reports no training loss"
 def verdict(report: AuditReport) -> str:
     """One line: e.g. ``coordinates: 91% noise (pure noise: 90%) · … · neighbours: 62% stable``."""
     rep = report.representation
-    line = (f"coordinates: {_pct(rep.noise_share)} noise (pure noise: {_pct(rep.noise_share_independent)}) · "
-            f"aligned: {_pct(rep.aligned_noise_share)} noise · "
-            f"inner products: {_pct(rep.inner_product_noise_share)} noise · "
-            f"neighbours: {_pct(rep.knn_overlap)} stable (chance: {_pct(rep.knn_chance)})")
+    line = (
+        f"coordinates: {_pct(rep.noise_share)} noise (pure noise: {_pct(rep.noise_share_independent)}) · "
+        f"aligned: {_pct(rep.aligned_noise_share)} noise · "
+        f"inner products: {_pct(rep.inner_product_noise_share)} noise · "
+        f"neighbours: {_pct(rep.knn_overlap)} stable (chance: {_pct(rep.knn_chance)})"
+    )
     transform = featurized_text(report)
     return line + (f" · {transform}" if transform else "")
 
@@ -63,15 +65,33 @@ def metric_rows(report: AuditReport) -> list[tuple[str, str, str]]:
     rep = report.representation
     ratio = rep.inner_to_coordinate_ratio
     return [
-        ("noise share (coordinates)", _pct(rep.noise_share),
-         "share of coordinate energy that is run-to-run variance; 0 = identical runs, "
-         f"{_pct(rep.noise_share_independent)} = pure noise ((R−1)/R)"),
-        ("aligned noise share", _pct(rep.aligned_noise_share), f"after Procrustes to the consensus ({rep.procrustes_iterations} iterations): noise no rotation explains"),
-        ("inner-product noise share", _pct(rep.inner_product_noise_share),
-         f"same share on cosine similarities of {rep.inner_product_pairs:,} key pairs"
-         + (f"; {ratio:.3g}× the coordinate share" if ratio is not None else "")),
-        (f"k-NN overlap@{rep.knn_k}", _num(rep.knn_overlap, 3), f"shared neighbours between runs, {rep.knn_queries:,} queries (chance {rep.knn_chance:.2g})"),
-        ("PIP loss", _num(rep.pip_loss), f"‖H_r H_rᵀ − H_s H_sᵀ‖_F; relative to ‖HHᵀ‖_F: {_num(rep.pip_loss_relative, 3)}"),
+        (
+            "noise share (coordinates)",
+            _pct(rep.noise_share),
+            "share of coordinate energy that is run-to-run variance; 0 = identical runs, "
+            f"{_pct(rep.noise_share_independent)} = pure noise ((R−1)/R)",
+        ),
+        (
+            "aligned noise share",
+            _pct(rep.aligned_noise_share),
+            f"after Procrustes to the consensus ({rep.procrustes_iterations} iterations): noise no rotation explains",
+        ),
+        (
+            "inner-product noise share",
+            _pct(rep.inner_product_noise_share),
+            f"same share on cosine similarities of {rep.inner_product_pairs:,} key pairs"
+            + (f"; {ratio:.3g}× the coordinate share" if ratio is not None else ""),
+        ),
+        (
+            f"k-NN overlap@{rep.knn_k}",
+            _num(rep.knn_overlap, 3),
+            f"shared neighbours between runs, {rep.knn_queries:,} queries (chance {rep.knn_chance:.2g})",
+        ),
+        (
+            "PIP loss",
+            _num(rep.pip_loss),
+            f"‖H_r H_rᵀ − H_s H_sᵀ‖_F; relative to ‖HHᵀ‖_F: {_num(rep.pip_loss_relative, 3)}",
+        ),
         ("linear CKA", _num(rep.cka, 4), "1 = same representation up to rotation and scale"),
         ("eigenspace overlap", _num(rep.eigenspace_overlap, 4), "overlap of left singular spaces; 1 = same span"),
         ("semantic displacement", _num(rep.semantic_displacement, 3), "mean cosine distance after pairwise Procrustes"),
@@ -86,11 +106,14 @@ def sparkline(counts: list[int]) -> str:
 def input_line(report: AuditReport, markdown: bool = False) -> str:
     inp = report.input
     if markdown:
-        return (f"{inp.runs} runs × {inp.keys:,} keys × {inp.dim} dims"
-                + (f"; {inp.dropped_keys:,} keys not in every run left out" if inp.dropped_keys else ""))
-    return (f"{inp.runs} runs × {inp.keys:,} keys × {inp.dim} dims"
-            + (f" ({inp.dropped_keys:,} keys not in every run left out)" if inp.dropped_keys else "")
-            + (" · rows L2-normalized" if inp.normalized else ""))
+        return f"{inp.runs} runs × {inp.keys:,} keys × {inp.dim} dims" + (
+            f"; {inp.dropped_keys:,} keys not in every run left out" if inp.dropped_keys else ""
+        )
+    return (
+        f"{inp.runs} runs × {inp.keys:,} keys × {inp.dim} dims"
+        + (f" ({inp.dropped_keys:,} keys not in every run left out)" if inp.dropped_keys else "")
+        + (" · rows L2-normalized" if inp.normalized else "")
+    )
 
 
 LEAST_STABLE_TITLE = "Least stable keys (top {n} by relative instability: the key's own aligned noise share)"
@@ -103,10 +126,25 @@ def least_stable_table(report: AuditReport) -> tuple[list[str], list[list[str]]]
     items = rep.least_stable
     named = any(i.name is not None for i in items)
     counted = any(i.frequency is not None for i in items)
-    headers = ["key", *(["name"] if named else []), *(["frequency"] if counted else []),
-               "relative instability", "aligned variance", f"k-NN overlap@{rep.knn_k}"]
-    rows = [[i.key, *([i.name or ""] if named else []), *([_num(i.frequency)] if counted else []),
-             _pct(i.relative_instability), _num(i.aligned_variance), _num(i.knn_overlap, 3)] for i in items]
+    headers = [
+        "key",
+        *(["name"] if named else []),
+        *(["frequency"] if counted else []),
+        "relative instability",
+        "aligned variance",
+        f"k-NN overlap@{rep.knn_k}",
+    ]
+    rows = [
+        [
+            i.key,
+            *([i.name or ""] if named else []),
+            *([_num(i.frequency)] if counted else []),
+            _pct(i.relative_instability),
+            _num(i.aligned_variance),
+            _num(i.knn_overlap, 3),
+        ]
+        for i in items
+    ]
     return headers, rows
 
 
@@ -116,14 +154,24 @@ def convergence_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
     tr = report.training
     with_loss = tr.reports_loss
     with_variance = any(row.variance_mean is not None for row in tr.by_epoch)
-    headers = ["epoch", *(["mean loss"] if with_loss else []), "noise share",
-               *(["variance mean", "variance per dim (min · median · max)"] if with_variance else [])]
+    headers = [
+        "epoch",
+        *(["mean loss"] if with_loss else []),
+        "noise share",
+        *(["variance mean", "variance per dim (min · median · max)"] if with_variance else []),
+    ]
     rows = []
     for row in tr.by_epoch:
         q = row.variance_quantiles
         spread = "—" if q is None else f"{_num(q.min, 3)} · {_num(q.median, 3)} · {_num(q.max, 3)}"
-        rows.append([str(row.epoch), *([_num(row.loss_mean)] if with_loss else []), _pct(row.noise_share),
-                     *([_num(row.variance_mean), spread] if with_variance else [])])
+        rows.append(
+            [
+                str(row.epoch),
+                *([_num(row.loss_mean)] if with_loss else []),
+                _pct(row.noise_share),
+                *([_num(row.variance_mean), spread] if with_variance else []),
+            ]
+        )
     return headers, rows
 
 
@@ -133,8 +181,12 @@ def _print_titled(console: Console, title: str, table: Table) -> None:
     console.print(table)
 
 
-def _rich_table(headers: list[str], rows: list[list[str]], right_from: int = 1,
-                style: Callable[[list[str]], str | None] | None = None) -> Table:
+def _rich_table(
+    headers: list[str],
+    rows: list[list[str]],
+    right_from: int = 1,
+    style: Callable[[list[str]], str | None] | None = None,
+) -> Table:
     table = Table()
     for i, header in enumerate(headers):
         table.add_column(header, justify="right" if i >= right_from else "left")
@@ -161,20 +213,30 @@ def render_terminal(report: AuditReport, console: Console) -> None:
         table.add_row(*_plain(list(row)))
     _print_titled(console, "Representation stability", table)
     hist = rep.noise_share_histogram
-    console.print(f"per-dimension noise share, 0 → 1: [bold]{sparkline(hist.counts)}[/]  counts {hist.counts}",
-                  highlight=False, soft_wrap=True)
+    console.print(
+        f"per-dimension noise share, 0 → 1: [bold]{sparkline(hist.counts)}[/]  counts {hist.counts}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
     if rep.least_stable:
         headers, rows = least_stable_table(report)
-        _print_titled(console, LEAST_STABLE_TITLE.format(n=len(rows)),
-                      _rich_table(headers, rows, right_from=2 if "name" in headers else 1))
+        _print_titled(
+            console,
+            LEAST_STABLE_TITLE.format(n=len(rows)),
+            _rich_table(headers, rows, right_from=2 if "name" in headers else 1),
+        )
 
     if tr.by_epoch:
         headers, rows = convergence_table(report)
         _print_titled(console, "Training convergence", _rich_table(headers, rows, right_from=0))
     if tr.final_loss_mean is not None:
-        console.print(f"final loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
-                      f"CV {_num(tr.final_loss_cv, 3)}", highlight=False, soft_wrap=True)
+        console.print(
+            f"final loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
+            f"CV {_num(tr.final_loss_cv, 3)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     elif report.input.source is not None and not tr.reports_loss:
         console.print(NO_LOSS, style="dim", highlight=False)
     if report.downstream:
@@ -186,8 +248,9 @@ def render_downstream(ds: DownstreamSection, console: Console) -> None:
     headers, rows = downstream_table(ds)
     table = Table(title="Downstream fluctuation across runs", title_justify="left", box=box.SIMPLE_HEAD)
     for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=i > 0,
-                         overflow="fold" if i == 0 else "ellipsis")
+        table.add_column(
+            header, justify="left" if i == 0 else "right", no_wrap=i > 0, overflow="fold" if i == 0 else "ellipsis"
+        )
     chosen = ds.recommendation.variant
     for row in rows:
         table.add_row(*_plain(row), style="bold green" if row[0] == chosen else None)
@@ -211,38 +274,60 @@ def downstream_table(ds: DownstreamSection) -> tuple[list[str], list[list[str]]]
     classification = ds.task == "classification"
     metrics = ("accuracy", "f1_macro") if classification else ("r2", "rmse")
     primary = metrics[0]
-    headers = ["variant", "dims", *(("accuracy", "macro-F1") if classification else ("R²", "RMSE")),
-               "churn", "stale " + ("acc." if classification else "R²"), "drop"]
+    headers = [
+        "variant",
+        "dims",
+        *(("accuracy", "macro-F1") if classification else ("R²", "RMSE")),
+        "churn",
+        "stale " + ("acc." if classification else "R²"),
+        "drop",
+    ]
     rows = []
     for name, entry in ds.variants.items():
         churn = entry.churn
-        rows.append([
-            name, str(entry.dim), *(_mean_std(entry, metric) for metric in metrics),
-            "—" if churn is None else (f"{churn:.1%}" if classification else f"{churn:.3f}"),
-            _fixed(entry.metric(f"stale_{primary}_mean")), _fixed(entry.stale_drop),
-        ])
+        rows.append(
+            [
+                name,
+                str(entry.dim),
+                *(_mean_std(entry, metric) for metric in metrics),
+                "—" if churn is None else (f"{churn:.1%}" if classification else f"{churn:.3f}"),
+                _fixed(entry.metric(f"stale_{primary}_mean")),
+                _fixed(entry.stale_drop),
+            ]
+        )
     return headers, rows
 
 
 def downstream_notes(ds: DownstreamSection) -> list[str]:
     """Lines under the table: the protocol in one line, baselines, warnings."""
-    notes = [f"{ds.model} on {Path(ds.labels).name} ({ds.task}): {ds.train:,} train / {ds.test:,} test keys, "
-             f"one split (seed {ds.split_seed}) for every run; mean (std over runs); stale = the model of "
-             f"{ds.reference} applied unchanged to the other runs"]
+    notes = [
+        f"{ds.model} on {Path(ds.labels).name} ({ds.task}): {ds.train:,} train / {ds.test:,} test keys, "
+        f"one split (seed {ds.split_seed}) for every run; mean (std over runs); stale = the model of "
+        f"{ds.reference} applied unchanged to the other runs"
+    ]
     if ds.task == "regression":
         notes.append("churn = root-mean-square difference between two runs' predictions, in label units")
     if ds.majority_accuracy is not None:
-        notes.append(f"{ds.classes} classes; always predicting the majority class scores accuracy {ds.majority_accuracy:.3f}")
+        notes.append(
+            f"{ds.classes} classes; always predicting the majority class scores accuracy {ds.majority_accuracy:.3f}"
+        )
     if ds.skipped_keys:
         notes.append(f"{ds.skipped_keys:,} keys have no label and were skipped")
     if ds.not_converged:
-        notes.append(f"warning: {ds.not_converged} fits stopped before the solver converged; their spread includes solver noise")
+        notes.append(
+            f"warning: {ds.not_converged} fits stopped before the solver converged; their spread includes solver noise"
+        )
     return notes
 
 
-COMPARED = [("noise_share", "coordinate noise", _pct), ("aligned_noise_share", "aligned noise", _pct),
-            ("inner_product_noise_share", "inner-product noise", _pct), ("knn_overlap", "k-NN overlap", lambda v: _num(v, 3)),
-            ("cka", "linear CKA", lambda v: _num(v, 4)), ("semantic_displacement", "semantic displacement", lambda v: _num(v, 3))]
+COMPARED = [
+    ("noise_share", "coordinate noise", _pct),
+    ("aligned_noise_share", "aligned noise", _pct),
+    ("inner_product_noise_share", "inner-product noise", _pct),
+    ("knn_overlap", "k-NN overlap", lambda v: _num(v, 3)),
+    ("cka", "linear CKA", lambda v: _num(v, 4)),
+    ("semantic_displacement", "semantic displacement", lambda v: _num(v, 3)),
+]
 
 
 def comparison_table(reports: dict[str, AuditReport]) -> Table:
@@ -260,7 +345,9 @@ def render_checks(report: AuditReport, console: Console) -> None:
     """Checks last, failed ones in red, so CI logs end with what failed."""
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
         mark = Text("PASS", style="green") if check.passed else Text("FAIL", style="bold red")
-        console.print(Text.assemble(mark, f" {check.name} (value {_num(check.value)})"), highlight=False, soft_wrap=True)
+        console.print(
+            Text.assemble(mark, f" {check.name} (value {_num(check.value)})"), highlight=False, soft_wrap=True
+        )
 
 
 def _md_table(headers: list[str], rows: list[list[str]], code_first: bool = True) -> list[str]:
@@ -291,8 +378,11 @@ def render_markdown(report: AuditReport) -> str:
         headers, rows = convergence_table(report)
         lines += ["", "Training convergence:", ""] + _md_table(headers, rows, code_first=False)
     if tr.final_loss_mean is not None:
-        lines += ["", f"Final training loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
-                      f"CV {_num(tr.final_loss_cv, 3)}."]
+        lines += [
+            "",
+            f"Final training loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
+            f"CV {_num(tr.final_loss_cv, 3)}.",
+        ]
     elif report.input.source is not None and not tr.reports_loss:
         lines += ["", NO_LOSS.capitalize() + "."]
     if report.downstream:
@@ -372,11 +462,22 @@ def write_plots(report: AuditReport, directory: Path) -> list[Path]:
 def _fig1c(plt: Any, rows: list[EpochRow]) -> Any:
     """The paper's Fig. 1c: the distribution over dimensions of the across-run variance,
     one box per epoch, with the noise share per epoch below."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(5, 0.45 * len(rows) + 2), 5.5), sharex=True,
-                                      gridspec_kw={"height_ratios": [2, 1]})
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(max(5, 0.45 * len(rows) + 2), 5.5), sharex=True, gridspec_kw={"height_ratios": [2, 1]}
+    )
     boxes = [(r, q) for r in rows if (q := r.variance_quantiles) is not None]
-    stats = [{"label": str(r.epoch), "whislo": q.min, "q1": q.q25, "med": q.median, "q3": q.q75, "whishi": q.max,
-              "mean": r.variance_mean} for r, q in boxes]
+    stats = [
+        {
+            "label": str(r.epoch),
+            "whislo": q.min,
+            "q1": q.q25,
+            "med": q.median,
+            "q3": q.q75,
+            "whishi": q.max,
+            "mean": r.variance_mean,
+        }
+        for r, q in boxes
+    ]
     positions = [r.epoch for r, _ in boxes]
     top.bxp(stats, positions=positions, showfliers=False, showmeans=True)
     top.set(ylabel="variance per dimension", title="Across-run variance by epoch (Fig. 1c)")
@@ -392,8 +493,9 @@ def _fig2(plt: Any, ds: DownstreamSection) -> Any:
     for x, name in enumerate(names):
         values = ds.variants[name].metric(f"{primary}_by_run")
         offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [0.0]
-        ax.scatter(x + np.asarray(offsets), values, s=18, color="#4c72b0", alpha=0.8,
-                   marker="o" if len(values) > 1 else "D")
+        ax.scatter(
+            x + np.asarray(offsets), values, s=18, color="#4c72b0", alpha=0.8, marker="o" if len(values) > 1 else "D"
+        )
         ax.hlines(np.mean(values), x - 0.3, x + 0.3, color="#c44e52")
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
     ax.set(ylabel=label, title="Downstream metric per run (one dot per run, line = mean)")

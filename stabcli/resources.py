@@ -50,13 +50,15 @@ def require_memory(param: str, needed: float, what: str) -> None:
     available now; silent when the available memory is unknown."""
     available = available_memory()
     if available is not None and needed > available:
-        raise OptionError(param, f"{what} needs about {human_bytes(needed)}, but only "
-                                 f"{human_bytes(available)} of memory is available")
+        raise OptionError(
+            param, f"{what} needs about {human_bytes(needed)}, but only {human_bytes(available)} of memory is available"
+        )
 
 
 def require_disk(param: str, needed: float, where: Path, what: str) -> None:
     """OptionError naming ``param`` when ``needed`` bytes exceed the free space at ``where``."""
     free = free_disk(where)
     if free is not None and needed > free:
-        raise OptionError(param, f"{what} needs about {human_bytes(needed)} on disk, but only "
-                                 f"{human_bytes(free)} is free at {where}")
+        raise OptionError(
+            param, f"{what} needs about {human_bytes(needed)} on disk, but only {human_bytes(free)} is free at {where}"
+        )

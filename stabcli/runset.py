@@ -34,10 +34,11 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -129,8 +130,10 @@ def check_entries(root: Path, *, writing: bool = True) -> None:
         if kind is None:
             continue
         if writing and path.is_symlink():
-            raise RunSetError(f"{path}: a symbolic link where stabcli writes a {'directory' if kind == 'dir' else 'file'}; "
-                              "move it away")
+            raise RunSetError(
+                f"{path}: a symbolic link where stabcli writes a {'directory' if kind == 'dir' else 'file'}; "
+                "move it away"
+            )
         if kind == "dir" and not path.is_dir():
             raise RunSetError(f"{path}: expected a directory (stabcli's run layout), found a file; move it away")
         if kind == "file" and path.is_dir():
@@ -160,8 +163,10 @@ def check_input_outside(root: Path, path: str | Path, what: str) -> None:
         return
     if not relative.parts or entry_kind(relative.parts[0]) is not None:
         entry = Path(root, *relative.parts[:1])
-        raise UsageError(f"{path}: the {what} lies at {entry}, which stabcli writes or removes in {root}; "
-                         "move it out or choose another --out")
+        raise UsageError(
+            f"{path}: the {what} lies at {entry}, which stabcli writes or removes in {root}; "
+            "move it out or choose another --out"
+        )
 
 
 def check_removable_runset(root: Path) -> None:
@@ -172,7 +177,9 @@ def check_removable_runset(root: Path) -> None:
         raise RunSetError(f"{root}: not a run set directory stabcli wrote; move it away")
     foreign = foreign_entries(root)
     if foreign:
-        raise RunSetError(f"{root}: holds {foreign[0].name}, which stabcli did not write; move it away or choose another --out")
+        raise RunSetError(
+            f"{root}: holds {foreign[0].name}, which stabcli did not write; move it away or choose another --out"
+        )
     check_entries(root)
 
 
@@ -215,8 +222,14 @@ def _load_json(path: Path) -> Any:
 
 
 _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    "config": (dict, type(None)), "corpus": (dict, type(None)), "runs": (dict,), "seeds": (list,),
-    "seed": (int,), "stabcli_version": (str,), "created": (str,), "updated": (str,),
+    "config": (dict, type(None)),
+    "corpus": (dict, type(None)),
+    "runs": (dict,),
+    "seeds": (list,),
+    "seed": (int,),
+    "stabcli_version": (str,),
+    "created": (str,),
+    "updated": (str,),
 }
 
 
@@ -274,8 +287,10 @@ def check_keys(keys: Sequence[str], where: str) -> None:
 
 def check_losses(losses: Any, where: str) -> list[float | None]:
     """A per-epoch loss list (numbers or null, all finite), or ValueError saying why not."""
-    if not (isinstance(losses, list) and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-                                             for v in losses)):
+    if not (
+        isinstance(losses, list)
+        and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in losses)
+    ):
         raise InputError(f"{where}: expected a list of per-epoch losses (numbers or null)")
     if any(v is not None and not math.isfinite(v) for v in losses):
         raise InputError(f"{where}: contains a non-finite loss")
@@ -304,7 +319,7 @@ class RunSet:
     runs: list[int]
 
     @classmethod
-    def open(cls, root: str | Path) -> "RunSet":
+    def open(cls, root: str | Path) -> RunSet:
         root = Path(root)
         manifest = read_manifest(root)
         check_entries(root, writing=False)
@@ -343,7 +358,7 @@ class RunSet:
             raise InputError(f"{path}: expected one non-negative integer per line") from None
         if len(counts) != len(keys) or any(c < 0 for c in counts):
             raise InputError(f"{path}: {len(counts)} counts for {len(keys)} keys in {self.root / KEYS}")
-        return dict(zip(keys, counts))
+        return dict(zip(keys, counts, strict=False))
 
     def checkpoints(self, index: int) -> list[Path]:
         """Per-epoch snapshot files of run ``index``, in epoch order."""
@@ -357,8 +372,16 @@ class RunSet:
 # ---------------------------------------------------------------- writing
 
 
-def write_run(run: Path, vectors: np.ndarray, keys: Sequence[str], *, shared_keys: Sequence[str] | None = None,
-              losses: list[float | None] | None = None, log: str | None = None, name: str | None = None) -> None:
+def write_run(
+    run: Path,
+    vectors: np.ndarray,
+    keys: Sequence[str],
+    *,
+    shared_keys: Sequence[str] | None = None,
+    losses: list[float | None] | None = None,
+    log: str | None = None,
+    name: str | None = None,
+) -> None:
     """Write one run's files into ``run`` (a partial directory of a trainer, or a run of a
     featurized run set): ``vectors.npy`` (float32), ``keys.txt`` unless the keys equal the
     run set's shared keys, ``losses.json`` and ``log.txt`` when given.
@@ -391,14 +414,16 @@ def prepare_out_dir(root: Path) -> None:
     """Create ``root`` for a pretrain, or accept it when it is a run set or holds only
     what stabcli writes (a setup killed before the manifest existed). A directory with
     any other file and no manifest is refused, naming one such file."""
-    if root.is_symlink() and not root.is_dir() or root.exists() and not root.is_dir():
+    if (root.is_symlink() and not root.is_dir()) or (root.exists() and not root.is_dir()):
         raise UsageError(f"--out {root}: exists and is not a directory")
     if root.is_dir():
         if not (root / MANIFEST).exists():
             foreign = foreign_entries(root)
             if foreign:
-                raise RunSetError(f"{root}: directory exists, is not empty and is not a run set (it holds "
-                                  f"{foreign[0].name}); choose another --out")
+                raise RunSetError(
+                    f"{root}: directory exists, is not empty and is not a run set (it holds "
+                    f"{foreign[0].name}); choose another --out"
+                )
         check_entries(root)
         return
     try:
@@ -421,7 +446,7 @@ class RunSetWriter:
         self.manifest: dict[str, Any] = {}
         self.attempt = new_attempt_id()
 
-    def __enter__(self) -> "RunSetWriter":
+    def __enter__(self) -> RunSetWriter:
         prepare_out_dir(self.root)
         self.lock.__enter__()
         kill_orphans_of(str(self.root.resolve()))  # scripts of a pretrain killed by kill -9
@@ -437,8 +462,11 @@ class RunSetWriter:
         now = _now()
         if (self.root / MANIFEST).exists():
             old = read_manifest(self.root)
-            old_identity = {"config": old.get("config"), "corpus_sha256": (old.get("corpus") or {}).get("sha256"),
-                            "seed": old.get("seed")}
+            old_identity = {
+                "config": old.get("config"),
+                "corpus_sha256": (old.get("corpus") or {}).get("sha256"),
+                "seed": old.get("seed"),
+            }
             if old_identity == identity:
                 old.update(updated=now, stabcli_version=info["stabcli_version"])
                 if info.get("corpus"):
@@ -447,11 +475,21 @@ class RunSetWriter:
                 self.manifest = old
                 return old
             if not force:
-                raise RunSetError(f"{self.root}: made with a different configuration ({_describe_diff(old_identity, identity)}); "
-                                  "use --force to replace its runs, or another --out")
+                raise RunSetError(
+                    f"{self.root}: made with a different configuration ({_describe_diff(old_identity, identity)}); "
+                    "use --force to replace its runs, or another --out"
+                )
         remove_stabcli_entries(self.root, keep=[LOCK])
-        self.manifest = {"schema_version": SCHEMA_VERSION, **info, "created": now, "updated": now,
-                         "config": identity["config"], "seed": identity["seed"], "seeds": [], "runs": {}}
+        self.manifest = {
+            "schema_version": SCHEMA_VERSION,
+            **info,
+            "created": now,
+            "updated": now,
+            "config": identity["config"],
+            "seed": identity["seed"],
+            "seeds": [],
+            "runs": {},
+        }
         self.save()
         return self.manifest
 
@@ -555,7 +593,7 @@ class RunSetLock:
         self.path = root / LOCK
         self._fd: int | None = None
 
-    def __enter__(self) -> "RunSetLock":
+    def __enter__(self) -> RunSetLock:
         if self.path.is_dir() and not self.path.is_symlink():
             raise RunSetError(f"{self.path}: expected a lock file, found a directory; move it away")
         for _ in range(50):
@@ -569,7 +607,9 @@ class RunSetLock:
                 except FileNotFoundError:
                     continue  # removed meanwhile: try again
                 except OSError as exc:  # a symlink (ELOOP), a FIFO...
-                    raise RunSetError(f"{self.path}: not a lock file stabcli wrote ({exc.strerror}); move it away") from None
+                    raise RunSetError(
+                        f"{self.path}: not a lock file stabcli wrote ({exc.strerror}); move it away"
+                    ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -21,44 +21,49 @@ from __future__ import annotations
 import _compat_pickle
 import pickle
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from stabcli.errors import InputError
 
 # gensim objects: created only by NEWOBJ (cls.__new__(cls)) and filled by BUILD
-MODEL_CLASSES: frozenset[tuple[str, str]] = frozenset({
-    ("gensim.models.keyedvectors", "KeyedVectors"),
-    ("gensim.models.word2vec", "Word2Vec"),
-    ("gensim.models.doc2vec", "Doc2Vec"),
-    ("gensim.models.fasttext", "FastText"),
-    ("gensim.models.fasttext", "FastTextKeyedVectors"),
-})
+MODEL_CLASSES: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("gensim.models.keyedvectors", "KeyedVectors"),
+        ("gensim.models.word2vec", "Word2Vec"),
+        ("gensim.models.doc2vec", "Doc2Vec"),
+        ("gensim.models.fasttext", "FastText"),
+        ("gensim.models.fasttext", "FastTextKeyedVectors"),
+    }
+)
 
 # everything else a gensim 4.x save() references; none of them can touch files or run code
-HELPERS: frozenset[tuple[str, str]] = frozenset({
-    ("gensim.utils", "call_on_class_only"),  # stored as the instances' `load` attribute
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "_reconstruct"),  # files written under numpy 1.x
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy.random._pickle", "__randomstate_ctor"),
-    ("numpy.random._pickle", "__bit_generator_ctor"),
-    ("numpy.random._pickle", "__generator_ctor"),
-    ("numpy.random._mt19937", "MT19937"),
-    ("collections", "defaultdict"),
-    ("collections", "OrderedDict"),
-    ("builtins", "int"),
-    ("builtins", "float"),
-    ("builtins", "hash"),  # Word2Vec.hashfxn
-    ("builtins", "set"),
-    ("builtins", "frozenset"),
-    ("builtins", "slice"),
-})
+HELPERS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("gensim.utils", "call_on_class_only"),  # stored as the instances' `load` attribute
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "_reconstruct"),  # files written under numpy 1.x
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy.random._pickle", "__randomstate_ctor"),
+        ("numpy.random._pickle", "__bit_generator_ctor"),
+        ("numpy.random._pickle", "__generator_ctor"),
+        ("numpy.random._mt19937", "MT19937"),
+        ("collections", "defaultdict"),
+        ("collections", "OrderedDict"),
+        ("builtins", "int"),
+        ("builtins", "float"),
+        ("builtins", "hash"),  # Word2Vec.hashfxn
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("builtins", "slice"),
+    }
+)
 
 ALLOWED: frozenset[tuple[str, str]] = MODEL_CLASSES | HELPERS
 
@@ -97,6 +102,7 @@ class _SealedFunction:
     attribute (``__defaults__``, ``__code__``...) to set."""
 
     __slots__ = ("_function",)
+    _function: Callable[..., Any]
 
     def __init__(self, function: Callable[..., Any]):
         object.__setattr__(self, "_function", function)
@@ -180,7 +186,9 @@ class _AllowListUnpickler(pickle.Unpickler):
     def __init__(self, file: Any):
         super().__init__(file, encoding="latin1")  # gensim's own unpickle() uses latin1
         self.stand_ins: dict[tuple[str, str], Any] = {
-            **_guarded(), ("gensim.utils", "call_on_class_only"): _call_on_class_only}
+            **_guarded(),
+            ("gensim.utils", "call_on_class_only"): _call_on_class_only,
+        }
 
     def find_class(self, module: str, name: str) -> Any:
         # Python 2 names (protocols 0-2), as pickle itself maps them, so the check sees real names
@@ -190,7 +198,9 @@ class _AllowListUnpickler(pickle.Unpickler):
             raise RefusedGlobal(module, name)
         if (module, name) not in self.stand_ins:
             found = super().find_class(module, name)
-            self.stand_ins[(module, name)] = _stand_in(found, module, name) if (module, name) in MODEL_CLASSES else found
+            self.stand_ins[(module, name)] = (
+                _stand_in(found, module, name) if (module, name) in MODEL_CLASSES else found
+            )
         return self.stand_ins[(module, name)]
 
     def made(self, obj: Any) -> bool:
@@ -220,8 +230,10 @@ def load_gensim(path: Path, trusted: bool = False) -> Any:
                 unpickler = _AllowListUnpickler(fh)
                 obj = unpickler.load()
     except RefusedGlobal as exc:
-        raise InputError(f"{path}: refusing to load {exc.qualname}: {exc.why}; "
-                         "pass --trust-pickle only for a file you trust (it can run any code)") from None
+        raise InputError(
+            f"{path}: refusing to load {exc.qualname}: {exc.why}; "
+            "pass --trust-pickle only for a file you trust (it can run any code)"
+        ) from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     except MemoryError:
@@ -254,8 +266,10 @@ def attach_arrays(obj: Any, path: Path, prefix: str, depth: int) -> None:
     for attrib in _names(path, state.get("__numpys", ())):
         array_path = Path(f"{prefix}.{attrib}.npy")
         if not array_path.is_file():
-            raise InputError(f"{array_path}: missing (gensim saved {attrib!r} of {path.name} there; "
-                             "keep the .npy files beside the model)")
+            raise InputError(
+                f"{array_path}: missing (gensim saved {attrib!r} of {path.name} there; "
+                "keep the .npy files beside the model)"
+            )
         try:
             state[attrib] = np.load(array_path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:

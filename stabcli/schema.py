@@ -35,8 +35,14 @@ import numpy as np
 from stabcli.errors import UsageError
 
 
-def doc(meaning: str, *, default: Any = MISSING, default_factory: Any = MISSING,
-        when: Callable[[Any], bool] | None = None, json: bool = True) -> Any:
+def doc(
+    meaning: str,
+    *,
+    default: Any = MISSING,
+    default_factory: Any = MISSING,
+    when: Callable[[Any], bool] | None = None,
+    json: bool = True,
+) -> Any:
     """A report field with its documented meaning.
 
     ``when(section)`` false leaves the key out of that section's JSON (e.g. regression
@@ -204,7 +210,11 @@ class Check:
 
 
 OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt,
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "<": operator.lt,
+    ">": operator.gt,
 }
 _CHECK_RE = re.compile(r"^\s*([^\s<>=]+)\s*(<=|>=|==|<|>)\s*([^\s<>=]+)\s*$")
 
@@ -224,8 +234,9 @@ def parse_check(expression: str) -> tuple[str, str, float]:
     return path, op, threshold
 
 
-def validate_checks(cls: type, expressions: Sequence[str],
-                    needs: Callable[[str], str | None] | None = None) -> list[tuple[str, str, float]]:
+def validate_checks(
+    cls: type, expressions: Sequence[str], needs: Callable[[str], str | None] | None = None
+) -> list[tuple[str, str, float]]:
     """Parse every expression and resolve its path against report type ``cls``, before any
     input is read. ``needs(path)`` names what the command lacks for that path (``"--labels
     FILE"``), or None; a lacking path is a UsageError."""
@@ -284,5 +295,7 @@ def evaluate_checks(report: Any, expressions: Sequence[str], cls: type | None = 
         path, op, threshold = parse_check(expression)
         value = resolve(report, path, cls)
         passed = value is not None and OPS[op](value, threshold)
-        results.append(Check(name=expression.strip(), path=path, op=op, value=value, threshold=threshold, passed=passed))
+        results.append(
+            Check(name=expression.strip(), path=path, op=op, value=value, threshold=threshold, passed=passed)
+        )
     return results

@@ -26,7 +26,9 @@ class InputSection:
     seed: int = doc("`--seed` of the sampled pairs and queries")
     featurized: dict[str, Any] | None = doc(
         "for a run set written by `stabcli featurize`: its transform (the sidecar: `dim`, `sigma`, `seed`, "
-        "`normalize`, `align_to`, `input`, …); null otherwise", default=None)
+        "`normalize`, `align_to`, `input`, …); null otherwise",
+        default=None,
+    )
 
 
 @dataclass(frozen=True)
@@ -41,11 +43,13 @@ class UnstableKey:
     name: str | None = doc("its display name from `--key-names` (null without)")
     frequency: int | None = doc("its training frequency (token count) from the run set, null where not recorded")
     aligned_variance: float | None = doc(
-        "mean over dimensions of its across-run variance after Procrustes (ddof=0); null beyond float64's range")
+        "mean over dimensions of its across-run variance after Procrustes (ddof=0); null beyond float64's range"
+    )
     mean_squared_norm: float | None = doc("mean over runs of its squared L2 norm; null beyond float64's range")
     relative_instability: float = doc(
         "aligned_variance × d / mean_squared_norm: the key's own aligned noise share (0 = identical in every run, "
-        "(R−1)/R = pure noise); the list is sorted by it, largest first")
+        "(R−1)/R = pure noise); the list is sorted by it, largest first"
+    )
     knn_overlap: float = doc("its k-NN overlap@k between runs")
 
 
@@ -53,11 +57,13 @@ class UnstableKey:
 class RepresentationSection:
     noise_share: float = doc("overall coordinate noise share: Σ Var_r / Σ E_r[H²]")
     noise_share_independent: float = doc(
-        "(R−1)/R, the noise share of runs that share nothing (pure noise), to read noise_share against")
+        "(R−1)/R, the noise share of runs that share nothing (pure noise), to read noise_share against"
+    )
     noise_share_per_dim: list[float] = doc("one share per dimension")
     noise_share_histogram: Histogram = doc("histogram of the per-dimension shares over [0, 1]")
     variance_per_dim: list[float | None] = doc(
-        "per dimension, mean over keys of Var_r (ddof=1) (paper Fig. 1a); null beyond float64's range")
+        "per dimension, mean over keys of Var_r (ddof=1) (paper Fig. 1a); null beyond float64's range"
+    )
     aligned_noise_share: float = doc("noise share after generalized Procrustes to the consensus")
     aligned_noise_share_per_dim: list[float] = doc("aligned share per dimension")
     procrustes_iterations: int = doc("generalized Procrustes iterations used")
@@ -91,7 +97,8 @@ class EpochRow:
     noise_share: float | None = doc("coordinate noise share of the epoch's `--checkpoints` snapshots (null without)")
     variance_mean: float | None = doc(
         "mean over keys and dimensions of the across-run variance (ddof=1) of the snapshots: the paper's Fig. 1c "
-        "quantity, equal to the mean of representation.variance_per_dim for the final vectors (null without)")
+        "quantity, equal to the mean of representation.variance_per_dim for the final vectors (null without)"
+    )
     variance_quantiles: Quantiles | None = doc("quantiles over dimensions of the per-dimension variance (null without)")
     loss_mean: float | None = doc("mean training loss over runs (null where no run reports one)")
 
@@ -121,8 +128,12 @@ class VariantResult:
     dim: int = doc("feature dimension of the variant")
     source: str = doc("`h`, `avg` or `aligned`")
     sigma: float | None = doc("σ for phi variants (else null)")
-    accuracy_mean: float | None = doc("classification: mean test accuracy over runs", default=None, when=_classification)
-    accuracy_std: float | None = doc("classification: its std (ddof=1; null for `avg`)", default=None, when=_classification)
+    accuracy_mean: float | None = doc(
+        "classification: mean test accuracy over runs", default=None, when=_classification
+    )
+    accuracy_std: float | None = doc(
+        "classification: its std (ddof=1; null for `avg`)", default=None, when=_classification
+    )
     accuracy_by_run: list[float] | None = doc("classification: one value per run", default=None, when=_classification)
     f1_macro_mean: float | None = doc("classification: mean macro-F1", default=None, when=_classification)
     f1_macro_std: float | None = doc("classification: its std", default=None, when=_classification)
@@ -133,10 +144,15 @@ class VariantResult:
     rmse_mean: float | None = doc("regression: mean test RMSE", default=None, when=_regression)
     rmse_std: float | None = doc("regression: its std", default=None, when=_regression)
     rmse_by_run: list[float] | None = doc("regression: per run", default=None, when=_regression)
-    churn: float | None = doc("mean over run pairs of the share of differing test predictions (regression: RMS "
-                              "difference); null for `avg`", default=None)
-    stale_accuracy_mean: float | None = doc("classification: the reference run's model applied to the other runs, "
-                                            "mean accuracy", default=None, when=_classification)
+    churn: float | None = doc(
+        "mean over run pairs of the share of differing test predictions (regression: RMS difference); null for `avg`",
+        default=None,
+    )
+    stale_accuracy_mean: float | None = doc(
+        "classification: the reference run's model applied to the other runs, mean accuracy",
+        default=None,
+        when=_classification,
+    )
     stale_r2_mean: float | None = doc("regression: the same in R²", default=None, when=_regression)
     stale_drop: float | None = doc("mean refit − stale metric", default=None)
 
@@ -162,18 +178,26 @@ class DownstreamSection:
     skipped_keys: int = doc("common keys without a label")
     min_class_size: int = doc("`--min-class-size`: smaller classes are dropped")
     feature_scale: float = doc("power of two the features were divided by before fitting (1.0 normally)")
-    label_scale: float = doc("power of two regression labels were divided by (1.0 normally; RMSE and churn "
-                             "are in label units)")
+    label_scale: float = doc(
+        "power of two regression labels were divided by (1.0 normally; RMSE and churn are in label units)"
+    )
     test_size: float = doc("`--test-size`")
     split_seed: int = doc("`--split-seed`")
     reference: str = doc("name of the `--reference` run")
     phi_seed: int = doc("seed of the random Fourier directions")
-    majority_accuracy: float | None = doc("accuracy of always predicting the most frequent training class (null for regression)")
+    majority_accuracy: float | None = doc(
+        "accuracy of always predicting the most frequent training class (null for regression)"
+    )
     not_converged: int = doc("fits whose solver stopped before converging (0 normally)")
-    variants: dict[str, VariantResult] = doc("one entry per variant, by name (`h`, `avg`, `aligned`, `phi:64`, `phi:64@0.5`, …)")
+    variants: dict[str, VariantResult] = doc(
+        "one entry per variant, by name (`h`, `avg`, `aligned`, `phi:64`, `phi:64@0.5`, …)"
+    )
     recommendation: Recommendation = doc("the most stable variant whose metric is within one std of the best")
-    dropped_classes: dict[str, int] = doc("classes with fewer labeled keys than `--min-class-size`, left out: class → "
-                                          "labeled keys (empty for regression)", default_factory=dict)
+    dropped_classes: dict[str, int] = doc(
+        "classes with fewer labeled keys than `--min-class-size`, left out: class → "
+        "labeled keys (empty for regression)",
+        default_factory=dict,
+    )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DownstreamSection:
@@ -203,5 +227,6 @@ class AuditReport:
     downstream: DownstreamSection | None = doc("downstream fluctuation across runs; null without `--labels`")
     checks: list[Check] = doc("the `--check` results, in the order given", default_factory=list)
     passed: bool = doc("true when every check passed (true without checks)", default=True)
-    key_stats: Any = doc("every key's numbers for --per-key (stabcli.audit.KeyStats); not in the JSON",
-                         default=None, json=False)
+    key_stats: Any = doc(
+        "every key's numbers for --per-key (stabcli.audit.KeyStats); not in the JSON", default=None, json=False
+    )

@@ -45,7 +45,9 @@ def check_encoding(param: str, encoding: object) -> str:
     try:
         info = codecs.lookup(encoding)
     except (LookupError, ValueError):  # ValueError: a name with a NUL character
-        raise OptionError(param, f"unknown encoding {encoding!r}; use a name such as utf-8, latin-1, cp1252 or utf-16") from None
+        raise OptionError(
+            param, f"unknown encoding {encoding!r}; use a name such as utf-8, latin-1, cp1252 or utf-16"
+        ) from None
     if not getattr(info, "_is_text_encoding", True):
         raise OptionError(param, f"{encoding!r} is not a text encoding; use a name such as utf-8, latin-1 or utf-16")
     return info.name
@@ -63,7 +65,9 @@ def check_regular_file(path: Path, what: str = "file") -> None:
     if stat.S_ISDIR(mode):
         raise InputError(f"{path}: is a directory, not a {what}")
     if not stat.S_ISREG(mode):
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+        kind = (
+            "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+        )
         raise InputError(f"{path}: is {kind}, not a regular file; write it to a regular file first")
 
 
@@ -106,8 +110,10 @@ def text_lines(path: str | Path, encoding: str = "utf-8") -> Iterator[tuple[int,
             final = not block
             if _ascii_compatible(codec) and b"\x00" in block:
                 nul_line = lineno + block[: block.index(b"\x00")].count(b"\n")
-                raise InputError(f"{path}:{nul_line}: contains NUL bytes; this looks like a binary file, not text "
-                                 f"(a UTF-16 file without a byte-order mark needs --encoding utf-16)")
+                raise InputError(
+                    f"{path}:{nul_line}: contains NUL bytes; this looks like a binary file, not text "
+                    f"(a UTF-16 file without a byte-order mark needs --encoding utf-16)"
+                )
             try:
                 text = decoder.decode(block, final)
             except UnicodeDecodeError as exc:
@@ -121,7 +127,9 @@ def text_lines(path: str | Path, encoding: str = "utf-8") -> Iterator[tuple[int,
                 pending = [parts.pop()] if parts[-1] else []
                 for line in parts:
                     if "\x00" in line:
-                        raise InputError(f"{path}:{lineno}: contains NUL characters; this looks like a binary file, not text")
+                        raise InputError(
+                            f"{path}:{lineno}: contains NUL characters; this looks like a binary file, not text"
+                        )
                     yield lineno, line[:-1] if line.endswith("\r") else line
                     lineno += 1
             if final:
@@ -141,8 +149,10 @@ def _decode_error(path: Path, codec: str, pending: str, lineno: int, exc: Unicod
         before = pending
     line = lineno + before.count("\n")
     column = len(before) - (before.rfind("\n") + 1) + 1
-    return InputError(f"{path}:{line}: not valid {codec} (byte 0x{data[exc.start]:02x} at column {column}); "
-                      f"re-encode the file or pass --encoding")
+    return InputError(
+        f"{path}:{line}: not valid {codec} (byte 0x{data[exc.start]:02x} at column {column}); "
+        f"re-encode the file or pass --encoding"
+    )
 
 
 @contextmanager

@@ -16,9 +16,10 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ class RunTask:
 
     index: int
     seed: int
-    config: "TrainConfig"
+    config: TrainConfig
     work: Path  # the partial directory of this attempt, created by the orchestrator
     keys_file: Path | None  # the run set's keys.txt (gensim)
     corpus_copy: Path | None  # the prepared corpus every gensim run reads
@@ -81,8 +82,14 @@ def execute(task: RunTask) -> RunResult:
         except MemoryError as exc:  # what the resource guard's estimate missed: this run fails, the others go on
             raise RunFailed(f"out of memory ({str(exc)[:200] or 'MemoryError'})") from None
     except RunFailed as exc:
-        return RunResult(task.index, task.seed, "failed", round(time.perf_counter() - start, 3), None,
-                         f"{run_name(task.index)}: {exc}")
+        return RunResult(
+            task.index,
+            task.seed,
+            "failed",
+            round(time.perf_counter() - start, 3),
+            None,
+            f"{run_name(task.index)}: {exc}",
+        )
     return RunResult(task.index, task.seed, "complete", round(time.perf_counter() - start, 3), final_loss)
 
 
@@ -127,8 +134,17 @@ def train_gensim(task: RunTask) -> float | None:
                 np.save(checkpoint_path(work, self.epoch), vectors)
             (work / PROGRESS).write_text(str(self.epoch))
 
-    common = dict(vector_size=config.dim, window=config.window, negative=config.negative, epochs=config.epochs,
-                  min_count=config.min_count, workers=1, seed=task.seed, callbacks=[EpochEnd()], **config.params)
+    common = dict(
+        vector_size=config.dim,
+        window=config.window,
+        negative=config.negative,
+        epochs=config.epochs,
+        min_count=config.min_count,
+        workers=1,
+        seed=task.seed,
+        callbacks=[EpochEnd()],
+        **config.params,
+    )
     handler = logging.FileHandler(work / LOG, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     gensim_logger = logging.getLogger("gensim")
@@ -224,7 +240,9 @@ class LogPump(threading.Thread):
                 break
             self._take(chunk)
         if self.dropped:
-            self.log.write(f"\n[stabcli: output truncated at {LOG_LIMIT:,} bytes; {self.dropped:,} more bytes dropped]\n".encode())
+            self.log.write(
+                f"\n[stabcli: output truncated at {LOG_LIMIT:,} bytes; {self.dropped:,} more bytes dropped]\n".encode()
+            )
             self.log.flush()
 
     def _take(self, chunk: bytes) -> None:
@@ -251,20 +269,30 @@ def train_script(task: RunTask) -> float | None:
     work = task.work
     out_dir = work / "output"
     out_dir.mkdir()
-    argv = script_argv(task.config.script or "", seed=task.seed, out=out_dir.resolve(), run=task.index, corpus=task.corpus)
+    argv = script_argv(
+        task.config.script or "", seed=task.seed, out=out_dir.resolve(), run=task.index, corpus=task.corpus
+    )
     with open(work / LOG, "wb") as log:
         log.write(("$ " + shlex.join(argv) + "\n").encode())
         log.flush()
         read_end, write_end = os.pipe()
         token = new_script_token()
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=write_end, stderr=write_end,
-                                    start_new_session=True, preexec_fn=script_preexec,
-                                    env={**os.environ, SCRIPT_TOKEN: token, RUN_SET_VAR: str(work.parent.resolve())})
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=write_end,
+                stderr=write_end,
+                start_new_session=True,
+                preexec_fn=script_preexec,
+                env={**os.environ, SCRIPT_TOKEN: token, RUN_SET_VAR: str(work.parent.resolve())},
+            )
         except OSError as exc:
             os.close(read_end)
             problem = "command not found" if isinstance(exc, FileNotFoundError) else "cannot run"
-            raise RunFailed(f"{problem}: {argv[0]}" + ("" if isinstance(exc, FileNotFoundError) else f" ({exc.strerror})")) from None
+            raise RunFailed(
+                f"{problem}: {argv[0]}" + ("" if isinstance(exc, FileNotFoundError) else f" ({exc.strerror})")
+            ) from None
         finally:
             os.close(write_end)
         live_groups.add(proc.pid, token)
@@ -289,7 +317,9 @@ def train_script(task: RunTask) -> float | None:
     if not found:
         raise RunFailed("script wrote no embedding file into {out} (.npy, .txt, .vec, .bin, .kv, .parquet)")
     if len(found) > 1:
-        raise RunFailed(f"script wrote {len(found)} embedding files into {{out}}; expected one ({', '.join(p.name for p in found)})")
+        raise RunFailed(
+            f"script wrote {len(found)} embedding files into {{out}}; expected one ({', '.join(p.name for p in found)})"
+        )
     try:
         embedding: Embedding = read_embedding(found[0])
         vectors = np.asarray(embedding.vectors, dtype=np.float32)

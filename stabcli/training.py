@@ -11,32 +11,70 @@ cluster elsewhere) and records each result; the trainers themselves live in
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
-from collections import Counter
 import multiprocessing
 import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from stabcli import __version__
 from stabcli.corpus import Corpus, CorpusOptions, file_sha256, read_corpus
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.processes import cpu_count, kill_pool_workers, live_groups, worker_init
 from stabcli.resources import require_disk, require_memory
-from stabcli.runset import (KEYS, PROGRESS, RunSetWriter, check_input_outside, check_keys, complete_runs, read_losses,
-                            run_name)
+from stabcli.runset import (
+    KEYS,
+    PROGRESS,
+    RunSetWriter,
+    check_input_outside,
+    check_keys,
+    complete_runs,
+    read_losses,
+    run_name,
+)
 from stabcli.trainers import PLACEHOLDERS, RunResult, RunTask, execute, script_argv
 
-__all__ = ["MODELS", "VARY", "PLACEHOLDERS", "TrainConfig", "RunResult", "RunTask", "Progress", "PretrainResult",
-           "Backend", "local_backend", "parse_params", "script_argv", "pretrain"]
+__all__ = [
+    "MODELS",
+    "PLACEHOLDERS",
+    "VARY",
+    "Backend",
+    "PretrainResult",
+    "Progress",
+    "RunResult",
+    "RunTask",
+    "TrainConfig",
+    "local_backend",
+    "parse_params",
+    "pretrain",
+    "script_argv",
+]
 
 MODELS = ("word2vec", "doc2vec")
 VARY = ("seed", "shuffle", "bootstrap")
 # Arguments stabcli sets itself; --param may not override them.
-_RESERVED = {"sentences", "corpus_iterable", "corpus_file", "documents", "workers", "seed", "callbacks",
-             "vector_size", "window", "negative", "epochs", "sg", "dm", "min_count", "compute_loss"}
+_RESERVED = {
+    "sentences",
+    "corpus_iterable",
+    "corpus_file",
+    "documents",
+    "workers",
+    "seed",
+    "callbacks",
+    "vector_size",
+    "window",
+    "negative",
+    "epochs",
+    "sg",
+    "dm",
+    "min_count",
+    "compute_loss",
+}
 
 
 @dataclass(frozen=True)
@@ -106,17 +144,23 @@ class PretrainResult:
 
 
 def _flag(value: Any) -> str | None:
-    return None if type(value) is bool or value in (0, 1) and type(value) is int else "0 or 1"
+    return None if type(value) is bool or (value in (0, 1) and type(value) is int) else "0 or 1"
 
 
 def _number(low: float, high: float, *, low_open: bool = False) -> Callable[[Any], str | None]:
     bracket = "(" if low_open else "["
 
     def check(value: Any) -> str | None:
-        if type(value) not in (int, float) or not math.isfinite(value) or value > high or value < low or (
-                low_open and value == low):
+        if (
+            type(value) not in (int, float)
+            or not math.isfinite(value)
+            or value > high
+            or value < low
+            or (low_open and value == low)
+        ):
             return f"a finite number in {bracket}{low:g}, {high:g}]"
         return None
+
     return check
 
 
@@ -127,6 +171,7 @@ def _count(low: int, high: int, *, optional: bool = False) -> Callable[[Any], st
         if type(value) is not int or not low <= value <= high:
             return f"an integer from {low:,} to {high:,}" + (" or None" if optional else "")
         return None
+
     return check
 
 
@@ -164,8 +209,10 @@ def check_params(model: str, params: dict[str, Any]) -> None:
             raise UsageError(f"--param {name}: set by stabcli itself; use its own option instead")
         if name not in accepted:
             hint = " (a doc2vec argument; add --model doc2vec)" if name in DOC2VEC_PARAMS else ""
-            raise UsageError(f"--param {name}: not an argument of gensim {'Doc2Vec' if model == 'doc2vec' else 'Word2Vec'} "
-                             f"that stabcli passes on{hint}; accepted: {', '.join(sorted(accepted))}")
+            raise UsageError(
+                f"--param {name}: not an argument of gensim {'Doc2Vec' if model == 'doc2vec' else 'Word2Vec'} "
+                f"that stabcli passes on{hint}; accepted: {', '.join(sorted(accepted))}"
+            )
         expected = accepted[name](value)
         if expected is not None:
             raise UsageError(f"--param {name}={_short_repr(value)}: expected {expected}")
@@ -221,8 +268,9 @@ def local_backend(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunResult]:
     if tasks[0].trainer == "script":
         executor = ThreadPoolExecutor(max_workers=min(jobs, len(tasks)))
     else:
-        executor = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
-                                       initializer=worker_init)
+        executor = ProcessPoolExecutor(
+            max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"), initializer=worker_init
+        )
     finished = False
     try:
         pending: set[Future] = {executor.submit(execute, task) for task in tasks}
@@ -286,13 +334,19 @@ def pretrain(
     if corpus_path is not None:
         corpus = read_corpus(corpus_path, config.model, corpus_options)
         key_counts = _key_counts(corpus)
-        summary = {"format": corpus.format, "sequences": len(corpus.sequences), "tokens": corpus.n_tokens,
-                   "distinct_keys": len(key_counts)}
+        summary = {
+            "format": corpus.format,
+            "sequences": len(corpus.sequences),
+            "tokens": corpus.n_tokens,
+            "distinct_keys": len(key_counts),
+        }
         if config.script is None:
             vocabulary = corpus.vocabulary(config.min_count)
             if len(vocabulary) < 2:
-                raise InputError(f"{corpus_path}: only {len(vocabulary)} distinct token(s) occur at least --min-count "
-                                 f"{config.min_count} time(s); an embedding needs at least 2")
+                raise InputError(
+                    f"{corpus_path}: only {len(vocabulary)} distinct token(s) occur at least --min-count "
+                    f"{config.min_count} time(s); an embedding needs at least 2"
+                )
             check_keys(vocabulary, f"{corpus_path}: {'tag' if corpus.tags is not None else 'token'}")
             counts = [key_counts[k] for k in vocabulary]
         corpus_info = {
@@ -307,7 +361,11 @@ def pretrain(
     if corpus is not None and corpus.tags is not None and config.script is None:  # doc2vec: the keys are tags
         words = sum(1 for c in Counter(t for seq in corpus.sequences for t in seq).values() if c >= config.min_count)
     _check_resources(root, config, runs, min(jobs, runs), len(vocabulary), corpus.n_tokens if corpus else 0, words)
-    identity = {"config": config.identity(), "corpus_sha256": corpus_info["sha256"] if corpus_info else None, "seed": seed}
+    identity = {
+        "config": config.identity(),
+        "corpus_sha256": corpus_info["sha256"] if corpus_info else None,
+        "seed": seed,
+    }
     info = {"stabcli_version": __version__, "gensim_version": _gensim_version(), "corpus": corpus_info}
 
     with RunSetWriter(root) as writer:
@@ -326,8 +384,12 @@ def pretrain(
                 except InputError:
                     losses = []
                 final = next((v for v in reversed(losses) if v is not None), None)
-                entry = manifest["runs"][run_name(index)] = {"seed": seed + index, "status": "complete",
-                                                             "seconds": None, "final_loss": final}
+                entry = manifest["runs"][run_name(index)] = {
+                    "seed": seed + index,
+                    "status": "complete",
+                    "seconds": None,
+                    "final_loss": final,
+                }
             results[index] = RunResult(index, seed + index, "kept", entry.get("seconds"), entry.get("final_loss"))
         todo = [i for i in range(runs) if i not in done]
         manifest["seeds"] = [seed + i for i in range(max(runs, max(done, default=-1) + 1))]
@@ -337,10 +399,22 @@ def pretrain(
         writer.save()
 
         corpus_arg = Path(corpus_path).resolve() if corpus_path else None
-        tasks = [RunTask(i, seed + i, config, writer.new_partial(i), root / KEYS if vocabulary else None, corpus_copy,
-                         corpus_arg, timeout) for i in todo]
-        poller = _ProgressPoller([t.work for t in tasks], config.epochs if config.script is None else 0, len(done),
-                                 runs, on_progress)
+        tasks = [
+            RunTask(
+                i,
+                seed + i,
+                config,
+                writer.new_partial(i),
+                root / KEYS if vocabulary else None,
+                corpus_copy,
+                corpus_arg,
+                timeout,
+            )
+            for i in todo
+        ]
+        poller = _ProgressPoller(
+            [t.work for t in tasks], config.epochs if config.script is None else 0, len(done), runs, on_progress
+        )
         poller.start()
         outcomes = backend(tasks, jobs)
         try:
@@ -352,8 +426,16 @@ def pretrain(
                     failed = writer.fail(result.index, work)
                     result.error = f"{result.error} (log: {failed / 'log.txt'})"
                 results[result.index] = result
-                writer.record(result.index, {"seed": result.seed, "status": result.status, "seconds": result.seconds,
-                                             "final_loss": result.final_loss, "error": result.error})
+                writer.record(
+                    result.index,
+                    {
+                        "seed": result.seed,
+                        "status": result.status,
+                        "seconds": result.seconds,
+                        "final_loss": result.final_loss,
+                        "error": result.error,
+                    },
+                )
                 poller.run_finished()
                 if on_run:
                     on_run(result)
@@ -366,7 +448,9 @@ def pretrain(
 
 
 MAX_RUNS = 100_000  # the manifest records every run and is rewritten after each one
-_BYTES_PER_RUN = 4096  # bookkeeping in this process per run: task, result, manifest entry, future (measured ~2 KB + margin)
+_BYTES_PER_RUN = (
+    4096  # bookkeeping in this process per run: task, result, manifest entry, future (measured ~2 KB + margin)
+)
 
 
 def _gensim_weights(config: TrainConfig, keys: int, words: int) -> int:
@@ -385,8 +469,9 @@ def _gensim_weights(config: TrainConfig, keys: int, words: int) -> int:
     return 4 * (inputs + outputs)
 
 
-def _check_resources(root: Path, config: TrainConfig, runs: int, concurrent: int, keys: int, tokens: int,
-                     words: int = 0) -> None:
+def _check_resources(
+    root: Path, config: TrainConfig, runs: int, concurrent: int, keys: int, tokens: int, words: int = 0
+) -> None:
     """Refuse (naming the option) a request whose memory or disk cannot fit, before any work."""
     if runs > MAX_RUNS:
         raise OptionError("runs", f"{runs:,} runs: at most {MAX_RUNS:,} (each run is recorded in the manifest)")
@@ -399,19 +484,27 @@ def _check_resources(root: Path, config: TrainConfig, runs: int, concurrent: int
         per_run = _gensim_weights(config, keys, words) + keys * config.dim * 4 * 3 + tokens * 16
         snapshots += config.epochs if config.checkpoints else 0
     biggest = "runs" if bookkeeping >= per_run * concurrent else "dim"
-    require_memory(biggest, bookkeeping + per_run * concurrent,
-                   f"{runs:,} run(s), {concurrent} at a time" + (f", {keys:,} keys × {config.dim:,} dims" if keys else "")
-                   + (f" ({words:,} words)" if config.model == "doc2vec" and words else ""))
+    require_memory(
+        biggest,
+        bookkeeping + per_run * concurrent,
+        f"{runs:,} run(s), {concurrent} at a time"
+        + (f", {keys:,} keys × {config.dim:,} dims" if keys else "")
+        + (f" ({words:,} words)" if config.model == "doc2vec" and words else ""),
+    )
     on_disk = runs * (keys * config.dim * 4 * snapshots + _BYTES_PER_RUN)
-    require_disk("runs" if runs * _BYTES_PER_RUN >= keys * config.dim * 4 * snapshots else "dim", on_disk, root,
-                 f"{runs:,} run(s)" + (f" of {keys:,} keys × {config.dim:,} dims" if keys else ""))
+    require_disk(
+        "runs" if runs * _BYTES_PER_RUN >= keys * config.dim * 4 * snapshots else "dim",
+        on_disk,
+        root,
+        f"{runs:,} run(s)" + (f" of {keys:,} keys × {config.dim:,} dims" if keys else ""),
+    )
 
 
 def _key_counts(corpus: Corpus) -> Counter[str]:
     """Training frequency of every key: occurrences of a token, or the tokens of a tag's documents."""
     if corpus.tags is not None:
         counts: Counter[str] = Counter()
-        for tag, seq in zip(corpus.tags, corpus.sequences):
+        for tag, seq in zip(corpus.tags, corpus.sequences, strict=False):
             counts[tag] += len(seq)
         return counts
     return Counter(tok for seq in corpus.sequences for tok in seq)
@@ -450,8 +543,9 @@ def _prepared_corpus(corpus: Corpus) -> bytes:
 class _ProgressPoller:
     """Reports progress by reading the epoch counters runs write into their partial directories."""
 
-    def __init__(self, works: list[Path], epochs: int, done: int, total: int,
-                 callback: Callable[[Progress], None] | None):
+    def __init__(
+        self, works: list[Path], epochs: int, done: int, total: int, callback: Callable[[Progress], None] | None
+    ):
         self.works, self.epochs, self.callback = works, epochs, callback
         self.done, self.total = done, total
         self.finished: int = 0
@@ -480,10 +574,8 @@ class _ProgressPoller:
     def _report(self) -> None:
         in_flight = 0
         for work in self.works:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 in_flight += int((work / PROGRESS).read_text() or 0)
-            except (OSError, ValueError):
-                pass
         epochs_done = min(self.finished * self.epochs + in_flight, len(self.works) * self.epochs)
         assert self.callback is not None
         self.callback(Progress(self.total, self.done + self.finished, len(self.works) * self.epochs, epochs_done))

@@ -91,8 +91,16 @@ def assert_bad_input(result, fragment: str, root: Path | None = None, before: di
     BAD_INPUT_CHECKS.append(fragment)
 
 
-def make_runset(root: Path, runs: int = 2, epochs: int = 2, n: int = 30, dim: int = 4, seed: int = 0,
-                losses: bool = True, manifest: dict | None = None) -> Path:
+def make_runset(
+    root: Path,
+    runs: int = 2,
+    epochs: int = 2,
+    n: int = 30,
+    dim: int = 4,
+    seed: int = 0,
+    losses: bool = True,
+    manifest: dict | None = None,
+) -> Path:
     """A run set written by hand (no training, milliseconds): keys ``k0…``, vectors, losses
     and per-epoch checkpoints; epoch e holds the final vectors scaled by e/epochs."""
     import json

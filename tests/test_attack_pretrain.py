@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import subprocess
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_bad_input, files_state
 from typer.testing import CliRunner
 
+from conftest import assert_bad_input, files_state
 from stabcli.cli import app
 from stabcli.embeddings import write_embedding
 
@@ -21,6 +22,7 @@ runner = CliRunner()
 
 
 # --- crafted gensim pickles, written opcode by opcode ---------------------------------
+
 
 def _global(module: str, name: str) -> bytes:
     return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
@@ -33,14 +35,21 @@ def _text(s: str) -> bytes:
 
 def _set_class_attribute(attribute: str, value: bytes) -> bytes:
     """BUILD on the KeyedVectors class itself: state (None, {attribute: value}) sets a class attribute."""
-    return (_global("gensim.models.keyedvectors", "KeyedVectors") + b"N}" + _text(attribute) + value
-            + b"s\x86b0")
+    return _global("gensim.models.keyedvectors", "KeyedVectors") + b"N}" + _text(attribute) + value + b"s\x86b0"
 
 
 def _keyed_vectors(keys: bytes) -> bytes:
     """A KeyedVectors made by NEWOBJ and BUILD, its vectors in the companion .npy."""
-    return (_global("gensim.models.keyedvectors", "KeyedVectors") + b")\x81}(" + _text("index_to_key") + keys
-            + _text("__numpys") + b"]" + _text("vectors") + b"aub")
+    return (
+        _global("gensim.models.keyedvectors", "KeyedVectors")
+        + b")\x81}("
+        + _text("index_to_key")
+        + keys
+        + _text("__numpys")
+        + b"]"
+        + _text("vectors")
+        + b"aub"
+    )
 
 
 def _crafted_kv(path: Path, body: bytes, rows: int = 1) -> Path:
@@ -58,20 +67,42 @@ def _huge_int_key() -> bytes:
 
 
 PICKLE_CASES = {
-    "class-del": (lambda t: _crafted_kv(t / "e.kv", _set_class_attribute("__del__", _global("gensim.utils", "call_on_class_only"))
-                                        + _keyed_vectors(_one_key())),
-                  "e.kv: refusing to load gensim.models.keyedvectors.KeyedVectors: has its class modified"),
-    "class-getattribute": (lambda t: _crafted_kv(t / "e.kv", _set_class_attribute("__getattribute__", _global("builtins", "int"))
-                                                 + _keyed_vectors(_one_key())),
-                           "e.kv: refusing to load gensim.models.keyedvectors.KeyedVectors: has its class modified"),
-    "class-method": (lambda t: _crafted_kv(t / "e.kv", _set_class_attribute("adjust_vectors", _global("builtins", "hash"))
-                                           + _keyed_vectors(_one_key())),
-                     "e.kv: refusing to load gensim.models.keyedvectors.KeyedVectors: has its class modified"),
-    "function-dict": (lambda t: _crafted_kv(t / "e.kv", _global("gensim.utils", "call_on_class_only") + b"}" + _text("x")
-                                            + b"Ns" + b"b0" + _keyed_vectors(_one_key())),
-                      "e.kv: not a readable gensim save() file"),
-    "huge-int-key": (lambda t: _crafted_kv(t / "e.kv", _keyed_vectors(_huge_int_key())),
-                     "e.kv: vectors: key #1 is an integer of"),
+    "class-del": (
+        lambda t: _crafted_kv(
+            t / "e.kv",
+            _set_class_attribute("__del__", _global("gensim.utils", "call_on_class_only")) + _keyed_vectors(_one_key()),
+        ),
+        "e.kv: refusing to load gensim.models.keyedvectors.KeyedVectors: has its class modified",
+    ),
+    "class-getattribute": (
+        lambda t: _crafted_kv(
+            t / "e.kv",
+            _set_class_attribute("__getattribute__", _global("builtins", "int")) + _keyed_vectors(_one_key()),
+        ),
+        "e.kv: refusing to load gensim.models.keyedvectors.KeyedVectors: has its class modified",
+    ),
+    "class-method": (
+        lambda t: _crafted_kv(
+            t / "e.kv", _set_class_attribute("adjust_vectors", _global("builtins", "hash")) + _keyed_vectors(_one_key())
+        ),
+        "e.kv: refusing to load gensim.models.keyedvectors.KeyedVectors: has its class modified",
+    ),
+    "function-dict": (
+        lambda t: _crafted_kv(
+            t / "e.kv",
+            _global("gensim.utils", "call_on_class_only")
+            + b"}"
+            + _text("x")
+            + b"Ns"
+            + b"b0"
+            + _keyed_vectors(_one_key()),
+        ),
+        "e.kv: not a readable gensim save() file",
+    ),
+    "huge-int-key": (
+        lambda t: _crafted_kv(t / "e.kv", _keyed_vectors(_huge_int_key())),
+        "e.kv: vectors: key #1 is an integer of",
+    ),
 }
 
 
@@ -95,8 +126,13 @@ def test_pickle_that_sets_del_on_a_class_prints_nothing_at_exit(tmp_path, good):
     """A class ``__del__`` from the file ran at garbage collection: "Exception ignored" and a
     traceback on stderr after the error line."""
     bad = PICKLE_CASES["class-del"][0](tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "stabcli", "audit", str(good), str(bad)], capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "stabcli", "audit", str(good), str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
@@ -109,8 +145,9 @@ def _pretrain(*args) -> object:
     return runner.invoke(app, ["pretrain", *[str(a) for a in args]])
 
 
-@pytest.mark.parametrize("name", ["keys.txt", ".corpus.txt", "key_counts.txt", "stabcli.lock", "stabcli.json",
-                                  ".keys.txt.tmp-123"])
+@pytest.mark.parametrize(
+    "name", ["keys.txt", ".corpus.txt", "key_counts.txt", "stabcli.lock", "stabcli.json", ".keys.txt.tmp-123"]
+)
 def test_corpus_under_a_name_stabcli_writes_is_refused(tmp_path, sessions_file, name):
     """``pretrain R/keys.txt --out R``: exit 0, the user's corpus replaced by the key list
     (or, as ``R/.corpus.txt``, deleted)."""
@@ -120,8 +157,9 @@ def test_corpus_under_a_name_stabcli_writes_is_refused(tmp_path, sessions_file, 
     corpus.write_bytes(sessions_file.read_bytes())
     before = files_state(tmp_path)
     result = _pretrain(corpus, "--out", out, *SMALL)
-    assert_bad_input(result, f"{corpus}: the corpus lies at {out / name}, which stabcli writes or removes in {out}",
-                     tmp_path, before)
+    assert_bad_input(
+        result, f"{corpus}: the corpus lies at {out / name}, which stabcli writes or removes in {out}", tmp_path, before
+    )
 
 
 @pytest.mark.parametrize("where", ["run-000/corpus.txt", "run-001.failed/corpus.txt", ".run-000.partial-1x2/c.txt"])
@@ -135,8 +173,12 @@ def test_corpus_inside_a_run_directory_survives_force(tmp_path, sessions_file, w
     corpus.write_bytes(sessions_file.read_bytes())
     before = files_state(tmp_path)
     result = _pretrain(corpus, "--out", out, *SMALL, "--dim", "5", "--force")
-    assert_bad_input(result, f"{corpus}: the corpus lies at {out / where.split('/')[0]}, which stabcli writes or "
-                     f"removes in {out}", tmp_path, before)
+    assert_bad_input(
+        result,
+        f"{corpus}: the corpus lies at {out / where.split('/')[0]}, which stabcli writes or removes in {out}",
+        tmp_path,
+        before,
+    )
 
 
 def test_corpus_linked_to_a_stabcli_name_is_refused(tmp_path, sessions_file):
@@ -207,8 +249,9 @@ def _gone_within(pids: list[int], seconds: float) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("mode, jobs, code", [("setsid", "1", 0), ("daemon", "1", 0), ("daemon", "2", 0),
-                                             ("hang", "1", 2)])
+@pytest.mark.parametrize(
+    "mode, jobs, code", [("setsid", "1", 0), ("daemon", "1", 0), ("daemon", "2", 0), ("hang", "1", 2)]
+)
 def test_script_descendants_that_left_its_group_stop_with_it(tmp_path, mode, jobs, code):
     """A script's child in its own session (or a double-forked daemon) outlived pretrain:
     killing the script's process group does not reach it, and it has no parent-death signal."""
@@ -219,9 +262,20 @@ def test_script_descendants_that_left_its_group_stop_with_it(tmp_path, mode, job
     pids = tmp_path / "pids"
     pids.mkdir()
     runs = "2" if jobs == "2" else "1"
-    args = [sys.executable, "-m", "stabcli", "pretrain", "--script",
-            f"{sys.executable} {script} {{out}} {mode} {pids}",
-            "--runs", runs, "--jobs", jobs, "--out", str(tmp_path / "r")]
+    args = [
+        sys.executable,
+        "-m",
+        "stabcli",
+        "pretrain",
+        "--script",
+        f"{sys.executable} {script} {{out}} {mode} {pids}",
+        "--runs",
+        runs,
+        "--jobs",
+        jobs,
+        "--out",
+        str(tmp_path / "r"),
+    ]
     if mode == "hang":
         args += ["--timeout", "3"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -234,32 +288,38 @@ def test_script_descendants_that_left_its_group_stop_with_it(tmp_path, mode, job
         assert _gone_within(escaped, 3), "a script's descendant outlived pretrain"
     finally:
         for p in pids.iterdir():
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(int(p.name), 9)
-            except OSError:
-                pass
 
 
 # --- memory gensim allocates beyond the key matrix ---------------------------------------
 
+
 def _wide_tagged(path: Path, tags: int = 2, words: int = 25_000) -> Path:
     """Few tags (the keys) but many distinct words: gensim's word matrices dwarf the tag matrix."""
-    path.write_text("".join(f"doc{d}\t" + " ".join(f"w{d}_{i}" for i in range(words)) + "\n" for d in range(tags)),
-                    encoding="utf-8")
+    path.write_text(
+        "".join(f"doc{d}\t" + " ".join(f"w{d}_{i}" for i in range(words)) + "\n" for d in range(tags)), encoding="utf-8"
+    )
     return path
 
 
-@pytest.mark.parametrize("params", [["--param", "dm_concat=1", "--param", "dm_tag_count=1000", "--cbow", "--dim", "1000"],
-                                    ["--dim", "200000", "--sg"]],
-                         ids=["dm_concat", "words-not-tags"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        ["--param", "dm_concat=1", "--param", "dm_tag_count=1000", "--cbow", "--dim", "1000"],
+        ["--dim", "200000", "--sg"],
+    ],
+    ids=["dm_concat", "words-not-tags"],
+)
 def test_doc2vec_memory_counts_words_and_the_concatenated_layer(tmp_path, params):
     """doc2vec with 2 tags, 50,000 words and dm_concat (hidden layer (dm_tag_count + 2
     window) × dim wide): the guard counted 2 tags × dim, gensim asked for 187 GiB and
     pretrain ended in a MemoryError traceback (exit 1)."""
     corpus = _wide_tagged(tmp_path / "wide.tsv")
     before = files_state(tmp_path)
-    result = _pretrain(corpus, "--model", "doc2vec", "--out", tmp_path / "W", "--runs", "1", "--jobs", "1",
-                       "--epochs", "1", *params)
+    result = _pretrain(
+        corpus, "--model", "doc2vec", "--out", tmp_path / "W", "--runs", "1", "--jobs", "1", "--epochs", "1", *params
+    )
     assert_bad_input(result, "--dim: ", tmp_path, before)
     assert "needs about" in result.stderr and "50,000 words" in result.stderr
 
@@ -278,6 +338,7 @@ def test_memory_error_in_a_run_is_a_failed_run_not_a_traceback(tmp_path, session
 
 
 # --- the run-set lock ---------------------------------------------------------------------
+
 
 def test_a_stale_lock_whose_pid_was_reused_is_taken_over(tmp_path, sessions_file):
     """``kill -9`` of a pretrain, then its pid reused by an unrelated process: every rerun
@@ -313,8 +374,12 @@ def test_a_lock_being_created_by_a_live_pretrain_is_not_stale(tmp_path, sessions
 
     out = tmp_path / "R"
     assert _pretrain(sessions_file, "--out", out, *SMALL, "--runs", "1").exit_code == 0
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(out)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         before = files_state(tmp_path)
@@ -327,6 +392,7 @@ def test_a_lock_being_created_by_a_live_pretrain_is_not_stale(tmp_path, sessions
 
 # --- demo ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("user_file", ["notes.txt", "thesis/chapter1.tex"])
 def test_demo_refuses_a_directory_with_files_it_did_not_write(tmp_path, user_file):
     """``demo --out ~/work`` replaced ~/work/audit.md, audit.json, drift.md, drift.json and
@@ -337,8 +403,9 @@ def test_demo_refuses_a_directory_with_files_it_did_not_write(tmp_path, user_fil
     (out / "audit.md").write_text("my own audit notes")
     before = files_state(tmp_path)
     result = runner.invoke(app, ["demo", "--out", str(out), "--jobs", "1"])
-    assert_bad_input(result, f"--out {out}: holds {user_file.split('/')[0]}, which the demo did not write", tmp_path,
-                     before)
+    assert_bad_input(
+        result, f"--out {out}: holds {user_file.split('/')[0]}, which the demo did not write", tmp_path, before
+    )
 
 
 def test_demo_out_that_is_a_file_is_refused(tmp_path):
@@ -372,9 +439,25 @@ def test_rerun_after_kill_9_stops_what_the_dead_pretrains_scripts_left(tmp_path)
     script, pids, out = tmp_path / "train.py", tmp_path / "pids", tmp_path / "r"
     script.write_text(DAEMON_THEN_WAIT)
     pids.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "stabcli", "pretrain", "--script",
-                             f"{sys.executable} {script} {{out}} {pids}", "--runs", "1", "--jobs", "1", "--out", str(out)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "stabcli",
+            "pretrain",
+            "--script",
+            f"{sys.executable} {script} {{out}} {pids}",
+            "--runs",
+            "1",
+            "--jobs",
+            "1",
+            "--out",
+            str(out),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while not list(pids.iterdir()) and time.monotonic() < deadline:
@@ -385,18 +468,35 @@ def test_rerun_after_kill_9_stops_what_the_dead_pretrains_scripts_left(tmp_path)
         assert _alive(daemon)
         fast = tmp_path / "fast.py"
         fast.write_text("import sys, numpy as np\nnp.save(sys.argv[1] + '/vectors.npy', np.ones((2, 2)))\n")
-        rerun = subprocess.run([sys.executable, "-m", "stabcli", "pretrain", "--script", f"{sys.executable} {fast} {{out}}",
-                                "--runs", "1", "--jobs", "1", "--out", str(out), "--force"], env=env, capture_output=True,
-                               text=True, timeout=60, check=False)
+        rerun = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "stabcli",
+                "pretrain",
+                "--script",
+                f"{sys.executable} {fast} {{out}}",
+                "--runs",
+                "1",
+                "--jobs",
+                "1",
+                "--out",
+                str(out),
+                "--force",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert rerun.returncode == 0, rerun.stderr
         assert _gone_within([daemon], 3), "the dead pretrain's script child outlived the rerun"
     finally:
         proc.kill()
         for p in pids.iterdir():
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(int(p.name), 9)
-            except OSError:
-                pass
 
 
 def test_key_that_is_a_deeply_nested_list_is_named_by_type(tmp_path, good):

@@ -34,8 +34,17 @@ def test_rotated_files_known_answers(tmp_path):
     paths = files(tmp_path, [base @ ortho_group.rvs(6, random_state=s) for s in range(3)], suffix=".txt")
     report = to_json(build_report(load_runs(paths), SMALL))
     rep = report["representation"]
-    assert report["input"] == {"source": None, "run_names": [str(p) for p in paths], "runs": 3, "keys": 50, "dim": 6,
-                               "dropped_keys": 0, "normalized": False, "seed": 0, "featurized": None}
+    assert report["input"] == {
+        "source": None,
+        "run_names": [str(p) for p in paths],
+        "runs": 3,
+        "keys": 50,
+        "dim": 6,
+        "dropped_keys": 0,
+        "normalized": False,
+        "seed": 0,
+        "featurized": None,
+    }
     assert rep["noise_share"] > 0.5 and rep["aligned_noise_share"] < 1e-9 and rep["inner_product_noise_share"] < 1e-9
     assert rep["knn_overlap"] == 1 and rep["cka"] == pytest.approx(1)
     assert len(rep["noise_share_per_dim"]) == 6 and sum(rep["noise_share_histogram"]["counts"]) == 6
@@ -108,13 +117,29 @@ def test_knn_k_must_fit_the_keys(tmp_path):
 
 
 def test_checks():
-    report = {"representation": {"knn_overlap": 0.55, "cka": 0.99, "least_stable": [{"aligned_variance": 0.1}]},
-              "downstream": None, "checks": [], "passed": True}
-    checks = evaluate_checks(report, ["representation.knn_overlap>=0.6", "representation.cka > 0.9",
-                                      "representation.least_stable.0.aligned_variance<=0.1"])
+    report = {
+        "representation": {"knn_overlap": 0.55, "cka": 0.99, "least_stable": [{"aligned_variance": 0.1}]},
+        "downstream": None,
+        "checks": [],
+        "passed": True,
+    }
+    checks = evaluate_checks(
+        report,
+        [
+            "representation.knn_overlap>=0.6",
+            "representation.cka > 0.9",
+            "representation.least_stable.0.aligned_variance<=0.1",
+        ],
+    )
     assert [c.passed for c in checks] == [False, True, True]
-    assert to_json(checks[0]) == {"name": "representation.knn_overlap>=0.6", "path": "representation.knn_overlap",
-                                  "op": ">=", "value": 0.55, "threshold": 0.6, "passed": False}
+    assert to_json(checks[0]) == {
+        "name": "representation.knn_overlap>=0.6",
+        "path": "representation.knn_overlap",
+        "op": ">=",
+        "value": 0.55,
+        "threshold": 0.6,
+        "passed": False,
+    }
     assert parse_check(" a.b == 1e-3 ") == ("a.b", "==", 0.001)
     for bad in ["knn_overlap", "a.b >= x", "a.b => 3", ""]:
         with pytest.raises(UsageError, match="--check"):
@@ -128,7 +153,6 @@ def test_checks():
 # ------------------------------------------------------------ typed report, new content
 
 from conftest import make_runset  # noqa: E402
-
 from stabcli import metrics  # noqa: E402
 from stabcli.schema import dumps  # noqa: E402
 
@@ -148,8 +172,9 @@ def test_run_set_epochs_report_the_variance_and_the_pure_noise_level(tmp_path, s
     # the last checkpoint is the final vectors: its variance is the report's Fig. 1a variance
     assert last.variance_mean == pytest.approx(np.mean(rep.variance_per_dim), rel=1e-12)
     q = last.variance_quantiles
-    assert (q.min, q.median, q.max) == pytest.approx((min(rep.variance_per_dim), np.median(rep.variance_per_dim),
-                                                      max(rep.variance_per_dim)), rel=1e-12)
+    assert (q.min, q.median, q.max) == pytest.approx(
+        (min(rep.variance_per_dim), np.median(rep.variance_per_dim), max(rep.variance_per_dim)), rel=1e-12
+    )
     assert rep.noise_share_independent == pytest.approx(2 / 3)
     assert report.training.reports_loss is True
 
@@ -174,7 +199,7 @@ def test_least_stable_ranks_by_relative_instability_not_by_norm(tmp_path):
     base = rng.standard_normal((40, 4))
     base[0] *= 100.0  # big and stable: absolute variance large, relative small
     runs = []
-    for r in range(3):
+    for _r in range(3):
         h = base + 0.05 * rng.standard_normal(base.shape) * np.linalg.norm(base, axis=1, keepdims=True)
         h[1] = rng.standard_normal(4) * 0.1  # small and pure noise
         runs.append(h)
@@ -188,8 +213,9 @@ def test_least_stable_ranks_by_relative_instability_not_by_norm(tmp_path):
     for item in least[:3]:
         assert item.relative_instability == pytest.approx(item.aligned_variance * 4 / item.mean_squared_norm)
         row = int(item.key[1:])
-        assert item.mean_squared_norm == pytest.approx(np.mean([np.sum(np.square(h[row].astype(np.float32),
-                                                                                 dtype=np.float64)) for h in runs]))
+        assert item.mean_squared_norm == pytest.approx(
+            np.mean([np.sum(np.square(h[row].astype(np.float32), dtype=np.float64)) for h in runs])
+        )
 
 
 def test_least_stable_names_and_frequencies(tmp_path):
@@ -209,8 +235,9 @@ def test_non_finite_values_are_null_in_json_and_fail_their_checks(tmp_path, monk
     paths = files(tmp_path, [rng.standard_normal((20, 3)) for _ in range(2)])
     monkeypatch.setattr(metrics, "linear_cka", lambda grams, r, s: float("nan"))
     monkeypatch.setattr(metrics, "pip_loss", lambda grams, r, s: float("inf"))
-    report = build_report(load_runs(paths), SMALL, checks=["representation.cka>0", "representation.pip_loss>=0",
-                                                           "input.runs==2"])
+    report = build_report(
+        load_runs(paths), SMALL, checks=["representation.cka>0", "representation.pip_loss>=0", "input.runs==2"]
+    )
     data = _strict(dumps(report))
     assert data["representation"]["cka"] is None and data["representation"]["pip_loss"] is None
     assert [c["passed"] for c in data["checks"]] == [False, False, True]
@@ -230,8 +257,16 @@ def test_featurized_run_set_says_so(tmp_path):
 
 
 def test_options_validate_themselves():
-    for name, value in [("pairs", 0), ("knn_k", 0), ("knn_queries", -1), ("top", -1), ("seed", -1),
-                        ("pairs", 1.5), ("seed", True), ("top", "3")]:
+    for name, value in [
+        ("pairs", 0),
+        ("knn_k", 0),
+        ("knn_queries", -1),
+        ("top", -1),
+        ("seed", -1),
+        ("pairs", 1.5),
+        ("seed", True),
+        ("top", "3"),
+    ]:
         with pytest.raises(OptionError) as caught:
             AuditOptions(**{name: value})
         assert caught.value.param == name
@@ -247,7 +282,9 @@ def test_pairs_refused_by_a_memory_estimate(tmp_path, monkeypatch):
 
     fits = 1_000_000 // pairs_memory(1, 2, 3)
     build_report(load_runs(paths), replace(SMALL, pairs=fits))
-    with pytest.raises(OptionError, match=r"pairs: .* pairs needs about .*, but only 976.6 KB of memory is available") as caught:
+    with pytest.raises(
+        OptionError, match=r"pairs: .* pairs needs about .*, but only 976.6 KB of memory is available"
+    ) as caught:
         build_report(load_runs(paths), replace(SMALL, pairs=fits + 1))
     assert caught.value.param == "pairs"
 

@@ -43,72 +43,81 @@ def bad(work, fragment, *args):
 
 
 @pytest.mark.bad_input
-@pytest.mark.parametrize("args, fragment", [
-    (["--seed", "-1"], "'--seed': Input should be greater than or equal to 0"),
-    (["--seed", "-100000000000000000000000000000"], "'--seed': Input should be greater than or equal to 0"),
-    (["--pairs", "0"], "'--pairs': Input should be greater than or equal to 1"),
-    (["--pairs", "-5"], "'--pairs': Input should be greater than or equal to 1"),
-    (["--knn-queries", "0"], "'--knn-queries': Input should be greater than or equal to 1"),
-    (["--knn-queries", "-1"], "'--knn-queries': Input should be greater than or equal to 1"),
-    (["--top", "-1"], "'--top': Input should be greater than or equal to 0"),
-    (["--knn-k", "0"], "'--knn-k': Input should be greater than or equal to 1"),
-    (["--knn-k", "-3"], "'--knn-k': Input should be greater than or equal to 1"),
-    (["--knn-k", str(N_KEYS)], f"--knn-k: {N_KEYS} must be below the number of common keys ({N_KEYS})"),
-    (["--knn-k", "1000000"], "--knn-k: 1000000 must be below the number of common keys"),
-    (["--pairs", "100000000000"], "--pairs: 100,000,000,000 pairs needs about"),
-    (["--pairs", "1000000000000000000000"], "is available"),
-    (["--format", "yaml"], "'--format': 'yaml' is not one of 'table', 'json'"),
-    (["--variants", "h"], "--variants only apply with --labels FILE"),
-    (["--sigmas", "1"], "--sigmas only apply with --labels FILE"),
-    (["--pairs", "x"], "Invalid value for '--pairs'"),
-    (["--top", "1.5"], "Invalid value for '--top'"),
-    (["--seed", ""], "Invalid value for '--seed'"),
-    (["--knn-k", "١٢x"], "Invalid value for '--knn-k'"),
-    (["--no-such-option"], "No such option: --no-such-option"),
-    (["--normalize=3"], "--normalize"),
-    (["--json"], "Option '--json' requires an argument"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--seed", "-1"], "'--seed': Input should be greater than or equal to 0"),
+        (["--seed", "-100000000000000000000000000000"], "'--seed': Input should be greater than or equal to 0"),
+        (["--pairs", "0"], "'--pairs': Input should be greater than or equal to 1"),
+        (["--pairs", "-5"], "'--pairs': Input should be greater than or equal to 1"),
+        (["--knn-queries", "0"], "'--knn-queries': Input should be greater than or equal to 1"),
+        (["--knn-queries", "-1"], "'--knn-queries': Input should be greater than or equal to 1"),
+        (["--top", "-1"], "'--top': Input should be greater than or equal to 0"),
+        (["--knn-k", "0"], "'--knn-k': Input should be greater than or equal to 1"),
+        (["--knn-k", "-3"], "'--knn-k': Input should be greater than or equal to 1"),
+        (["--knn-k", str(N_KEYS)], f"--knn-k: {N_KEYS} must be below the number of common keys ({N_KEYS})"),
+        (["--knn-k", "1000000"], "--knn-k: 1000000 must be below the number of common keys"),
+        (["--pairs", "100000000000"], "--pairs: 100,000,000,000 pairs needs about"),
+        (["--pairs", "1000000000000000000000"], "is available"),
+        (["--format", "yaml"], "'--format': 'yaml' is not one of 'table', 'json'"),
+        (["--variants", "h"], "--variants only apply with --labels FILE"),
+        (["--sigmas", "1"], "--sigmas only apply with --labels FILE"),
+        (["--pairs", "x"], "Invalid value for '--pairs'"),
+        (["--top", "1.5"], "Invalid value for '--top'"),
+        (["--seed", ""], "Invalid value for '--seed'"),
+        (["--knn-k", "١٢x"], "Invalid value for '--knn-k'"),
+        (["--no-such-option"], "No such option: --no-such-option"),
+        (["--normalize=3"], "--normalize"),
+        (["--json"], "Option '--json' requires an argument"),
+    ],
+)
 def test_bad_option_values(work, args, fragment):
     bad(work, fragment, *args)
 
 
 @pytest.mark.bad_input
-@pytest.mark.parametrize("check, fragment", [
-    ("representation.knn>0.5", "--check: no 'knn' in representation (has: "),
-    ("nothing>1", "--check: no 'nothing' in the report"),
-    ("representation>1", "representation is not a number (it is object)"),
-    ("representation.least_stable.x.knn_overlap<1", "representation.least_stable is a list: expected an index"),
-    ("representation.least_stable<1", "representation.least_stable is not a number (it is list of object)"),
-    ("representation.noise_share_per_dim<1", "is not a number (it is list of number)"),
-    ("input.source==1", "input.source is not a number (it is string)"),
-    ("input.run_names.0==1", "input.run_names.0 is not a number (it is string)"),
-    ("passed==1", "passed is not a number (it is boolean)"),
-    ("stabcli_version>0", "stabcli_version is not a number (it is string)"),
-    ("representation.cka.value>0", "representation.cka is number, it has no 'value'"),
-    ("training.by_epoch.0.variance_quantiles.p99>1", "no 'p99' in training.by_epoch.0.variance_quantiles"),
-    ("checks.0.name>1", "checks.0.name is not a number"),
-    (".cka>1", "no '' in the report"),
-    ("downstream.variants.h.churn<0.1", "the downstream section needs --labels FILE"),
-    ("downstream.task>1", "the downstream section needs --labels FILE"),
-    ("downstream>1", "the downstream section needs --labels FILE"),
-    ("representation.cka>nan", "the threshold must be a finite number"),
-    ("representation.cka<inf", "the threshold must be a finite number"),
-    ("representation.cka<-infinity", "the threshold must be a finite number"),
-    ("representation.cka", "expected PATH OP VALUE"),
-    ("representation.cka => 1", "expected PATH OP VALUE"),
-    ("representation.cka >= one", "'one' is not a number"),
-    ("", "expected PATH OP VALUE"),
-])
+@pytest.mark.parametrize(
+    "check, fragment",
+    [
+        ("representation.knn>0.5", "--check: no 'knn' in representation (has: "),
+        ("nothing>1", "--check: no 'nothing' in the report"),
+        ("representation>1", "representation is not a number (it is object)"),
+        ("representation.least_stable.x.knn_overlap<1", "representation.least_stable is a list: expected an index"),
+        ("representation.least_stable<1", "representation.least_stable is not a number (it is list of object)"),
+        ("representation.noise_share_per_dim<1", "is not a number (it is list of number)"),
+        ("input.source==1", "input.source is not a number (it is string)"),
+        ("input.run_names.0==1", "input.run_names.0 is not a number (it is string)"),
+        ("passed==1", "passed is not a number (it is boolean)"),
+        ("stabcli_version>0", "stabcli_version is not a number (it is string)"),
+        ("representation.cka.value>0", "representation.cka is number, it has no 'value'"),
+        ("training.by_epoch.0.variance_quantiles.p99>1", "no 'p99' in training.by_epoch.0.variance_quantiles"),
+        ("checks.0.name>1", "checks.0.name is not a number"),
+        (".cka>1", "no '' in the report"),
+        ("downstream.variants.h.churn<0.1", "the downstream section needs --labels FILE"),
+        ("downstream.task>1", "the downstream section needs --labels FILE"),
+        ("downstream>1", "the downstream section needs --labels FILE"),
+        ("representation.cka>nan", "the threshold must be a finite number"),
+        ("representation.cka<inf", "the threshold must be a finite number"),
+        ("representation.cka<-infinity", "the threshold must be a finite number"),
+        ("representation.cka", "expected PATH OP VALUE"),
+        ("representation.cka => 1", "expected PATH OP VALUE"),
+        ("representation.cka >= one", "'one' is not a number"),
+        ("", "expected PATH OP VALUE"),
+    ],
+)
 def test_bad_check_paths(work, check, fragment):
     bad(work, fragment, "--check", check)
 
 
 @pytest.mark.bad_input
-@pytest.mark.parametrize("check, fragment", [
-    ("representation.least_stable.999.knn_overlap<1", "representation.least_stable has 20 entries, no '999'"),
-    ("representation.noise_share_per_dim.99<1", f"representation.noise_share_per_dim has {DIM} entries, no '99'"),
-    ("training.by_epoch.7.noise_share<1", "training.by_epoch has 2 entries, no '7'"),
-])
+@pytest.mark.parametrize(
+    "check, fragment",
+    [
+        ("representation.least_stable.999.knn_overlap<1", "representation.least_stable has 20 entries, no '999'"),
+        ("representation.noise_share_per_dim.99<1", f"representation.noise_share_per_dim has {DIM} entries, no '99'"),
+        ("training.by_epoch.7.noise_share<1", "training.by_epoch has 2 entries, no '7'"),
+    ],
+)
 def test_check_index_past_the_end(work, check, fragment):
     bad(work, fragment, "--check", check)
 
@@ -140,8 +149,9 @@ def test_unknown_check_path_fails_before_any_work(tmp_path, monkeypatch):
     assert_bad_input(result, "no 'knn_overlapp' in representation", tmp_path, before)
     assert elapsed < 1.0
     result = invoke("audit", root, "--check", "downstream.variants.h.churn<0.1")
-    assert_bad_input(result, "--check downstream.variants.h.churn: the downstream section needs --labels FILE",
-                     tmp_path, before)
+    assert_bad_input(
+        result, "--check downstream.variants.h.churn: the downstream section needs --labels FILE", tmp_path, before
+    )
 
 
 @pytest.mark.bad_input
@@ -155,13 +165,16 @@ def test_non_finite_checkpoint_names_the_file(work, value):
 
 
 @pytest.mark.bad_input
-@pytest.mark.parametrize("array, fragment", [
-    (np.zeros((N_KEYS, DIM + 1), dtype=np.float32), "does not match the run's float vectors of dimension 4"),
-    (np.zeros(N_KEYS, dtype=np.float32), "does not match the run's float vectors"),
-    (np.zeros((N_KEYS, DIM), dtype=np.int64), "type int64 does not match"),
-    (np.zeros((N_KEYS, DIM), dtype=np.complex64), "type complex64 does not match"),
-    (np.zeros((N_KEYS - 1, DIM), dtype=np.float32), f"{N_KEYS - 1} rows, but the run has {N_KEYS} keys"),
-])
+@pytest.mark.parametrize(
+    "array, fragment",
+    [
+        (np.zeros((N_KEYS, DIM + 1), dtype=np.float32), "does not match the run's float vectors of dimension 4"),
+        (np.zeros(N_KEYS, dtype=np.float32), "does not match the run's float vectors"),
+        (np.zeros((N_KEYS, DIM), dtype=np.int64), "type int64 does not match"),
+        (np.zeros((N_KEYS, DIM), dtype=np.complex64), "type complex64 does not match"),
+        (np.zeros((N_KEYS - 1, DIM), dtype=np.float32), f"{N_KEYS - 1} rows, but the run has {N_KEYS} keys"),
+    ],
+)
 def test_mismatched_checkpoint_names_the_file(work, array, fragment):
     _, runs = work
     np.save(runs / "run-000" / "epochs" / "001.npy", array)
@@ -185,11 +198,14 @@ def test_plots_without_matplotlib_names_the_extra(work, monkeypatch):
 
 
 @pytest.mark.bad_input
-@pytest.mark.parametrize("content, fragment", [
-    ("", "empty; expected key and name columns"),
-    ("\n\n", "empty; expected key and name columns"),
-    ("k1\nk2\n", "expected at least two comma-separated columns"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("", "empty; expected key and name columns"),
+        ("\n\n", "empty; expected key and name columns"),
+        ("k1\nk2\n", "expected at least two comma-separated columns"),
+    ],
+)
 def test_bad_key_names_file(work, content, fragment):
     root, _ = work
     names = root / "names.csv"
@@ -241,9 +257,28 @@ from hypothesis import strategies as st  # noqa: E402
 from stabcli.schema import check_path  # noqa: E402
 from stabcli.sections import AuditReport  # noqa: E402
 
-NUMBERS = st.one_of(st.integers(-10**30, 10**30), st.integers(-3, 40), st.sampled_from(["1e3", "x", "", "٣", "0x10"]))
-PATH_PARTS = ["representation", "downstream", "variants", "phi:64@0", "5", "churn", "knn_overlap", "least_stable", "0",
-              "training", "by_epoch", "variance_quantiles", "median", "input", "featurized", "checks", "passed", "x", "."]
+NUMBERS = st.one_of(st.integers(-(10**30), 10**30), st.integers(-3, 40), st.sampled_from(["1e3", "x", "", "٣", "0x10"]))
+PATH_PARTS = [
+    "representation",
+    "downstream",
+    "variants",
+    "phi:64@0",
+    "5",
+    "churn",
+    "knn_overlap",
+    "least_stable",
+    "0",
+    "training",
+    "by_epoch",
+    "variance_quantiles",
+    "median",
+    "input",
+    "featurized",
+    "checks",
+    "passed",
+    "x",
+    ".",
+]
 
 
 @pytest.fixture(scope="module")
@@ -252,11 +287,28 @@ def fuzz_runs(tmp_path_factory):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(option=st.sampled_from(["--pairs", "--knn-k", "--knn-queries", "--seed", "--top"]), value=NUMBERS,
-       check=st.lists(st.sampled_from(PATH_PARTS), max_size=6).map("".join).map(lambda p: p + ">=0"))
+@given(
+    option=st.sampled_from(["--pairs", "--knn-k", "--knn-queries", "--seed", "--top"]),
+    value=NUMBERS,
+    check=st.lists(st.sampled_from(PATH_PARTS), max_size=6).map("".join).map(lambda p: p + ">=0"),
+)
 def test_generated_audit_options_exit_0_1_or_2_without_traceback(fuzz_runs, option, value, check):
-    result = invoke("audit", fuzz_runs, "--pairs", "20", "--knn-queries", "4", "--knn-k", "2", option, value,
-                    "--check", check, "--format", "json")
+    result = invoke(
+        "audit",
+        fuzz_runs,
+        "--pairs",
+        "20",
+        "--knn-queries",
+        "4",
+        "--knn-k",
+        "2",
+        option,
+        value,
+        "--check",
+        check,
+        "--format",
+        "json",
+    )
     assert result.exit_code in (0, 1, 2), (result.exit_code, result.output)
     assert "Traceback" not in result.output and "Warning" not in result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -267,8 +319,11 @@ def test_generated_audit_options_exit_0_1_or_2_without_traceback(fuzz_runs, opti
 
 
 @settings(max_examples=200, deadline=None)
-@given(path=st.lists(st.sampled_from(PATH_PARTS + ["NAME", "N", "q25", "cka", "noise_share_per_dim", "12"]),
-                     max_size=8).map(".".join))
+@given(
+    path=st.lists(
+        st.sampled_from(PATH_PARTS + ["NAME", "N", "q25", "cka", "noise_share_per_dim", "12"]), max_size=8
+    ).map(".".join)
+)
 def test_check_path_accepts_or_raises_usage_error(path):
     from stabcli.errors import UsageError
 

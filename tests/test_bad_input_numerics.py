@@ -25,8 +25,9 @@ def save(path, array, keys=KEYS):
 def two_runs(tmp, scale=1.0, dtype=np.float32, d=D):
     rng = np.random.default_rng(0)
     base = rng.standard_normal((N, d))
-    return [save(tmp / f"run{r}.npy", ((base + 0.3 * rng.standard_normal((N, d))) * scale).astype(dtype))
-            for r in range(2)]
+    return [
+        save(tmp / f"run{r}.npy", ((base + 0.3 * rng.standard_normal((N, d))) * scale).astype(dtype)) for r in range(2)
+    ]
 
 
 def labels(tmp, text=None):
@@ -55,79 +56,180 @@ CASES = [
     ("test size inf", with_labels("--test-size", "inf"), "--test-size: inf"),
     # ---- --model and --task
     ("model unknown", with_labels("--model", "svm"), "'--model': 'svm' is not one of 'logreg', 'knn', 'ridge'"),
-    ("model logreg for regression", with_labels("--model", "logreg", "--task", "regression"),
-     "--model: logreg is for classification"),
-    ("model logreg on numeric labels", with_labels("--model", "logreg", text="".join(f"k{i},{i * 0.37}\n" for i in range(N))),
-     "--model: logreg is for classification, and these labels are numeric"),
-    ("task unknown", with_labels("--task", "clustering"), "'--task': 'clustering' is not one of 'auto', 'classification', 'regression'"),
-    ("knn with too few training keys", with_labels("--model", "knn", "--min-class-size", "1",
-                                                   text="k0,a\nk1,a\nk2,a\nk3,b\nk4,b\nk5,b\n"),
-     "4 training keys are fewer than the 5 neighbours --model knn uses"),
+    (
+        "model logreg for regression",
+        with_labels("--model", "logreg", "--task", "regression"),
+        "--model: logreg is for classification",
+    ),
+    (
+        "model logreg on numeric labels",
+        with_labels("--model", "logreg", text="".join(f"k{i},{i * 0.37}\n" for i in range(N))),
+        "--model: logreg is for classification, and these labels are numeric",
+    ),
+    (
+        "task unknown",
+        with_labels("--task", "clustering"),
+        "'--task': 'clustering' is not one of 'auto', 'classification', 'regression'",
+    ),
+    (
+        "knn with too few training keys",
+        with_labels("--model", "knn", "--min-class-size", "1", text="k0,a\nk1,a\nk2,a\nk3,b\nk4,b\nk5,b\n"),
+        "4 training keys are fewer than the 5 neighbours --model knn uses",
+    ),
     # ---- --reference: needs the run count, checked right after loading
     ("reference beyond the runs", with_labels("--reference", "5"), "--reference: 5 must be a run position from 0 to 1"),
-    ("reference negative", with_labels("--reference", "-1"), "'--reference': Input should be greater than or equal to 0"),
+    (
+        "reference negative",
+        with_labels("--reference", "-1"),
+        "'--reference': Input should be greater than or equal to 0",
+    ),
     # ---- --variants
     ("variant unknown", with_labels("--variants", "h,rff:8"), "--variants: unknown variant 'rff:8'"),
     ("variant odd M", with_labels("--variants", "phi:7"), "--variants: 'phi:7' needs an even M >= 2"),
     ("variant M zero", with_labels("--variants", "phi:0"), "--variants: 'phi:0' needs an even M >= 2"),
     ("variant sigma zero", with_labels("--variants", "phi:8@0"), "positive finite sigma"),
     ("variant sigma inf", with_labels("--variants", "phi:8@1e999"), "positive finite sigma"),
-    ("variant sigma not a number", with_labels("--variants", "phi:8@1e"), "--variants: 'phi:8@1e': '1e' is not a number"),
+    (
+        "variant sigma not a number",
+        with_labels("--variants", "phi:8@1e"),
+        "--variants: 'phi:8@1e': '1e' is not a number",
+    ),
     ("variants empty", with_labels("--variants", ","), "--variants: empty list"),
     ("variant needs 800 GB", with_labels("--variants", f"h,phi:{HUGE}"), f"--variants: phi:{HUGE} needs about"),
-    ("aligned variant needs 800 GB", with_labels("--variants", f"aligned+phi:{HUGE}"),
-     f"--variants: aligned+phi:{HUGE} needs about"),
+    (
+        "aligned variant needs 800 GB",
+        with_labels("--variants", f"aligned+phi:{HUGE}"),
+        f"--variants: aligned+phi:{HUGE} needs about",
+    ),
     # ---- --featurize-dims and --sigmas
-    ("featurize dims odd", with_labels("--variants", "phi:8", "--featurize-dims", "9"), "--featurize-dims: 9 must be an even"),
-    ("featurize dims zero", with_labels("--variants", "phi:8", "--featurize-dims", "0"), "--featurize-dims: 0 must be an even"),
-    ("featurize dims negative", with_labels("--variants", "phi:8", "--featurize-dims", "-4"), "--featurize-dims: -4 must be"),
-    ("featurize dims not ints", with_labels("--variants", "phi:8", "--featurize-dims", "8,x"), "--featurize-dims '8,x'"),
-    ("featurize dims without phi", with_labels("--variants", "h", "--featurize-dims", "8"),
-     "--featurize-dims: sweeps the phi variants, but --variants has none"),
-    ("featurize dims huge", with_labels("--variants", "phi:8", "--featurize-dims", HUGE),
-     f"--featurize-dims: phi:{HUGE} needs about"),
+    (
+        "featurize dims odd",
+        with_labels("--variants", "phi:8", "--featurize-dims", "9"),
+        "--featurize-dims: 9 must be an even",
+    ),
+    (
+        "featurize dims zero",
+        with_labels("--variants", "phi:8", "--featurize-dims", "0"),
+        "--featurize-dims: 0 must be an even",
+    ),
+    (
+        "featurize dims negative",
+        with_labels("--variants", "phi:8", "--featurize-dims", "-4"),
+        "--featurize-dims: -4 must be",
+    ),
+    (
+        "featurize dims not ints",
+        with_labels("--variants", "phi:8", "--featurize-dims", "8,x"),
+        "--featurize-dims '8,x'",
+    ),
+    (
+        "featurize dims without phi",
+        with_labels("--variants", "h", "--featurize-dims", "8"),
+        "--featurize-dims: sweeps the phi variants, but --variants has none",
+    ),
+    (
+        "featurize dims huge",
+        with_labels("--variants", "phi:8", "--featurize-dims", HUGE),
+        f"--featurize-dims: phi:{HUGE} needs about",
+    ),
     ("sigma zero", with_labels("--variants", "phi:8", "--sigmas", "0"), "--sigmas: 0 is not a positive finite number"),
     ("sigma negative", with_labels("--variants", "phi:8", "--sigmas", "1,-2"), "--sigmas: -2 is not a positive"),
     ("sigma nan", with_labels("--variants", "phi:8", "--sigmas", "nan"), "--sigmas: nan is not a positive"),
     ("sigma inf", with_labels("--variants", "phi:8", "--sigmas", "inf"), "--sigmas: inf is not a positive"),
-    ("sigma beyond 1e300", with_labels("--variants", "phi:8", "--sigmas", "1e308"), "--sigmas: 1e+308 is not a positive finite number up to 1e+300"),
+    (
+        "sigma beyond 1e300",
+        with_labels("--variants", "phi:8", "--sigmas", "1e308"),
+        "--sigmas: 1e+308 is not a positive finite number up to 1e+300",
+    ),
     ("variant sigma beyond 1e300", with_labels("--variants", "phi:8@1e301"), "positive finite sigma up to 1e+300"),
-    ("sigmas without phi", with_labels("--variants", "h,aligned", "--sigmas", "1"), "--sigmas: sweeps the phi variants"),
+    (
+        "sigmas without phi",
+        with_labels("--variants", "h,aligned", "--sigmas", "1"),
+        "--sigmas: sweeps the phi variants",
+    ),
     # ---- --jobs, --min-class-size, seeds, encoding
     ("jobs zero", with_labels("--jobs", "0"), "'--jobs' / '-j': Input should be greater than or equal to 1"),
     ("jobs negative", with_labels("--jobs", "-3"), "'--jobs' / '-j': Input should be greater than or equal to 1"),
-    ("min class size zero", with_labels("--min-class-size", "0"), "'--min-class-size': Input should be greater than or equal to 1"),
-    ("min class size negative", with_labels("--min-class-size", "-2"), "'--min-class-size': Input should be greater than or equal to 1"),
-    ("min class size drops every class", with_labels("--min-class-size", "100"),
-     "no class has at least 100 labeled keys (--min-class-size 100 dropped 'g0' (20), 'g1' (20))"),
-    ("min class size leaves one class", with_labels(text="".join(f"k{i},{'rare' if i < 3 else 'common'}\n" for i in range(N))),
-     "only one class ('common') has at least 5 labeled keys (--min-class-size 5 dropped 'rare' (3))"),
-    ("min class size without labels", lambda t: ["audit", *two_runs(t), "--min-class-size", "3"],
-     "--min-class-size only apply with --labels FILE"),
-    ("split seed negative", with_labels("--split-seed", "-1"), "'--split-seed': Input should be greater than or equal to 0"),
+    (
+        "min class size zero",
+        with_labels("--min-class-size", "0"),
+        "'--min-class-size': Input should be greater than or equal to 1",
+    ),
+    (
+        "min class size negative",
+        with_labels("--min-class-size", "-2"),
+        "'--min-class-size': Input should be greater than or equal to 1",
+    ),
+    (
+        "min class size drops every class",
+        with_labels("--min-class-size", "100"),
+        "no class has at least 100 labeled keys (--min-class-size 100 dropped 'g0' (20), 'g1' (20))",
+    ),
+    (
+        "min class size leaves one class",
+        with_labels(text="".join(f"k{i},{'rare' if i < 3 else 'common'}\n" for i in range(N))),
+        "only one class ('common') has at least 5 labeled keys (--min-class-size 5 dropped 'rare' (3))",
+    ),
+    (
+        "min class size without labels",
+        lambda t: ["audit", *two_runs(t), "--min-class-size", "3"],
+        "--min-class-size only apply with --labels FILE",
+    ),
+    (
+        "split seed negative",
+        with_labels("--split-seed", "-1"),
+        "'--split-seed': Input should be greater than or equal to 0",
+    ),
     ("split seed too large", with_labels("--split-seed", str(2**32)), "--split-seed: 4294967296 must be between"),
     ("phi seed negative", with_labels("--seed", "-7"), "'--seed': Input should be greater than or equal to 0"),
-    ("label encoding unknown", with_labels("--encoding", "no-such-codec"), "--encoding: unknown encoding 'no-such-codec'"),
+    (
+        "label encoding unknown",
+        with_labels("--encoding", "no-such-codec"),
+        "--encoding: unknown encoding 'no-such-codec'",
+    ),
     # ---- labels whose numbers are not finite
-    ("regression label beyond float64", with_labels("--task", "regression",
-                                                    text="".join(f"k{i},{'1e999' if i == 7 else i}\n" for i in range(N))),
-     "--task regression needs finite numeric labels, found '1e999'"),
+    (
+        "regression label beyond float64",
+        with_labels("--task", "regression", text="".join(f"k{i},{'1e999' if i == 7 else i}\n" for i in range(N))),
+        "--task regression needs finite numeric labels, found '1e999'",
+    ),
     # ---- embeddings with no geometry
-    ("all-zero runs", lambda t: ["audit", save(t / "a.npy", np.zeros((N, D))), save(t / "b.npy", np.zeros((N, D)))],
-     "a.npy: every value is 0; an all-zero run has no geometry to compare (2 such runs)"),
-    ("one all-zero run", lambda t: ["audit", two_runs(t)[0], save(t / "zero.npy", np.zeros((N, D), np.float32))],
-     "zero.npy: every value is 0"),
-    ("all-zero float64 run with --normalize", lambda t: ["audit", "--normalize", two_runs(t, dtype=np.float64)[0],
-                                                         save(t / "zero.npy", np.zeros((N, D)))],
-     "zero.npy: every value is 0"),
-    ("long double beyond float64", lambda t: ["audit", two_runs(t)[0],
-                                              save(t / "ld.npy", np.full((N, D), np.longdouble("1e4000")))],
-     "values up to 1e4000 exceed float64's range (1.8e308)"),
-    ("zero-column arrays", lambda t: ["audit", save(t / "a.npy", np.zeros((N, 0))), save(t / "b.npy", np.zeros((N, 0)))],
-     "a.npy: vectors have 0 dimensions"),
-    ("zero-column arrays with labels", lambda t: ["audit", save(t / "a.npy", np.zeros((N, 0), np.float32)),
-                                                  save(t / "b.npy", np.zeros((N, 0), np.float32)), "--labels", labels(t)],
-     "a.npy: vectors have 0 dimensions"),
+    (
+        "all-zero runs",
+        lambda t: ["audit", save(t / "a.npy", np.zeros((N, D))), save(t / "b.npy", np.zeros((N, D)))],
+        "a.npy: every value is 0; an all-zero run has no geometry to compare (2 such runs)",
+    ),
+    (
+        "one all-zero run",
+        lambda t: ["audit", two_runs(t)[0], save(t / "zero.npy", np.zeros((N, D), np.float32))],
+        "zero.npy: every value is 0",
+    ),
+    (
+        "all-zero float64 run with --normalize",
+        lambda t: ["audit", "--normalize", two_runs(t, dtype=np.float64)[0], save(t / "zero.npy", np.zeros((N, D)))],
+        "zero.npy: every value is 0",
+    ),
+    (
+        "long double beyond float64",
+        lambda t: ["audit", two_runs(t)[0], save(t / "ld.npy", np.full((N, D), np.longdouble("1e4000")))],
+        "values up to 1e4000 exceed float64's range (1.8e308)",
+    ),
+    (
+        "zero-column arrays",
+        lambda t: ["audit", save(t / "a.npy", np.zeros((N, 0))), save(t / "b.npy", np.zeros((N, 0)))],
+        "a.npy: vectors have 0 dimensions",
+    ),
+    (
+        "zero-column arrays with labels",
+        lambda t: [
+            "audit",
+            save(t / "a.npy", np.zeros((N, 0), np.float32)),
+            save(t / "b.npy", np.zeros((N, 0), np.float32)),
+            "--labels",
+            labels(t),
+        ],
+        "a.npy: vectors have 0 dimensions",
+    ),
 ]
 
 
@@ -156,20 +258,48 @@ def test_memory_refusal_comes_before_the_gram_pass(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ finite extremes are not bad inputs
 
-INVARIANT = ("noise_share", "aligned_noise_share", "inner_product_noise_share", "knn_overlap", "pip_loss_relative",
-             "cka", "eigenspace_overlap", "semantic_displacement")
+INVARIANT = (
+    "noise_share",
+    "aligned_noise_share",
+    "inner_product_noise_share",
+    "knn_overlap",
+    "pip_loss_relative",
+    "cka",
+    "eigenspace_overlap",
+    "semantic_displacement",
+)
 
 
 def strict_json(text):
     def refuse(constant):
         raise AssertionError(f"{constant} in JSON output")
+
     return __import__("json").loads(text, parse_constant=refuse)
 
 
 def audit_json(tmp, files, *options):
-    result = run(tmp, "audit", *files, "--format", "json", "--pairs", "300", "--knn-queries", "20", "--knn-k", "3",
-                 "--jobs", "1", *options) if "--labels" in options else \
-        run(tmp, "audit", *files, "--format", "json", "--pairs", "300", "--knn-queries", "20", "--knn-k", "3", *options)
+    result = (
+        run(
+            tmp,
+            "audit",
+            *files,
+            "--format",
+            "json",
+            "--pairs",
+            "300",
+            "--knn-queries",
+            "20",
+            "--knn-k",
+            "3",
+            "--jobs",
+            "1",
+            *options,
+        )
+        if "--labels" in options
+        else run(
+            tmp, "audit", *files, "--format", "json", "--pairs", "300", "--knn-queries", "20", "--knn-k", "3", *options
+        )
+    )
     assert result.exit_code == 0, result.output
     assert "Warning" not in result.stderr and "warning" not in result.stderr.lower(), result.stderr
     return strict_json(result.stdout)
@@ -184,7 +314,7 @@ def test_float64_runs_at_float64_extremes_audit_like_ordinary_ones(tmp_path, exp
     ordinary = two_runs(tmp_path / "o", dtype=np.float64)
     extreme = [save(tmp_path / "x" / p.name, np.ldexp(np.load(p), exponent)) for p in ordinary]
     if exponent < -1022:  # subnormal: compare with the values that survived, at ordinary magnitude
-        ordinary = [save(p, np.ldexp(np.load(e), -exponent)) for p, e in zip(ordinary, extreme)]
+        ordinary = [save(p, np.ldexp(np.load(e), -exponent)) for p, e in zip(ordinary, extreme, strict=False)]
     flags = ["--normalize"] if normalize else []
     got, expected = audit_json(tmp_path, extreme, *flags), audit_json(tmp_path, ordinary, *flags)
     for key in INVARIANT:
@@ -198,8 +328,10 @@ def test_regression_labels_near_1e300(tmp_path):
     files = two_runs(tmp_path)
     rng = np.random.default_rng(3)
     values = rng.standard_normal(N) * 3 + 10
-    (tmp_path / "small.csv").write_text("".join(f"{k},{float(v)!r}\n" for k, v in zip(KEYS, values)))
-    (tmp_path / "huge.csv").write_text("".join(f"{k},{float(np.ldexp(v, 1000))!r}\n" for k, v in zip(KEYS, values)))
+    (tmp_path / "small.csv").write_text("".join(f"{k},{float(v)!r}\n" for k, v in zip(KEYS, values, strict=False)))
+    (tmp_path / "huge.csv").write_text(
+        "".join(f"{k},{float(np.ldexp(v, 1000))!r}\n" for k, v in zip(KEYS, values, strict=False))
+    )
     small = audit_json(tmp_path, files, "--labels", tmp_path / "small.csv", "--variants", "h,aligned")["downstream"]
     huge = audit_json(tmp_path, files, "--labels", tmp_path / "huge.csv", "--variants", "h,aligned")["downstream"]
     assert huge["task"] == "regression" and huge["label_scale"] > 1e300 and small["label_scale"] == 1
@@ -213,18 +345,33 @@ def test_regression_labels_near_1e300(tmp_path):
 
 def test_classification_on_features_near_1e300(tmp_path):
     """Features beyond 2^±100 are divided by one common power of two before fitting (recorded)."""
-    files = [save(tmp_path / p.name.replace("run", "big"), np.ldexp(np.load(p).astype(np.float64), 1000))
-             for p in two_runs(tmp_path)]
+    files = [
+        save(tmp_path / p.name.replace("run", "big"), np.ldexp(np.load(p).astype(np.float64), 1000))
+        for p in two_runs(tmp_path)
+    ]
     ds = audit_json(tmp_path, files, "--labels", labels(tmp_path))["downstream"]
     assert ds["feature_scale"] > 1e300 and all(v["accuracy_mean"] is not None for v in ds["variants"].values())
 
 
 def test_plots_and_markdown_of_runs_near_1e300(tmp_path):
     """Null variances (beyond float64) are left out of the Fig. 1a histogram, not a crash."""
-    files = [save(tmp_path / p.name.replace("run", "big"), np.ldexp(np.load(p).astype(np.float64), 1000))
-             for p in two_runs(tmp_path)]
-    result = run(tmp_path, "audit", *files, "--plots", tmp_path / "plots", "--markdown", tmp_path / "r.md",
-                 "--labels", labels(tmp_path), "--jobs", "2")
+    files = [
+        save(tmp_path / p.name.replace("run", "big"), np.ldexp(np.load(p).astype(np.float64), 1000))
+        for p in two_runs(tmp_path)
+    ]
+    result = run(
+        tmp_path,
+        "audit",
+        *files,
+        "--plots",
+        tmp_path / "plots",
+        "--markdown",
+        tmp_path / "r.md",
+        "--labels",
+        labels(tmp_path),
+        "--jobs",
+        "2",
+    )
     assert result.exit_code == 0, result.output
     assert "Warning" not in result.stderr and "Traceback" not in result.output
     assert (tmp_path / "plots" / "fig1a_variance_per_dim.png").stat().st_size > 0
@@ -232,8 +379,10 @@ def test_plots_and_markdown_of_runs_near_1e300(tmp_path):
 
 
 def write_vec(path, array, keys=KEYS):
-    path.write_text(f"{len(keys)} {array.shape[1]}\n" + "".join(
-        f"{k} " + " ".join(repr(float(v)) for v in row) + "\n" for k, row in zip(keys, array)))
+    path.write_text(
+        f"{len(keys)} {array.shape[1]}\n"
+        + "".join(f"{k} " + " ".join(repr(float(v)) for v in row) + "\n" for k, row in zip(keys, array, strict=False))
+    )
     return path
 
 
@@ -280,8 +429,13 @@ def test_long_double_within_float64_is_read_as_float64(tmp_path):
     from stabcli.embeddings import read_embedding
 
     ordinary = [np.load(p).astype(np.float64) for p in two_runs(tmp_path)]
-    files = [save(tmp_path / f"ld{r}.npy", a.astype(np.longdouble) * np.longdouble(1e300)) for r, a in enumerate(ordinary)]
+    files = [
+        save(tmp_path / f"ld{r}.npy", a.astype(np.longdouble) * np.longdouble(1e300)) for r, a in enumerate(ordinary)
+    ]
     assert read_embedding(files[0]).vectors.dtype == np.float64
-    got, expected = audit_json(tmp_path, files), audit_json(tmp_path, [save(tmp_path / f"o{r}.npy", a) for r, a in enumerate(ordinary)])
+    got, expected = (
+        audit_json(tmp_path, files),
+        audit_json(tmp_path, [save(tmp_path / f"o{r}.npy", a) for r, a in enumerate(ordinary)]),
+    )
     for key in INVARIANT:
         assert got["representation"][key] == pytest.approx(expected["representation"][key], rel=1e-9, abs=1e-12), key

@@ -29,22 +29,43 @@ def invoke(*args):
 
 
 PARAM_CASES = [
-    ("alpha=1e999", "--param alpha=inf"), ("alpha=-0.1", "--param alpha=-0.1"), ("alpha=0", "--param alpha=0"),
-    ("alpha=nan", "--param alpha='nan'"), ("alpha=None", "--param alpha=None"), ("alpha=True", "--param alpha=True"),
-    ("alpha=b'x'", "--param alpha=b'x'"), ("alpha={1}", "--param alpha={1}"), ("alpha=1j", "--param alpha=1j"),
-    ("alpha={'a': 1}", "--param alpha={'a': 1}"), ("alpha=[0.1]", "--param alpha=[0.1]"),
-    ("ns_exponent=1e999", "--param ns_exponent=inf"), ("ns_exponent=-1e999", "--param ns_exponent=-inf"),
-    ("sample=-1", "--param sample=-1"), ("sample=2", "--param sample=2"), ("min_alpha=-1", "--param min_alpha=-1"),
-    ("min_alpha=1e999", "--param min_alpha=inf"), ("hs=2", "--param hs=2"), ("hs=0.5", "--param hs=0.5"),
-    ("hs=-1", "--param hs=-1"), ("cbow_mean=3", "--param cbow_mean=3"), ("max_vocab_size=-1", "--param max_vocab_size=-1"),
-    ("max_vocab_size=0", "--param max_vocab_size=0"), ("max_final_vocab=1.5", "--param max_final_vocab=1.5"),
-    ("batch_words=0", "--param batch_words=0"), ("batch_words=10**99", "--param batch_words='10**99'"),
-    ("callbacks=[]", "--param callbacks: set by stabcli itself"), ("corpus_file='/etc/passwd'", "--param corpus_file: set by"),
-    ("sentences=[]", "--param sentences: set by"), ("trim_rule=print", "--param trim_rule: not an argument"),
-    ("comment='x'", "--param comment: not an argument"), ("hashfxn=hash", "--param hashfxn: not an argument"),
+    ("alpha=1e999", "--param alpha=inf"),
+    ("alpha=-0.1", "--param alpha=-0.1"),
+    ("alpha=0", "--param alpha=0"),
+    ("alpha=nan", "--param alpha='nan'"),
+    ("alpha=None", "--param alpha=None"),
+    ("alpha=True", "--param alpha=True"),
+    ("alpha=b'x'", "--param alpha=b'x'"),
+    ("alpha={1}", "--param alpha={1}"),
+    ("alpha=1j", "--param alpha=1j"),
+    ("alpha={'a': 1}", "--param alpha={'a': 1}"),
+    ("alpha=[0.1]", "--param alpha=[0.1]"),
+    ("ns_exponent=1e999", "--param ns_exponent=inf"),
+    ("ns_exponent=-1e999", "--param ns_exponent=-inf"),
+    ("sample=-1", "--param sample=-1"),
+    ("sample=2", "--param sample=2"),
+    ("min_alpha=-1", "--param min_alpha=-1"),
+    ("min_alpha=1e999", "--param min_alpha=inf"),
+    ("hs=2", "--param hs=2"),
+    ("hs=0.5", "--param hs=0.5"),
+    ("hs=-1", "--param hs=-1"),
+    ("cbow_mean=3", "--param cbow_mean=3"),
+    ("max_vocab_size=-1", "--param max_vocab_size=-1"),
+    ("max_vocab_size=0", "--param max_vocab_size=0"),
+    ("max_final_vocab=1.5", "--param max_final_vocab=1.5"),
+    ("batch_words=0", "--param batch_words=0"),
+    ("batch_words=10**99", "--param batch_words='10**99'"),
+    ("callbacks=[]", "--param callbacks: set by stabcli itself"),
+    ("corpus_file='/etc/passwd'", "--param corpus_file: set by"),
+    ("sentences=[]", "--param sentences: set by"),
+    ("trim_rule=print", "--param trim_rule: not an argument"),
+    ("comment='x'", "--param comment: not an argument"),
+    ("hashfxn=hash", "--param hashfxn: not an argument"),
     ("dm_mean=1", "--param dm_mean: not an argument of gensim Word2Vec that stabcli passes on (a doc2vec"),
-    ("seed=3", "--param seed: set by stabcli itself"), ("workers=8", "--param workers: set by stabcli itself"),
-    ("=1", "expected key=value"), ("alpha", "expected key=value"),
+    ("seed=3", "--param seed: set by stabcli itself"),
+    ("workers=8", "--param workers: set by stabcli itself"),
+    ("=1", "expected key=value"),
+    ("alpha", "expected key=value"),
 ]
 
 
@@ -60,9 +81,13 @@ def test_bad_param_values_are_refused_before_gensim_sees_them(tmp_path, param, f
 @pytest.mark.bad_input
 def test_doc2vec_params_are_checked_too(tmp_path, tagged_file):
     before = files_state(tmp_path)
-    result = invoke("pretrain", tagged_file, "--model", "doc2vec", "--out", tmp_path / "r", *SMALL, "--param", "dm_concat=7")
+    result = invoke(
+        "pretrain", tagged_file, "--model", "doc2vec", "--out", tmp_path / "r", *SMALL, "--param", "dm_concat=7"
+    )
     assert_bad_input(result, "--param dm_concat=7: expected 0 or 1", tmp_path, before)
-    result = invoke("pretrain", tagged_file, "--model", "doc2vec", "--out", tmp_path / "r", *SMALL, "--param", "dv_mapfile='x'")
+    result = invoke(
+        "pretrain", tagged_file, "--model", "doc2vec", "--out", tmp_path / "r", *SMALL, "--param", "dv_mapfile='x'"
+    )
     assert_bad_input(result, "--param dv_mapfile: not an argument", tmp_path, before)
 
 
@@ -129,7 +154,9 @@ def test_a_doc2vec_tag_with_whitespace_is_refused_naming_the_key(tmp_path):
     docs = tmp_path / "docs.tsv"
     docs.write_text("a b\tw1 w2 w3\nc\tw2 w3 w4\n", encoding="utf-8")
     before = files_state(tmp_path)
-    result = invoke("pretrain", docs, "--model", "doc2vec", "--corpus-format", "tagged", "--out", tmp_path / "r", *SMALL)
+    result = invoke(
+        "pretrain", docs, "--model", "doc2vec", "--corpus-format", "tagged", "--out", tmp_path / "r", *SMALL
+    )
     assert_bad_input(result, "tag 'a b' contains whitespace", tmp_path, before)
 
 
@@ -188,19 +215,23 @@ def test_force_removes_only_what_stabcli_wrote_and_never_follows_a_symlink(tmp_p
 
 
 @pytest.mark.bad_input
-@pytest.mark.parametrize("name, make", [
-    ("run-000", lambda p: p.write_text("x")),
-    (".run-001.partial", lambda p: p.write_text("x")),
-    ("run-002.failed", lambda p: p.write_text("x")),
-    ("stabcli.lock", lambda p: p.mkdir()),
-    ("keys.txt", lambda p: p.mkdir()),
-])
+@pytest.mark.parametrize(
+    "name, make",
+    [
+        ("run-000", lambda p: p.write_text("x")),
+        (".run-001.partial", lambda p: p.write_text("x")),
+        ("run-002.failed", lambda p: p.write_text("x")),
+        ("stabcli.lock", lambda p: p.mkdir()),
+        ("keys.txt", lambda p: p.mkdir()),
+    ],
+)
 def test_entries_of_the_wrong_kind_are_refused(tmp_path, name, make):
     path = corpus(tmp_path)
     root = tmp_path / "r"
     assert invoke("pretrain", path, "--out", root, *SMALL).exit_code == 0
     if (root / name).exists():
         import shutil
+
         shutil.rmtree(root / name) if (root / name).is_dir() else (root / name).unlink()
     make(root / name)
     before = files_state(tmp_path)
@@ -212,13 +243,16 @@ def test_entries_of_the_wrong_kind_are_refused(tmp_path, name, make):
 
 
 @pytest.mark.bad_input
-@pytest.mark.parametrize("field, value, fragment", [
-    ("runs", [], "'runs' is a list"),
-    ("seed", "0", "'seed' is a str"),
-    ("config", 3, "'config' is a int"),
-    ("runs", {"run-000": 5}, "runs['run-000'] is a int"),
-    ("seed", True, "'seed' is a bool"),
-])
+@pytest.mark.parametrize(
+    "field, value, fragment",
+    [
+        ("runs", [], "'runs' is a list"),
+        ("seed", "0", "'seed' is a str"),
+        ("config", 3, "'config' is a int"),
+        ("runs", {"run-000": 5}, "runs['run-000'] is a int"),
+        ("seed", True, "'seed' is a bool"),
+    ],
+)
 def test_manifest_fields_of_the_wrong_type(tmp_path, field, value, fragment):
     path = corpus(tmp_path)
     root = tmp_path / "r"
@@ -232,12 +266,15 @@ def test_manifest_fields_of_the_wrong_type(tmp_path, field, value, fragment):
 
 
 @pytest.mark.bad_input
-@pytest.mark.parametrize("text, fragment", [
-    ('{"schema_version": 1, "seed": ' + "9" * 5000 + "}", "corrupted manifest"),
-    ('{"schema_version": 1, "seed": NaN}', "corrupted manifest (NaN is not a number JSON allows)"),
-    (b'{"schema_version": 1, "x": "\xff"}', "corrupted manifest (not UTF-8"),
-    ('{"schema_version": ' + "9" * 5000 + "}", "corrupted manifest"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ('{"schema_version": 1, "seed": ' + "9" * 5000 + "}", "corrupted manifest"),
+        ('{"schema_version": 1, "seed": NaN}', "corrupted manifest (NaN is not a number JSON allows)"),
+        (b'{"schema_version": 1, "x": "\xff"}', "corrupted manifest (not UTF-8"),
+        ('{"schema_version": ' + "9" * 5000 + "}", "corrupted manifest"),
+    ],
+)
 def test_corrupt_manifests(tmp_path, text, fragment):
     root = tmp_path / "r"
     root.mkdir()
@@ -248,15 +285,18 @@ def test_corrupt_manifests(tmp_path, text, fragment):
 
 
 @pytest.mark.bad_input
-@pytest.mark.parametrize("content, fragment", [
-    (b"[1.0, NaN]", "not valid JSON (NaN is not a number JSON allows)"),
-    (b"[1.0, Infinity]", "not valid JSON"),
-    (b"\xff\xfe[1]", "not valid JSON (not UTF-8"),
-    (b'[1, "a"]', "expected a list of per-epoch losses"),
-    (b"[true]", "expected a list of per-epoch losses"),
-    (b"[" + b"9" * 5000 + b"]", "not valid JSON"),
-    (b"[1e999]", "contains a non-finite loss"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (b"[1.0, NaN]", "not valid JSON (NaN is not a number JSON allows)"),
+        (b"[1.0, Infinity]", "not valid JSON"),
+        (b"\xff\xfe[1]", "not valid JSON (not UTF-8"),
+        (b'[1, "a"]', "expected a list of per-epoch losses"),
+        (b"[true]", "expected a list of per-epoch losses"),
+        (b"[" + b"9" * 5000 + b"]", "not valid JSON"),
+        (b"[1e999]", "contains a non-finite loss"),
+    ],
+)
 def test_bad_losses_json_in_a_run_set(tmp_path, content, fragment):
     path = corpus(tmp_path)
     root = tmp_path / "r"
@@ -275,16 +315,28 @@ np.save(out / 'vectors.npy', np.ones((2, 2)))
 """
 
 
-@pytest.mark.parametrize("content, fragment", [
-    (b"[1.0, NaN]", "losses.json: not valid JSON (NaN"),
-    (b"\xff", "losses.json: not valid JSON (not UTF-8"),
-    (b"[1e999]", "losses.json: contains a non-finite loss"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (b"[1.0, NaN]", "losses.json: not valid JSON (NaN"),
+        (b"\xff", "losses.json: not valid JSON (not UTF-8"),
+        (b"[1e999]", "losses.json: contains a non-finite loss"),
+    ],
+)
 def test_a_script_writing_bad_losses_fails_its_run(tmp_path, content, fragment):
     script = tmp_path / "train.py"
     script.write_text(LOSSES_SCRIPT.format(content=content))
-    result = invoke("pretrain", "--script", f"{sys.executable} {script} {{out}}", "--out", tmp_path / "r", "--runs", "1",
-                    "--jobs", "1")
+    result = invoke(
+        "pretrain",
+        "--script",
+        f"{sys.executable} {script} {{out}}",
+        "--out",
+        tmp_path / "r",
+        "--runs",
+        "1",
+        "--jobs",
+        "1",
+    )
     assert result.exit_code == 2
     assert "run-000" in result.stderr and fragment in result.stderr, result.stderr
     assert "Traceback" not in result.output
@@ -299,16 +351,28 @@ np.save(out / 'vectors.npy', np.ones((len(keys), 2)))
 """
 
 
-@pytest.mark.parametrize("keys, fragment", [
-    (["a", "a"], "duplicate key 'a'"),
-    (["a", "b c"], "b c"),
-    (["a", ""], "run-000"),
-])
+@pytest.mark.parametrize(
+    "keys, fragment",
+    [
+        (["a", "a"], "duplicate key 'a'"),
+        (["a", "b c"], "b c"),
+        (["a", ""], "run-000"),
+    ],
+)
 def test_a_script_writing_bad_keys_fails_its_run_naming_the_key(tmp_path, keys, fragment):
     script = tmp_path / "train.py"
     script.write_text(KEYS_SCRIPT.format(keys=keys))
-    result = invoke("pretrain", "--script", f"{sys.executable} {script} {{out}}", "--out", tmp_path / "r", "--runs", "1",
-                    "--jobs", "1")
+    result = invoke(
+        "pretrain",
+        "--script",
+        f"{sys.executable} {script} {{out}}",
+        "--out",
+        tmp_path / "r",
+        "--runs",
+        "1",
+        "--jobs",
+        "1",
+    )
     assert result.exit_code == 2, result.output
     assert "run-000" in result.stderr and fragment in result.stderr, result.stderr
     assert not (tmp_path / "r" / "run-000").exists()

@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from conftest import files_state
 from stabcli import __version__
 from stabcli.cli import app
-
-from conftest import files_state
 
 runner = CliRunner()
 SMALL = ["--runs", "2", "--dim", "4", "--epochs", "2", "--jobs", "1"]
@@ -54,7 +53,9 @@ def test_pretrain_json_summary_and_resume(tmp_path, sessions_file):
 
 
 def test_pretrain_params_reach_gensim(tmp_path, sessions_file):
-    result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--param", "hs=1", "--param", "negative=0")
+    result = invoke(
+        "pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--param", "hs=1", "--param", "negative=0"
+    )
     assert result.exit_code == 2  # negative is reserved: --negative exists
     assert result.stderr.startswith("error: --param negative: set by stabcli itself") and result.stdout == ""
     result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--param", "hs=1", "--negative", "0")
@@ -64,12 +65,18 @@ def test_pretrain_params_reach_gensim(tmp_path, sessions_file):
     assert "hs=1" in (tmp_path / "r" / "run-000" / "log.txt").read_text()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--param", "bogus=1"], "error: --param bogus: not an argument of gensim Word2Vec"),
-    (["--model", "glove"], "error: Invalid value for '--model': 'glove' is not one of 'word2vec', 'doc2vec'."),
-    (["--corpus-format", "xml"], "error: Invalid value for '--corpus-format': 'xml' is not one of 'auto', 'lines', "
-                                  "'tagged', 'movielens', 'interactions'."),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--param", "bogus=1"], "error: --param bogus: not an argument of gensim Word2Vec"),
+        (["--model", "glove"], "error: Invalid value for '--model': 'glove' is not one of 'word2vec', 'doc2vec'."),
+        (
+            ["--corpus-format", "xml"],
+            "error: Invalid value for '--corpus-format': 'xml' is not one of 'auto', 'lines', "
+            "'tagged', 'movielens', 'interactions'.",
+        ),
+    ],
+)
 def test_pretrain_bad_options_exit_2_with_one_line(tmp_path, sessions_file, args, message):
     result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, *args)
     assert result.exit_code == 2
@@ -100,14 +107,19 @@ def test_pretrain_other_config_exit_2_and_runs_untouched(tmp_path, sessions_file
 
 def test_pretrain_script_failure_exit_2_lists_failed_runs(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text("import sys, pathlib\nrun = int(sys.argv[2])\n"
-                      "if run == 1: sys.exit(4)\n"
-                      "(pathlib.Path(sys.argv[1]) / 'v.npy').write_bytes(b'')\n"
-                      "import numpy; numpy.save(pathlib.Path(sys.argv[1]) / 'v.npy', numpy.ones((3, 2)))\n")
-    result = invoke("pretrain", "--script", f"{sys.executable} {script} {{out}} {{run}}", "--runs", "2",
-                    "--out", tmp_path / "r")
+    script.write_text(
+        "import sys, pathlib\nrun = int(sys.argv[2])\n"
+        "if run == 1: sys.exit(4)\n"
+        "(pathlib.Path(sys.argv[1]) / 'v.npy').write_bytes(b'')\n"
+        "import numpy; numpy.save(pathlib.Path(sys.argv[1]) / 'v.npy', numpy.ones((3, 2)))\n"
+    )
+    result = invoke(
+        "pretrain", "--script", f"{sys.executable} {script} {{out}} {{run}}", "--runs", "2", "--out", tmp_path / "r"
+    )
     assert result.exit_code == 2
-    assert result.stderr.startswith("failed: run-001: script exited with code 4") and len(result.stderr.splitlines()) == 1
+    assert (
+        result.stderr.startswith("failed: run-001: script exited with code 4") and len(result.stderr.splitlines()) == 1
+    )
     assert "run-000" in result.stdout and "complete" in result.stdout and "failed" in result.stdout
     assert np.load(tmp_path / "r" / "run-000" / "vectors.npy").shape == (3, 2)
 
@@ -157,8 +169,24 @@ def test_demo_trains_the_sample(tmp_path):
 @pytest.fixture
 def runset(tmp_path, sessions_file):
     root = tmp_path / "runs"
-    assert invoke("pretrain", sessions_file, "--out", root, "--runs", "3", "--dim", "6", "--epochs", "2",
-                  "--checkpoints", "--jobs", "1").exit_code == 0
+    assert (
+        invoke(
+            "pretrain",
+            sessions_file,
+            "--out",
+            root,
+            "--runs",
+            "3",
+            "--dim",
+            "6",
+            "--epochs",
+            "2",
+            "--checkpoints",
+            "--jobs",
+            "1",
+        ).exit_code
+        == 0
+    )
     return root
 
 
@@ -180,16 +208,39 @@ def test_audit_json_markdown_plots_and_step_summary(runset, tmp_path, monkeypatc
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    result = invoke("audit", runset, *AUDIT_SMALL, "--format", "json", "--json", tmp_path / "r.json",
-                    "--markdown", tmp_path / "r.md", "--plots", tmp_path / "plots")
+    result = invoke(
+        "audit",
+        runset,
+        *AUDIT_SMALL,
+        "--format",
+        "json",
+        "--json",
+        tmp_path / "r.json",
+        "--markdown",
+        tmp_path / "r.md",
+        "--plots",
+        tmp_path / "plots",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert json.loads((tmp_path / "r.json").read_text()) == report
     for key in ("stabcli_version", "input", "representation", "training", "downstream", "checks", "passed"):
         assert key in report
-    for key in ("noise_share", "noise_share_per_dim", "variance_per_dim", "aligned_noise_share",
-                "inner_product_noise_share", "knn_overlap", "knn_k", "pip_loss", "pip_loss_relative", "cka",
-                "eigenspace_overlap", "semantic_displacement", "least_stable"):
+    for key in (
+        "noise_share",
+        "noise_share_per_dim",
+        "variance_per_dim",
+        "aligned_noise_share",
+        "inner_product_noise_share",
+        "knn_overlap",
+        "knn_k",
+        "pip_loss",
+        "pip_loss_relative",
+        "cka",
+        "eigenspace_overlap",
+        "semantic_displacement",
+        "least_stable",
+    ):
         assert key in report["representation"]
     assert report["input"]["runs"] == 3 and report["input"]["dim"] == 6
     assert [row["epoch"] for row in report["training"]["by_epoch"]] == [1, 2]
@@ -197,20 +248,30 @@ def test_audit_json_markdown_plots_and_step_summary(runset, tmp_path, monkeypatc
     assert markdown.startswith("## stabcli audit") and "| linear CKA |" in markdown
     assert summary.read_text() == "earlier step\n" + markdown
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "fig1a_variance_per_dim.png", "fig1b_loss_by_epoch.png", "fig1c_noise_by_epoch.png",
-        "fig1d_coordinate_vs_inner_product.png"]
+        "fig1a_variance_per_dim.png",
+        "fig1b_loss_by_epoch.png",
+        "fig1c_noise_by_epoch.png",
+        "fig1d_coordinate_vs_inner_product.png",
+    ]
     assert (tmp_path / "plots" / "fig1a_variance_per_dim.png").read_bytes()[:4] == b"\x89PNG"
-    assert result.stderr.splitlines() == [f"wrote {tmp_path / 'plots' / name}" for name in (
-        "fig1a_variance_per_dim.png", "fig1b_loss_by_epoch.png", "fig1c_noise_by_epoch.png",
-        "fig1d_coordinate_vs_inner_product.png")]
+    assert result.stderr.splitlines() == [
+        f"wrote {tmp_path / 'plots' / name}"
+        for name in (
+            "fig1a_variance_per_dim.png",
+            "fig1b_loss_by_epoch.png",
+            "fig1c_noise_by_epoch.png",
+            "fig1d_coordinate_vs_inner_product.png",
+        )
+    ]
 
 
 def test_audit_checks_pass_fail_and_bad_paths(runset):
     ok = invoke("audit", runset, *AUDIT_SMALL, "--check", "representation.cka>0", "--check", "input.runs==3")
     assert ok.exit_code == 0, ok.output
     assert ok.stderr == "" and ok.stdout.count("PASS") == 2
-    failed = invoke("audit", runset, *AUDIT_SMALL, "--check", "representation.cka>0",
-                    "--check", "representation.knn_overlap>1.5")
+    failed = invoke(
+        "audit", runset, *AUDIT_SMALL, "--check", "representation.cka>0", "--check", "representation.knn_overlap>1.5"
+    )
     assert failed.exit_code == 1
     assert failed.output.strip().splitlines()[-1].startswith("FAIL representation.knn_overlap>1.5")
     assert failed.stdout.strip().splitlines()[-1].startswith("FAIL") and failed.stderr == ""
@@ -251,44 +312,97 @@ def genre_labels(tmp_path):
 
 
 def test_audit_with_labels_table_json_markdown_plots(runset, genre_labels, tmp_path):
-    result = invoke("audit", runset, *AUDIT_SMALL, "--labels", genre_labels, "--variants", "h,aligned,phi:8",
-                    "--sigmas", "0.5,1", "--json", tmp_path / "r.json", "--markdown", tmp_path / "r.md",
-                    "--plots", tmp_path / "plots", "--jobs", "1")
+    result = invoke(
+        "audit",
+        runset,
+        *AUDIT_SMALL,
+        "--labels",
+        genre_labels,
+        "--variants",
+        "h,aligned,phi:8",
+        "--sigmas",
+        "0.5,1",
+        "--json",
+        tmp_path / "r.json",
+        "--markdown",
+        tmp_path / "r.md",
+        "--plots",
+        tmp_path / "plots",
+        "--jobs",
+        "1",
+    )
     assert result.exit_code == 0, result.output
-    for text in ("Downstream fluctuation across runs", "stale acc.", "phi:8@0.5", "recommendation: ",
-                 "logreg on genres.csv (classification): 32 train / 8 test keys"):
+    for text in (
+        "Downstream fluctuation across runs",
+        "stale acc.",
+        "phi:8@0.5",
+        "recommendation: ",
+        "logreg on genres.csv (classification): 32 train / 8 test keys",
+    ):
         assert text in result.stdout
-    assert result.stderr.splitlines() == [f"wrote {tmp_path / 'plots' / name}" for name in (
-        "fig1a_variance_per_dim.png", "fig1b_loss_by_epoch.png", "fig1c_noise_by_epoch.png",
-        "fig1d_coordinate_vs_inner_product.png", "fig2_downstream_spread.png")]
+    assert result.stderr.splitlines() == [
+        f"wrote {tmp_path / 'plots' / name}"
+        for name in (
+            "fig1a_variance_per_dim.png",
+            "fig1b_loss_by_epoch.png",
+            "fig1c_noise_by_epoch.png",
+            "fig1d_coordinate_vs_inner_product.png",
+            "fig2_downstream_spread.png",
+        )
+    ]
     ds = json.loads((tmp_path / "r.json").read_text())["downstream"]
     assert list(ds["variants"]) == ["h", "aligned", "phi:8@0.5", "phi:8@1"]
-    assert set(ds["variants"]["h"]) >= {"accuracy_mean", "accuracy_std", "f1_macro_mean", "f1_macro_std", "churn",
-                                         "stale_accuracy_mean", "stale_drop"}
+    assert set(ds["variants"]["h"]) >= {
+        "accuracy_mean",
+        "accuracy_std",
+        "f1_macro_mean",
+        "f1_macro_std",
+        "churn",
+        "stale_accuracy_mean",
+        "stale_drop",
+    }
     assert ds["recommendation"]["variant"] in ds["variants"] and ds["reference"] == "run-000"
     assert "### Downstream fluctuation across runs" in (tmp_path / "r.md").read_text()
     assert (tmp_path / "plots" / "fig2_downstream_spread.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_audit_checks_reach_downstream_variants(runset, genre_labels):
-    result = invoke("audit", runset, *AUDIT_SMALL, "--labels", genre_labels, "--variants", "h,phi:8@0.5",
-                    "--check", "downstream.variants.h.churn<=1", "--check", "downstream.variants.phi:8@0.5.churn>=0",
-                    "--check", "downstream.variants.h.accuracy_mean>1")
+    result = invoke(
+        "audit",
+        runset,
+        *AUDIT_SMALL,
+        "--labels",
+        genre_labels,
+        "--variants",
+        "h,phi:8@0.5",
+        "--check",
+        "downstream.variants.h.churn<=1",
+        "--check",
+        "downstream.variants.phi:8@0.5.churn>=0",
+        "--check",
+        "downstream.variants.h.accuracy_mean>1",
+    )
     assert result.exit_code == 1, result.output
     assert result.stdout.strip().splitlines()[-1].startswith("FAIL downstream.variants.h.accuracy_mean>1")
     assert result.stdout.count("PASS") == 2 and result.stderr == ""
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--variants", "h"], "--variants only apply with --labels FILE"),
-    (["--labels", "MISSING"], "missing.csv: label file not found"),
-    (["--labels", "GENRES", "--variants", "h,rff:8"], "unknown variant 'rff:8'"),
-    (["--labels", "GENRES", "--featurize-dims", "8,x"], "--featurize-dims '8,x': expected a comma-separated list of int"),
-    (["--labels", "GENRES", "--model", "svm"], "'--model': 'svm' is not one of 'logreg', 'knn', 'ridge'"),
-    (["--labels", "GENRES", "--test-size", "1.5"], "--test-size: 1.5 must be a share strictly between 0 and 1"),
-    (["--labels", "GENRES", "--task", "regression"], "--task regression needs finite numeric labels, found 'g"),
-    (["--labels", "ONECLASS"], "only one class ('g') among the 40 labeled keys"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--variants", "h"], "--variants only apply with --labels FILE"),
+        (["--labels", "MISSING"], "missing.csv: label file not found"),
+        (["--labels", "GENRES", "--variants", "h,rff:8"], "unknown variant 'rff:8'"),
+        (
+            ["--labels", "GENRES", "--featurize-dims", "8,x"],
+            "--featurize-dims '8,x': expected a comma-separated list of int",
+        ),
+        (["--labels", "GENRES", "--model", "svm"], "'--model': 'svm' is not one of 'logreg', 'knn', 'ridge'"),
+        (["--labels", "GENRES", "--test-size", "1.5"], "--test-size: 1.5 must be a share strictly between 0 and 1"),
+        (["--labels", "GENRES", "--task", "regression"], "--task regression needs finite numeric labels, found 'g"),
+        (["--labels", "ONECLASS"], "only one class ('g') among the 40 labeled keys"),
+    ],
+)
 def test_audit_bad_label_options_exit_2(runset, genre_labels, tmp_path, args, message):
     (tmp_path / "one.csv").write_text("".join(f"t{i},g\n" for i in range(40)))
     paths = {"MISSING": tmp_path / "missing.csv", "GENRES": genre_labels, "ONECLASS": tmp_path / "one.csv"}
@@ -326,10 +440,16 @@ def test_help_shows_no_internal_type_names(args, monkeypatch):
 
 def test_usage_lines_name_arguments_in_capitals(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
-    usages = {c: next(line.strip() for line in invoke(c, "--help").stdout.splitlines() if "Usage:" in line) for c in COMMANDS}
-    assert usages == {"pretrain": "Usage: root pretrain [OPTIONS] [CORPUS]", "audit": "Usage: root audit [OPTIONS] INPUTS...",
-                      "featurize": "Usage: root featurize [OPTIONS] INPUT", "drift": "Usage: root drift [OPTIONS] BEFORE AFTER",
-                      "demo": "Usage: root demo [OPTIONS]"}
+    usages = {
+        c: next(line.strip() for line in invoke(c, "--help").stdout.splitlines() if "Usage:" in line) for c in COMMANDS
+    }
+    assert usages == {
+        "pretrain": "Usage: root pretrain [OPTIONS] [CORPUS]",
+        "audit": "Usage: root audit [OPTIONS] INPUTS...",
+        "featurize": "Usage: root featurize [OPTIONS] INPUT",
+        "drift": "Usage: root drift [OPTIONS] BEFORE AFTER",
+        "demo": "Usage: root demo [OPTIONS]",
+    }
 
 
 @pytest.mark.parametrize("name", COMMANDS)

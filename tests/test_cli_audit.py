@@ -41,10 +41,24 @@ def counted(tmp_path):
 
 def test_key_names_from_a_movielens_item_file_and_per_key_csv(counted, tmp_path):
     item = tmp_path / "u.item"
-    item.write_bytes("".join(f"k{i}|Café Film {i} (1995)|01-Jan-1995||http://x|0|1\n" for i in range(12))
-                     .encode("latin-1"))
-    result = invoke("audit", counted, *FAST, "--top", "12", "--key-names", item, "--encoding", "latin-1",
-                    "--per-key", tmp_path / "keys.csv", "--json", tmp_path / "r.json")
+    item.write_bytes(
+        "".join(f"k{i}|Café Film {i} (1995)|01-Jan-1995||http://x|0|1\n" for i in range(12)).encode("latin-1")
+    )
+    result = invoke(
+        "audit",
+        counted,
+        *FAST,
+        "--top",
+        "12",
+        "--key-names",
+        item,
+        "--encoding",
+        "latin-1",
+        "--per-key",
+        tmp_path / "keys.csv",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
     assert "Café Film 3 (1995)" in result.stdout and "relative instability" in result.stdout
@@ -64,11 +78,14 @@ def test_key_names_from_a_movielens_item_file_and_per_key_csv(counted, tmp_path)
     assert table["displacement"].mean() == pytest.approx(report["representation"]["semantic_displacement"])
 
 
-@pytest.mark.parametrize("name, content", [
-    ("names.tsv", "key\ttitle\n" + "".join(f"k{i}\tTitle {i}\n" for i in range(12))),
-    ("names.csv", "key,title\n" + "".join(f'k{i},"Title {i}, the sequel"\n' for i in range(12))),
-    ("names.txt", "\ufeff" + "".join(f"k{i}::Title {i}::Drama\n" for i in range(12))),
-])
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("names.tsv", "key\ttitle\n" + "".join(f"k{i}\tTitle {i}\n" for i in range(12))),
+        ("names.csv", "key,title\n" + "".join(f'k{i},"Title {i}, the sequel"\n' for i in range(12))),
+        ("names.txt", "\ufeff" + "".join(f"k{i}::Title {i}::Drama\n" for i in range(12))),
+    ],
+)
 def test_key_names_from_two_column_tables_and_parquet_export(counted, tmp_path, name, content):
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
@@ -87,7 +104,8 @@ def test_json_on_stdout_is_strict_and_stderr_is_empty(counted):
     report = strict_json(result.stdout)
     assert report["representation"]["noise_share_independent"] == pytest.approx(2 / 3)
     assert report["training"]["by_epoch"][-1]["variance_mean"] == pytest.approx(
-        np.mean(report["representation"]["variance_per_dim"]))
+        np.mean(report["representation"]["variance_per_dim"])
+    )
     assert report["checks"][0]["passed"] is True and report["passed"] is True
 
 
@@ -96,13 +114,17 @@ def test_plots_draw_fig1c_and_skip_fig1b_without_losses(tmp_path):
     result = invoke("audit", root, *FAST, "--plots", tmp_path / "plots")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "fig1a_variance_per_dim.png", "fig1c_noise_by_epoch.png", "fig1d_coordinate_vs_inner_product.png"]
+        "fig1a_variance_per_dim.png",
+        "fig1c_noise_by_epoch.png",
+        "fig1d_coordinate_vs_inner_product.png",
+    ]
     assert result.stdout.count("the model reports no training loss") == 1
     assert "n/a" not in result.stdout and "mean loss" not in result.stdout
     assert "variance mean" in result.stdout
     assert [line for line in result.stderr.splitlines() if line] == [
-        f"wrote {tmp_path / 'plots' / name}" for name in
-        ("fig1a_variance_per_dim.png", "fig1c_noise_by_epoch.png", "fig1d_coordinate_vs_inner_product.png")]
+        f"wrote {tmp_path / 'plots' / name}"
+        for name in ("fig1a_variance_per_dim.png", "fig1c_noise_by_epoch.png", "fig1d_coordinate_vs_inner_product.png")
+    ]
 
 
 def test_verdict_states_pure_noise_and_featurized_input(tmp_path):
@@ -119,8 +141,9 @@ def test_verdict_states_pure_noise_and_featurized_input(tmp_path):
 def _stabcli(args, env_extra=None, **kwargs):
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "stabcli", *map(str, args)], capture_output=True, text=True,
-                          env=env, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "stabcli", *map(str, args)], capture_output=True, text=True, env=env, **kwargs
+    )
 
 
 def test_tables_do_not_wrap_in_a_pipe_and_honour_columns(tmp_path):
@@ -145,8 +168,12 @@ def test_closed_pipe_is_quiet(tmp_path, fmt):
     """``stabcli audit runs | head -1``: no traceback, no message, not the failed-check code."""
     root = make_runset(tmp_path / "runs", n=3000)
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    proc = subprocess.Popen([sys.executable, "-m", "stabcli", "audit", str(root), *FAST, "--top", "3000",
-                             "--format", fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stabcli", "audit", str(root), *FAST, "--top", "3000", "--format", fmt],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     first = proc.stdout.readline()
     proc.stdout.close()  # the reader goes away, as head does
     stderr = proc.stderr.read().decode()

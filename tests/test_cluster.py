@@ -98,11 +98,25 @@ def test_a_missing_extra_names_the_install_command(tmp_path, sessions_file):
     import subprocess
 
     before = files_state(tmp_path)
-    proc = subprocess.run([sys.executable, "-c", MISSING_EXTRA, "pretrain", str(sessions_file), "--out",
-                           str(tmp_path / "r"), "--scheduler", "local:1"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            MISSING_EXTRA,
+            "pretrain",
+            str(sessions_file),
+            "--out",
+            str(tmp_path / "r"),
+            "--scheduler",
+            "local:1",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines() == ["error: --scheduler needs Dask's distributed scheduler: "
-                                                "pip install 'stabcli[dask]'"]
+    assert proc.stderr.strip().splitlines() == [
+        "error: --scheduler needs Dask's distributed scheduler: pip install 'stabcli[dask]'"
+    ]
     assert files_state(tmp_path) == before
 
 
@@ -127,11 +141,10 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
+from conftest import EXAMPLE_SCRIPT, assert_bad_input, files_state, make_sessions  # noqa: E402
 from stabcli.cli import app  # noqa: E402
 from stabcli.cluster import pretrain_backend  # noqa: E402
 from stabcli.training import TrainConfig, pretrain  # noqa: E402
-
-from conftest import EXAMPLE_SCRIPT, assert_bad_input, files_state, make_sessions  # noqa: E402
 
 runner = CliRunner()
 SMALL = TrainConfig(dim=8, window=2, negative=2, epochs=3)
@@ -152,7 +165,9 @@ def test_pretrain_on_the_cluster_equals_a_local_run_bit_for_bit(local2, tmp_path
 
 
 def test_script_runs_go_to_the_cluster_too(local2, tmp_path, sessions_file):
-    config = TrainConfig(script=f"{sys.executable} {EXAMPLE_SCRIPT} --corpus {{corpus}} --seed {{seed}} --out {{out}} --dim 4")
+    config = TrainConfig(
+        script=f"{sys.executable} {EXAMPLE_SCRIPT} --corpus {{corpus}} --seed {{seed}} --out {{out}} --dim 4"
+    )
     pretrain(tmp_path / "local", sessions_file, config, runs=2, jobs=2)
     pretrain(tmp_path / "dask", sessions_file, config, runs=2, backend=pretrain_backend(local2))
     assert run_bytes(tmp_path / "dask") == run_bytes(tmp_path / "local") and len(run_bytes(tmp_path / "local")) == 2
@@ -176,8 +191,11 @@ def test_a_worker_killed_mid_run_is_retried_and_the_run_set_equals_a_local_one(t
     with Cluster("local:2") as c:
         pids = c.client.run(os.getpid)
         outcome: dict[str, object] = {}
-        thread = threading.Thread(target=lambda: outcome.setdefault(
-            "result", pretrain(tmp_path / "dask", corpus, config, runs=2, backend=pretrain_backend(c))))
+        thread = threading.Thread(
+            target=lambda: outcome.setdefault(
+                "result", pretrain(tmp_path / "dask", corpus, config, runs=2, backend=pretrain_backend(c))
+            )
+        )
         thread.start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not list((tmp_path / "dask").glob(".run-*/progress")):
@@ -203,19 +221,34 @@ def test_audit_labels_on_the_cluster_gives_the_local_numbers(tmp_path):
         path = tmp_path / f"r{r}.npy"
         write_embedding(path, keys, (centers[labels] + 0.7 * rng.standard_normal((len(keys), 6))).astype(np.float32))
         files.append(str(path))
-    (tmp_path / "labels.tsv").write_text("".join(f"{k}\tc{c}\n" for k, c in zip(keys, labels)))
-    args = ["audit", *files, "--labels", str(tmp_path / "labels.tsv"), "--format", "json", "--knn-k", "3", "--pairs", "100",
-            "--variants", "h,aligned,phi:8"]
+    (tmp_path / "labels.tsv").write_text("".join(f"{k}\tc{c}\n" for k, c in zip(keys, labels, strict=False)))
+    args = [
+        "audit",
+        *files,
+        "--labels",
+        str(tmp_path / "labels.tsv"),
+        "--format",
+        "json",
+        "--knn-k",
+        "3",
+        "--pairs",
+        "100",
+        "--variants",
+        "h,aligned,phi:8",
+    ]
     local = runner.invoke(app, [*args, "--jobs", "1"])
     dask = runner.invoke(app, [*args, "--scheduler", "local:2"])
     assert local.exit_code == 0 and dask.exit_code == 0, dask.output
     assert json.loads(dask.stdout)["downstream"] == json.loads(local.stdout)["downstream"]
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["--scheduler", "local:0"], "--scheduler: 'local:0': expected local:N"),
-    (["--scheduler", "localhost"], "--scheduler: 'localhost': expected local:N"),
-])
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--scheduler", "local:0"], "--scheduler: 'local:0': expected local:N"),
+        (["--scheduler", "localhost"], "--scheduler: 'localhost': expected local:N"),
+    ],
+)
 def test_bad_scheduler_values_are_one_line(tmp_path, sessions_file, argv, fragment):
     before = files_state(tmp_path)
     result = runner.invoke(app, ["pretrain", str(sessions_file), "--out", str(tmp_path / "r"), *argv])
@@ -225,8 +258,9 @@ def test_bad_scheduler_values_are_one_line(tmp_path, sessions_file, argv, fragme
 def test_an_unreachable_scheduler_is_exit_2_and_touches_nothing(tmp_path, sessions_file, monkeypatch):
     monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1)
     before = files_state(tmp_path)
-    result = runner.invoke(app, ["pretrain", str(sessions_file), "--out", str(tmp_path / "r"), "--scheduler",
-                                 "tcp://127.0.0.1:9"])
+    result = runner.invoke(
+        app, ["pretrain", str(sessions_file), "--out", str(tmp_path / "r"), "--scheduler", "tcp://127.0.0.1:9"]
+    )
     assert_bad_input(result, "--scheduler: cannot reach the Dask scheduler at tcp://127.0.0.1:9", tmp_path, before)
 
 
@@ -241,8 +275,25 @@ def test_sigterm_to_the_client_cancels_the_tasks_and_the_same_command_resumes(tm
 
     corpus = tmp_path / "big.txt"
     corpus.write_text(make_sessions(n_sequences=3000, n_items=200), encoding="utf-8")
-    args = [sys.executable, "-m", "stabcli", "pretrain", str(corpus), "--out", str(tmp_path / "dask"), "--runs", "4",
-            "--dim", "16", "--epochs", "10", "--scheduler", "local:2", "--format", "json"]
+    args = [
+        sys.executable,
+        "-m",
+        "stabcli",
+        "pretrain",
+        str(corpus),
+        "--out",
+        str(tmp_path / "dask"),
+        "--runs",
+        "4",
+        "--dim",
+        "16",
+        "--epochs",
+        "10",
+        "--scheduler",
+        "local:2",
+        "--format",
+        "json",
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list((tmp_path / "dask").glob(".run-*/progress")):

@@ -86,7 +86,9 @@ def test_movielens_bad_timestamp_names_the_line(tmp_path):
 
 def test_movielens_wrong_field_count(tmp_path):
     path = write(tmp_path, "u.data", "1\t10\t5\n1\t11\t5\n")
-    with pytest.raises(InputError, match=r"u\.data:1: expected 4 tab-separated fields \(as in the first lines\), found 3"):
+    with pytest.raises(
+        InputError, match=r"u\.data:1: expected 4 tab-separated fields \(as in the first lines\), found 3"
+    ):
         read_corpus(path)
 
 
@@ -107,8 +109,11 @@ def test_interactions_without_timestamp_keep_file_order(tmp_path):
 
 def test_interactions_unknown_header_names_ask_for_the_option(tmp_path):
     path = write(tmp_path, "events.csv", "who,what\n1,10\n1,11\n")
-    with pytest.raises(InputError, match=r"events\.csv: no column of the header \(who, what\) is a known user column "
-                                         r"name; pass --user-col NAME or a 0-based position"):
+    with pytest.raises(
+        InputError,
+        match=r"events\.csv: no column of the header \(who, what\) is a known user column "
+        r"name; pass --user-col NAME or a 0-based position",
+    ):
         read_corpus(path, options=CorpusOptions(format="interactions"))
 
 
@@ -183,8 +188,11 @@ def interactions(n_users: int = 30, n_items: int = 60, seed: int = 0) -> list[tu
 
 def expected_sequences(rows, min_rating=None, by_time=True) -> list[list[str]]:
     """Direct computation: users by first interaction, each user's items by time (ties: file order)."""
-    kept = [(t if by_time else 0, pos, u, i) for pos, (u, i, r, t) in enumerate(rows)
-            if min_rating is None or r >= min_rating]
+    kept = [
+        (t if by_time else 0, pos, u, i)
+        for pos, (u, i, r, t) in enumerate(rows)
+        if min_rating is None or r >= min_rating
+    ]
     kept.sort(key=lambda row: (row[0], row[1]))
     sequences: dict[int, list[str]] = {}
     for _, _, u, i in kept:
@@ -210,14 +218,24 @@ def generic_csv(rows) -> str:  # the issue's uid,iid,score,ts
 
 def semicolon_csv(rows) -> str:  # European spreadsheet export: ';' with decimal commas, CRLF
     return "user_id;item_id;rating;timestamp\r\n" + "".join(
-        f"{u};{i};{str(r).replace('.', ',')};{t}\r\n" for u, i, r, t in rows)
+        f"{u};{i};{str(r).replace('.', ',')};{t}\r\n" for u, i, r, t in rows
+    )
 
 
-@pytest.mark.parametrize("name, render, prefix", [
-    ("u.data", u_data, ""), ("mydata.tsv", u_data, ""), ("ratings.dat", ratings_dat, ""),
-    ("mine.dat", ratings_dat, ""), ("ratings.csv", ratings_csv, ""), ("export.csv", ratings_csv, ""),
-    ("events.csv", generic_csv, "i"), ("plays.txt", generic_csv, "i"), ("export.csv", semicolon_csv, ""),
-])
+@pytest.mark.parametrize(
+    "name, render, prefix",
+    [
+        ("u.data", u_data, ""),
+        ("mydata.tsv", u_data, ""),
+        ("ratings.dat", ratings_dat, ""),
+        ("mine.dat", ratings_dat, ""),
+        ("ratings.csv", ratings_csv, ""),
+        ("export.csv", ratings_csv, ""),
+        ("events.csv", generic_csv, "i"),
+        ("plays.txt", generic_csv, "i"),
+        ("export.csv", semicolon_csv, ""),
+    ],
+)
 def test_real_interaction_layouts_give_one_time_ordered_sequence_per_user(tmp_path, name, render, prefix):
     rows = interactions()
     corpus = read_corpus(write(tmp_path, name, render(rows)))
@@ -238,7 +256,8 @@ def test_u_data_copied_to_another_name_is_read_as_the_movielens_layout(tmp_path)
     assert corpus.describe() == (
         f"interactions (tab-separated, no header; user column 0, item column 1, time column 3, rating column 2): "
         f"{corpus.n_sequences} sequences, {corpus.n_tokens} tokens, {corpus.n_keys} distinct keys, "
-        f"{corpus.skipped_lines} rows below --min-rating skipped")
+        f"{corpus.skipped_lines} rows below --min-rating skipped"
+    )
 
 
 def test_summary_is_json_ready(tmp_path):
@@ -247,9 +266,17 @@ def test_summary_is_json_ready(tmp_path):
     rows = interactions()
     corpus = read_corpus(write(tmp_path, "events.csv", generic_csv(rows)))
     summary = json.loads(json.dumps(corpus.summary()))
-    assert summary == {"format": "interactions", "encoding": "utf-8", "sequences": 30, "tokens": len(rows),
-                       "distinct_keys": corpus.n_keys, "skipped_rows": 0, "delimiter": ",", "header": True,
-                       "columns": {"user": "'uid'", "item": "'iid'", "time": "'ts'"}}
+    assert summary == {
+        "format": "interactions",
+        "encoding": "utf-8",
+        "sequences": 30,
+        "tokens": len(rows),
+        "distinct_keys": corpus.n_keys,
+        "skipped_rows": 0,
+        "delimiter": ",",
+        "header": True,
+        "columns": {"user": "'uid'", "item": "'iid'", "time": "'ts'"},
+    }
     lines = read_corpus(write(tmp_path, "s.txt", "a b\nb c\n")).summary()
     assert lines["format"] == "lines" and lines["delimiter"] is None and lines["columns"] is None
 
@@ -279,8 +306,11 @@ def test_columns_by_position_and_by_name_agree(tmp_path):
 
 
 def test_iso_dates_order_like_numbers(tmp_path):
-    path = write(tmp_path, "e.csv", "user,item,created_at\na,x,2024-03-02T10:00:00Z\na,y,2024-03-01 09:00:00\n"
-                                    "b,x,2024-01-01\nb,z,2024-01-02\n")
+    path = write(
+        tmp_path,
+        "e.csv",
+        "user,item,created_at\na,x,2024-03-02T10:00:00Z\na,y,2024-03-01 09:00:00\nb,x,2024-01-01\nb,z,2024-01-02\n",
+    )
     assert read_corpus(path).sequences == [["x", "z"], ["y", "x"]]
 
 
@@ -291,7 +321,9 @@ def test_quoted_fields_and_trailing_delimiters(tmp_path):
 
 def test_blank_lines_are_skipped_and_bad_rows_name_the_physical_line(tmp_path):
     path = write(tmp_path, "e.csv", "user,item\n\na,x\n\na,y\n" + "b,x\n" * 100 + "b\n")
-    with pytest.raises(InputError, match=r"e\.csv:106: expected 2 comma-separated fields \(as in the first lines\), found 1"):
+    with pytest.raises(
+        InputError, match=r"e\.csv:106: expected 2 comma-separated fields \(as in the first lines\), found 1"
+    ):
         read_corpus(path)
 
 
@@ -305,16 +337,22 @@ def test_one_interaction_per_line_as_lines_is_refused(tmp_path):
     # the issue's case: a table read as lines gives one-token sequences of whole rows
     rows = interactions()
     path = write(tmp_path, "mydata.csv", generic_csv(rows))
-    with pytest.raises(InputError, match=r"mydata\.csv: read as lines, \d+ of \d+ lines hold a single token.*"
-                                         r"--corpus-format interactions"):
+    with pytest.raises(
+        InputError,
+        match=r"mydata\.csv: read as lines, \d+ of \d+ lines hold a single token.*"
+        r"--corpus-format interactions",
+    ):
         read_corpus(path, options=CorpusOptions(format="lines"))
 
 
 def test_table_rows_as_keys_are_refused(tmp_path):
     # a table with a free-text column is no table to the sniffer; as lines its keys hold commas
     data = "".join(f"{u},Movie number {i} (199{i % 10}),{i}\n" for u in range(5) for i in range(6))
-    with pytest.raises(InputError, match=r"m\.csv: read as lines, \d+ of \d+ distinct keys contain ',' .*"
-                                         r"--corpus-format interactions"):
+    with pytest.raises(
+        InputError,
+        match=r"m\.csv: read as lines, \d+ of \d+ distinct keys contain ',' .*"
+        r"--corpus-format interactions",
+    ):
         read_corpus(write(tmp_path, "m.csv", data))
 
 
@@ -340,8 +378,15 @@ def test_prose_with_commas_stays_lines(tmp_path):
 # ---- text: byte-order marks, UTF-16, CRLF, non-regular and compressed files
 
 
-@pytest.mark.parametrize("codec, bom", [("utf-8", b"\xef\xbb\xbf"), ("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"),
-                                        ("utf-32-le", b"\xff\xfe\x00\x00")])
+@pytest.mark.parametrize(
+    "codec, bom",
+    [
+        ("utf-8", b"\xef\xbb\xbf"),
+        ("utf-16-le", b"\xff\xfe"),
+        ("utf-16-be", b"\xfe\xff"),
+        ("utf-32-le", b"\xff\xfe\x00\x00"),
+    ],
+)
 def test_byte_order_mark_is_stripped_and_selects_the_encoding(tmp_path, codec, bom):
     path = write(tmp_path, "c.txt", bom + "a b caf\u00e9\r\nb a\r\n".encode(codec))
     corpus = read_corpus(path)
@@ -368,23 +413,34 @@ def test_bad_byte_deep_in_a_large_file_names_its_line_and_column(tmp_path):
         read_corpus(write(tmp_path, "c.txt", data))
 
 
-@pytest.mark.parametrize("encoding, problem", [("klingon", "unknown encoding 'klingon'"), ("", "expected an encoding name"),
-                                               ("base64", "'base64' is not a text encoding")])
+@pytest.mark.parametrize(
+    "encoding, problem",
+    [
+        ("klingon", "unknown encoding 'klingon'"),
+        ("", "expected an encoding name"),
+        ("base64", "'base64' is not a text encoding"),
+    ],
+)
 def test_bad_encoding_is_an_option_error_before_any_io(encoding, problem):
     with pytest.raises(OptionError, match=problem) as info:
         CorpusOptions(encoding=encoding)
     assert info.value.param == "encoding"
 
 
-@pytest.mark.parametrize("kwargs, param, problem", [
-    ({"user_col": "-1"}, "user_col", "negative"), ({"item_col": " "}, "item_col", "empty column name"),
-    ({"user_col": "a", "item_col": "a"}, "item_col", "already the user column"),
-    ({"user_col": 0, "time_col": "0"}, "time_col", "already the user column"),
-    ({"min_rating": float("nan")}, "min_rating", "finite"), ({"min_rating": float("inf")}, "min_rating", "finite"),
-    ({"format": "lines", "user_col": "u"}, "user_col", "interaction tables only"),
-    ({"format": "tagged", "min_rating": 3}, "min_rating", "interaction tables only"),
-    ({"user_col": 1.5}, "user_col", "column name or a 0-based position"),
-])
+@pytest.mark.parametrize(
+    "kwargs, param, problem",
+    [
+        ({"user_col": "-1"}, "user_col", "negative"),
+        ({"item_col": " "}, "item_col", "empty column name"),
+        ({"user_col": "a", "item_col": "a"}, "item_col", "already the user column"),
+        ({"user_col": 0, "time_col": "0"}, "time_col", "already the user column"),
+        ({"min_rating": float("nan")}, "min_rating", "finite"),
+        ({"min_rating": float("inf")}, "min_rating", "finite"),
+        ({"format": "lines", "user_col": "u"}, "user_col", "interaction tables only"),
+        ({"format": "tagged", "min_rating": 3}, "min_rating", "interaction tables only"),
+        ({"user_col": 1.5}, "user_col", "column name or a 0-based position"),
+    ],
+)
 def test_corpus_options_validate_themselves(kwargs, param, problem):
     with pytest.raises(OptionError, match=problem) as info:
         CorpusOptions(**kwargs)
@@ -404,7 +460,9 @@ def test_a_directory_a_fifo_and_a_device_are_refused_without_reading(tmp_path):
         read_corpus("/dev/zero")  # would never end if read
 
 
-@pytest.mark.parametrize("module, kind", [("gzip", "gzip-compressed"), ("bz2", "bzip2-compressed"), ("lzma", "xz-compressed")])
+@pytest.mark.parametrize(
+    "module, kind", [("gzip", "gzip-compressed"), ("bz2", "bzip2-compressed"), ("lzma", "xz-compressed")]
+)
 def test_compressed_corpora_are_refused_naming_the_tool(tmp_path, module, kind):
     import importlib
 
@@ -429,8 +487,23 @@ def test_pretrain_on_a_renamed_u_data_trains_items_not_rows(tmp_path):
 
     rows = interactions(n_users=20, n_items=15)
     path = write(tmp_path, "mydata.tsv", u_data(rows))
-    result = CliRunner().invoke(app, ["pretrain", str(path), "--out", str(tmp_path / "runs"), "--runs", "1",
-                                      "--epochs", "1", "--dim", "4", "--format", "json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "pretrain",
+            str(path),
+            "--out",
+            str(tmp_path / "runs"),
+            "--runs",
+            "1",
+            "--epochs",
+            "1",
+            "--dim",
+            "4",
+            "--format",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "runs" / "stabcli.json").read_text())
     assert manifest["corpus"]["format"] == "interactions"
@@ -464,8 +537,11 @@ def test_time_values_a_platform_cannot_order_are_one_clear_error(tmp_path, stamp
 
 def test_comma_separated_sessions_of_varying_length_are_refused_with_both_remedies(tmp_path):
     path = write(tmp_path, "sessions.txt", "i1,i2,i3\ni4,i5\ni1,i5,i6,i7\ni2\n")
-    with pytest.raises(InputError, match=r"read as lines, 3 of 4 distinct keys contain ','.*--corpus-format interactions"
-                                         r".*separate the tokens with spaces"):
+    with pytest.raises(
+        InputError,
+        match=r"read as lines, 3 of 4 distinct keys contain ','.*--corpus-format interactions"
+        r".*separate the tokens with spaces",
+    ):
         read_corpus(path)
 
 
@@ -478,7 +554,9 @@ def test_tag_with_whitespace_is_refused_naming_the_line(tmp_path, tag):
 
 def test_time_col_none_keeps_file_order_when_dates_are_not_iso(tmp_path):
     path = write(tmp_path, "e.csv", "user,item,date\na,x,02/01/2020\na,y,01/01/2020\nb,x,03/01/2020\nb,z,01/01/2020\n")
-    with pytest.raises(InputError, match=r"e\.csv:2: timestamp '02/01/2020' \('date'\) .*--time-col none keeps file order"):
+    with pytest.raises(
+        InputError, match=r"e\.csv:2: timestamp '02/01/2020' \('date'\) .*--time-col none keeps file order"
+    ):
         read_corpus(path)
     corpus = read_corpus(path, options=CorpusOptions(time_col="None"))
     assert corpus.sequences == [["x", "y"], ["x", "z"]] and "time" not in corpus.columns

@@ -69,29 +69,46 @@ def anchors(path: Path) -> set[str]:
 
 
 def relative_links() -> list[tuple[str, str]]:
-    return [(page.relative_to(REPO).as_posix(), target)
-            for page in PAGES for target in links(page) if not SCHEME.match(target)]
+    return [
+        (page.relative_to(REPO).as_posix(), target)
+        for page in PAGES
+        for target in links(page)
+        if not SCHEME.match(target)
+    ]
 
 
 def test_the_guide_exists():
     names = {page.name for page in DOCS}
-    assert {"index.md", "commands.md", "formats.md", "metrics.md", "json.md", "performance.md",
-            "robustness.md", "limits.md", "development.md"} <= names
+    assert {
+        "index.md",
+        "commands.md",
+        "formats.md",
+        "metrics.md",
+        "json.md",
+        "performance.md",
+        "robustness.md",
+        "limits.md",
+        "development.md",
+    } <= names
 
 
 def test_link_extraction_sees_inline_reference_and_anchor_links(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("See [a](docs/a.md#x-y) and [`b`](#b).\n\n```\n[not](c.md)\n```\n"
-                    "[ref]: ../d.md\n[web]: https://example.org\n", encoding="utf-8")
+    page.write_text(
+        "See [a](docs/a.md#x-y) and [`b`](#b).\n\n```\n[not](c.md)\n```\n[ref]: ../d.md\n[web]: https://example.org\n",
+        encoding="utf-8",
+    )
     assert links(page) == ["docs/a.md#x-y", "#b", "../d.md", "https://example.org"]
 
 
 def test_anchors_follow_githubs_rule(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("# stabcli\n## `stabcli audit`\n### Downstream fluctuation: `--labels`\n"
-                    "## Limits\n## Limits\n```\n# not a heading\n```\n", encoding="utf-8")
-    assert anchors(page) == {"stabcli", "stabcli-audit", "downstream-fluctuation---labels",
-                             "limits", "limits-1"}
+    page.write_text(
+        "# stabcli\n## `stabcli audit`\n### Downstream fluctuation: `--labels`\n"
+        "## Limits\n## Limits\n```\n# not a heading\n```\n",
+        encoding="utf-8",
+    )
+    assert anchors(page) == {"stabcli", "stabcli-audit", "downstream-fluctuation---labels", "limits", "limits-1"}
 
 
 @pytest.mark.parametrize("page, target", relative_links())
@@ -130,9 +147,16 @@ def test_no_page_refers_to_a_spec_that_is_not_in_the_repository():
 def ci_test_command() -> str:
     """The command `.ci/run` reads: the first line of the code block after the marker."""
     result = subprocess.run(
-        ["awk", r"/<!-- ci:test-command -->/ {found=1; next} found && /^```/ {if (inblock) exit; "
-                r"inblock=1; next} found && inblock {print; exit}", str(README)],
-        capture_output=True, text=True, check=True)
+        [
+            "awk",
+            r"/<!-- ci:test-command -->/ {found=1; next} found && /^```/ {if (inblock) exit; "
+            r"inblock=1; next} found && inblock {print; exit}",
+            str(README),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return result.stdout.strip()
 
 

@@ -38,8 +38,14 @@ def test_rotated_runs_known_answers(tmp_path):
     x, y = planted()
     arrays = [x @ ortho_group.rvs(D, random_state=s) for s in range(4)]
     ds = report_for(arrays, write_labels(tmp_path / "labels.csv", y))
-    assert (ds["task"], ds["model"], ds["train"], ds["test"], ds["skipped_keys"], ds["classes"]) == \
-        ("classification", "logreg", 320, 80, 0, 4)
+    assert (ds["task"], ds["model"], ds["train"], ds["test"], ds["skipped_keys"], ds["classes"]) == (
+        "classification",
+        "logreg",
+        320,
+        80,
+        0,
+        4,
+    )
     assert list(ds["variants"]) == ["h", "avg", "aligned", "phi:8", "phi:16"]
     h, aligned = ds["variants"]["h"], ds["variants"]["aligned"]
     # L2 logistic regression is rotation invariant: refitting on a rotated run changes nothing
@@ -55,8 +61,11 @@ def test_rotated_runs_known_answers(tmp_path):
 
 def test_identical_runs_have_zero_spread_everywhere(tmp_path):
     x, y = planted(1)
-    ds = report_for([x, x.copy(), x.copy()], write_labels(tmp_path / "labels.csv", y),
-                    variants=["h", "aligned", "phi:16", "aligned+phi:16"])
+    ds = report_for(
+        [x, x.copy(), x.copy()],
+        write_labels(tmp_path / "labels.csv", y),
+        variants=["h", "aligned", "phi:16", "aligned+phi:16"],
+    )
     for name, v in ds["variants"].items():
         assert v["accuracy_std"] == 0 and v["f1_macro_std"] == 0 and v["churn"] == 0, name
         assert v["stale_drop"] == pytest.approx(0, abs=1e-12), name
@@ -68,12 +77,20 @@ def test_matches_a_direct_scikit_learn_computation(tmp_path):
     x, y = planted(2)
     rng = np.random.default_rng(5)
     arrays = [x + 0.8 * rng.standard_normal(x.shape) for _ in range(3)]  # noisy runs: nonzero spread
-    ds = report_for(arrays, write_labels(tmp_path / "labels.csv", y), variants=["h", "phi:16@0.5"],
-                    test_size=0.25, split_seed=3, seed=7)
+    ds = report_for(
+        arrays,
+        write_labels(tmp_path / "labels.csv", y),
+        variants=["h", "phi:16@0.5"],
+        test_size=0.25,
+        split_seed=3,
+        seed=7,
+    )
     labels = np.array([f"c{v}" for v in y], dtype=object)
     train, test = train_test_split(np.arange(N), test_size=0.25, random_state=3, stratify=labels)
-    for name, transform in [("h", lambda a: a),
-                            ("phi:16@0.5", FourierFeaturizer(n_components=16, sigma=0.5, random_state=7).fit(x).transform)]:
+    for name, transform in [
+        ("h", lambda a: a),
+        ("phi:16@0.5", FourierFeaturizer(n_components=16, sigma=0.5, random_state=7).fit(x).transform),
+    ]:
         preds = []
         for a in arrays:
             a = transform(np.asarray(a, dtype=np.float32).astype(np.float64))
@@ -97,8 +114,9 @@ def test_parallel_fits_equal_sequential(tmp_path):
     labels = write_labels(tmp_path / "labels.csv", y)
     keys = [f"k{i}" for i in range(N)]
     rotations, _ = generalized_procrustes(gram_blocks(arrays))
-    one, two = (downstream_report(arrays, keys, rotations, DownstreamOptions(labels, jobs=j), ["a", "b", "c"])
-                for j in (1, 2))
+    one, two = (
+        downstream_report(arrays, keys, rotations, DownstreamOptions(labels, jobs=j), ["a", "b", "c"]) for j in (1, 2)
+    )
     assert one == two
 
 
@@ -131,22 +149,38 @@ def test_churn_known_answers():
 
 
 def entry(mean, std, churn_, drop=0.0):
-    return {"accuracy_mean": mean, "accuracy_std": std, "churn": churn_, "stale_drop": drop,
-            "stale_accuracy_mean": mean - drop}
+    return {
+        "accuracy_mean": mean,
+        "accuracy_std": std,
+        "churn": churn_,
+        "stale_drop": drop,
+        "stale_accuracy_mean": mean - drop,
+    }
 
 
 def test_recommendation_picks_the_most_stable_close_variant():
-    results = {"h": entry(0.80, 0.02, 0.10), "aligned": entry(0.79, 0.01, 0.04), "phi:64": entry(0.70, 0.01, 0.01),
-               "avg": {"accuracy_mean": 0.81, "accuracy_std": None, "churn": None, "stale_drop": None,
-                       "stale_accuracy_mean": None}}
+    results = {
+        "h": entry(0.80, 0.02, 0.10),
+        "aligned": entry(0.79, 0.01, 0.04),
+        "phi:64": entry(0.70, 0.01, 0.01),
+        "avg": {
+            "accuracy_mean": 0.81,
+            "accuracy_std": None,
+            "churn": None,
+            "stale_drop": None,
+            "stale_accuracy_mean": None,
+        },
+    }
     rec = recommend(results, "accuracy")
     assert rec["variant"] == "aligned"  # phi:64 churns less but is more than one std below the best
     assert rec["reason"].startswith("aligned: lowest churn (4.0% vs 10.0% for raw h) among the 2 variant(s)")
     assert "not refit" not in rec["reason"]  # its stale drop (0) is within tolerance
     results["aligned"].update(stale_drop=0.2, stale_accuracy_mean=0.59)
     results["phi:64"].update(stale_drop=0.3, stale_accuracy_mean=0.4)
-    assert rec["reason"] + " A downstream model that is not refit scores accuracy 0.590 with aligned (drop 0.200); " \
+    assert (
+        rec["reason"] + " A downstream model that is not refit scores accuracy 0.590 with aligned (drop 0.200); "
         "with h it keeps 0.800, so refit on every refresh or use h." == recommend(results, "accuracy")["reason"]
+    )
     assert recommend({"h": entry(0.8, 0.01, 0.05), "phi:8": entry(0.8, 0.01, 0.05)}, "accuracy")["variant"] == "h"
     # std 0 on the best: "within one std" still admits a variant one test prediction (1/100) behind
     exact = {"h": entry(0.99, 0.0, 0.0), "phi:64": entry(1.0, 0.0, 0.0)}
@@ -158,11 +192,24 @@ def test_parse_variants_defaults_sweeps_and_errors():
     assert [v.name for v in parse_variants(None, 32)] == ["h", "avg", "aligned", "phi:32", "phi:64"]
     assert [v.name for v in parse_variants(None, 5)] == ["h", "avg", "aligned", "phi:6", "phi:12"]
     swept = parse_variants(["h", "aligned+phi:64", "phi:8"], 16, featurize_dims=[16, 32], sigmas=[0.5, 2])
-    assert [v.name for v in swept] == ["h", "aligned+phi:16@0.5", "aligned+phi:16@2", "aligned+phi:32@0.5",
-                                       "aligned+phi:32@2", "phi:16@0.5", "phi:16@2", "phi:32@0.5", "phi:32@2"]
+    assert [v.name for v in swept] == [
+        "h",
+        "aligned+phi:16@0.5",
+        "aligned+phi:16@2",
+        "aligned+phi:32@0.5",
+        "aligned+phi:32@2",
+        "phi:16@0.5",
+        "phi:16@2",
+        "phi:32@0.5",
+        "phi:32@2",
+    ]
     assert swept[1].source == "aligned" and swept[1].phi_dim == 16 and swept[1].sigma == 0.5
     assert [v.name for v in parse_variants(["phi:8@1", "h+phi:8", "phi:8@0.25"], 4)] == ["phi:8", "phi:8@0.25"]
-    for bad, message in [(["phi:7"], "even M"), (["rff:8"], "unknown variant 'rff:8'"), (["phi:8@0"], "positive finite sigma")]:
+    for bad, message in [
+        (["phi:7"], "even M"),
+        (["rff:8"], "unknown variant 'rff:8'"),
+        (["phi:8@0"], "positive finite sigma"),
+    ]:
         with pytest.raises(UsageError, match=message):
             parse_variants(bad, 4)
     with pytest.raises(UsageError, match="featurize_dims: sweeps the phi variants, but --variants has none"):
@@ -171,30 +218,46 @@ def test_parse_variants_defaults_sweeps_and_errors():
         parse_variants(None, 4, featurize_dims=[9])
 
 
-@pytest.mark.parametrize("name, text, expected", [
-    ("labels.csv", "key,label\na,x\nb,y\n", {"a": "x", "b": "y"}),
-    ("labels.csv", "a,x\n\nb,\"y, z\"\n", {"a": "x", "b": "y, z"}),
-    ("labels.tsv", "item\tgenre\na\tx\nb\ty\n", {"a": "x", "b": "y"}),
-    ("u.item", "1|Toy Story (1995)|01-Jan-1995||http://x|0|0|0|1|1|1|0|0|0|0|0|0|0|0|0|0|0|0|0\n"
-               "2|Unknown|01-Jan-1995||http://x|1|0|0|0|0|0|0|0|0|0|0|0|0|0|0|0|0|0|0\n", {"1": "Animation"}),
-    ("movies.dat", "1::Toy Story (1995)::Animation|Children's|Comedy\n2::Jumanji (1995)::Adventure\n",
-     {"1": "Animation", "2": "Adventure"}),
-    ("movies.csv", 'movieId,title,genres\n1,"Toy Story, The (1995)",Adventure|Animation\n2,X,(no genres listed)\n',
-     {"1": "Adventure"}),
-])
+@pytest.mark.parametrize(
+    "name, text, expected",
+    [
+        ("labels.csv", "key,label\na,x\nb,y\n", {"a": "x", "b": "y"}),
+        ("labels.csv", 'a,x\n\nb,"y, z"\n', {"a": "x", "b": "y, z"}),
+        ("labels.tsv", "item\tgenre\na\tx\nb\ty\n", {"a": "x", "b": "y"}),
+        (
+            "u.item",
+            "1|Toy Story (1995)|01-Jan-1995||http://x|0|0|0|1|1|1|0|0|0|0|0|0|0|0|0|0|0|0|0\n"
+            "2|Unknown|01-Jan-1995||http://x|1|0|0|0|0|0|0|0|0|0|0|0|0|0|0|0|0|0|0\n",
+            {"1": "Animation"},
+        ),
+        (
+            "movies.dat",
+            "1::Toy Story (1995)::Animation|Children's|Comedy\n2::Jumanji (1995)::Adventure\n",
+            {"1": "Animation", "2": "Adventure"},
+        ),
+        (
+            "movies.csv",
+            'movieId,title,genres\n1,"Toy Story, The (1995)",Adventure|Animation\n2,X,(no genres listed)\n',
+            {"1": "Adventure"},
+        ),
+    ],
+)
 def test_label_formats(tmp_path, name, text, expected):
     path = tmp_path / name
     path.write_bytes(text.encode("latin-1"))
     assert read_labels(path, {"a", "b", "1", "2"}).by_key == expected
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "no labels found"),
-    ("a,x,extra\n", r"labels.csv:1: expected 2 columns \(key','label\), found 3"),
-    ("a,x\nb,\n", "labels.csv:2: empty label"),
-    ("a,x\nb,y\na,z\n", "labels.csv:3: key 'a' has label 'z' here but 'x' on line 1"),
-    ("a,x\n\xff,y\n", "labels.csv:2: not valid utf-8"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "no labels found"),
+        ("a,x,extra\n", r"labels.csv:1: expected 2 columns \(key','label\), found 3"),
+        ("a,x\nb,\n", "labels.csv:2: empty label"),
+        ("a,x\nb,y\na,z\n", "labels.csv:3: key 'a' has label 'z' here but 'x' on line 1"),
+        ("a,x\n\xff,y\n", "labels.csv:2: not valid utf-8"),
+    ],
+)
 def test_bad_label_files(tmp_path, text, message):
     path = tmp_path / "labels.csv"
     path.write_bytes(text.encode("latin-1"))
@@ -203,11 +266,14 @@ def test_bad_label_files(tmp_path, text, message):
 
 
 def test_label_sets_that_cannot_be_evaluated(tmp_path):
-    x, y = planted()
+    x, _y = planted()
     arrays = [x, x]
     cases = [
-        ("".join(f"z{i},c\n" for i in range(5)), r"none of its 4 keys is an embedding key \(label key 'z1', "
-                                                   r"embedding key 'k0'\)"),  # row 1 is read as a header
+        (
+            "".join(f"z{i},c\n" for i in range(5)),
+            r"none of its 4 keys is an embedding key \(label key 'z1', "
+            r"embedding key 'k0'\)",
+        ),  # row 1 is read as a header
         ("".join(f"k{i},same\n" for i in range(20)), r"only one class \('same'\) among the 20 labeled keys"),
         ("".join(f"k{i},{'a' if i else 'lonely'}\n" for i in range(20)), "class 'lonely' has only 1 labeled key"),
         ("k0,a\nk1,a\nk2,b\nk3,b\n", "cannot split 4 labeled keys with --test-size 0.2"),
@@ -248,17 +314,30 @@ def test_rare_classes_are_dropped_with_one_warning_and_recorded(tmp_path):
     keys = [str(i) for i in range(N)]
     rotations, _ = generalized_procrustes(gram_blocks([x, x]))
     warnings_seen = []
-    ds = downstream_report([x, x], keys, rotations, DownstreamOptions(tmp_path / "u.item", jobs=1, variants=["h"]),
-                           ["run-000", "run-001"], on_warning=warnings_seen.append)
+    ds = downstream_report(
+        [x, x],
+        keys,
+        rotations,
+        DownstreamOptions(tmp_path / "u.item", jobs=1, variants=["h"]),
+        ["run-000", "run-001"],
+        on_warning=warnings_seen.append,
+    )
     assert ds["dropped_classes"] == {"Fantasy": 1, "Western": 3}
     assert ds["min_class_size"] == 5 and ds["classes"] == 4 and ds["train"] + ds["test"] == N - 4
-    assert warnings_seen == [f"{tmp_path / 'u.item'}: dropped 2 class(es) with fewer than 5 labeled keys "
-                             "(--min-class-size): 'Fantasy' (1), 'Western' (3)"]
+    assert warnings_seen == [
+        f"{tmp_path / 'u.item'}: dropped 2 class(es) with fewer than 5 labeled keys "
+        "(--min-class-size): 'Fantasy' (1), 'Western' (3)"
+    ]
     # a smaller threshold keeps Western; 1 keeps Fantasy too, which no stratified split can place
-    kept = downstream_report([x, x], keys, rotations, DownstreamOptions(tmp_path / "u.item", jobs=1, variants=["h"],
-                                                                        min_class_size=2), ["a", "b"])
+    kept = downstream_report(
+        [x, x],
+        keys,
+        rotations,
+        DownstreamOptions(tmp_path / "u.item", jobs=1, variants=["h"], min_class_size=2),
+        ["a", "b"],
+    )
     assert kept["dropped_classes"] == {"Fantasy": 1} and kept["classes"] == 5
-    with pytest.raises(InputError, match="class 'Fantasy' has only 1 labeled key; .*--min-class-size 2 or more"):
+    with pytest.raises(InputError, match=r"class 'Fantasy' has only 1 labeled key; .*--min-class-size 2 or more"):
         downstream_report([x, x], keys, rotations, DownstreamOptions(tmp_path / "u.item", min_class_size=1), ["a", "b"])
 
 
@@ -277,11 +356,30 @@ def test_rare_classes_on_the_command_line(tmp_path):
     first = ["Comedy" if c % 2 else "Drama" for c in y]
     first[5] = "Fantasy"
     (tmp_path / "u.item").write_text("".join(u_item_line(i, [g]) for i, g in enumerate(first)))
-    result = CliRunner().invoke(app, ["audit", *map(str, files), "--labels", str(tmp_path / "u.item"), "--variants",
-                                      "h", "--jobs", "1", "--format", "json", "--pairs", "100", "--knn-queries", "10"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "audit",
+            *map(str, files),
+            "--labels",
+            str(tmp_path / "u.item"),
+            "--variants",
+            "h",
+            "--jobs",
+            "1",
+            "--format",
+            "json",
+            "--pairs",
+            "100",
+            "--knn-queries",
+            "10",
+        ],
+    )
     assert result.exit_code == 0, result.output
-    assert result.stderr.splitlines() == [f"warning: {tmp_path / 'u.item'}: dropped 1 class(es) with fewer than 5 "
-                                          "labeled keys (--min-class-size): 'Fantasy' (1)"]
+    assert result.stderr.splitlines() == [
+        f"warning: {tmp_path / 'u.item'}: dropped 1 class(es) with fewer than 5 "
+        "labeled keys (--min-class-size): 'Fantasy' (1)"
+    ]
     import json
 
     assert json.loads(result.stdout)["downstream"]["dropped_classes"] == {"Fantasy": 1}
@@ -296,8 +394,10 @@ def test_recommendation_never_claims_a_lower_churn_than_raw_h():
     churned less but was not within one std of the best R²: the sentence must say that."""
     results = {"h": regression_entry(0.50, 0.01, 0.0742), "phi:64": regression_entry(0.70, 0.02, 0.148)}
     reason = recommend(results, "r2")["reason"]
-    assert reason.startswith("phi:64: lowest churn (0.148 RMS) among the 1 variant(s) whose R² is within one std of "
-                             "the best (phi:64: 0.700 ± 0.020)")
+    assert reason.startswith(
+        "phi:64: lowest churn (0.148 RMS) among the 1 variant(s) whose R² is within one std of "
+        "the best (phi:64: 0.700 ± 0.020)"
+    )
     assert "vs 0.0742 RMS for raw h" not in reason
     assert "Raw h has lower churn (0.0742 RMS) but its R² 0.500 is not within one std of the best." in reason
     # h competing: the "vs raw h" comparison is kept, and then h's churn is never below the choice's

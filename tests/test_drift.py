@@ -36,7 +36,7 @@ N_ITEMS, N_GROUPS = 300, 6
 NOISE_RUNS = 10
 CONFIG = TrainConfig(dim=16, epochs=20, window=3, negative=3)
 MOVED = {f"t{i}" for i in range(2, 50, 3)}  # 16 items of group 0 …
-INTO = "3"                                   # … now appear in sessions of group 3
+INTO = "3"  # … now appear in sessions of group 3
 
 
 def group_sessions(seed: int = 0, n_sequences: int = 1500) -> list[list[str]]:
@@ -158,14 +158,14 @@ def test_noise_band_leave_out_scales_match_a_direct_computation():
         np.testing.assert_allclose(band.scale, np.sqrt(np.mean(distances.astype(float) ** 2, axis=0)), rtol=1e-6)
         samples = []
         for p, (r, s) in enumerate(pairs):
-            for left_out in ((s, r) if member else ((r, s),)):
+            for left_out in (s, r) if member else ((r, s),):
                 out = set(left_out) if isinstance(left_out, tuple) else {left_out}
                 keep = [q for q, pair in enumerate(pairs) if not out & set(pair)]
                 scale = np.sqrt(np.mean(distances[keep].astype(float) ** 2, axis=0))
                 samples.append(distances[p] / scale)
         levels = np.array([np.median(t) for t in samples])
         factors = levels / np.median(levels)
-        expected = np.sort(np.concatenate([t / f for t, f in zip(samples, factors)]))
+        expected = np.sort(np.concatenate([t / f for t, f in zip(samples, factors, strict=False)]))
         np.testing.assert_allclose(band.null_ratios, expected, rtol=1e-5)
         assert band.level_range == pytest.approx((factors.min(), factors.max()))
 
@@ -196,9 +196,17 @@ def test_ratio_zero_scale_conventions():
 # ------------------------------------------------------------------ options and checks
 
 
-@pytest.mark.parametrize("kwargs, param", [({"alpha": 0}, "alpha"), ({"alpha": 1}, "alpha"),
-                                           ({"alpha": float("nan")}, "alpha"), ({"knn_k": 0}, "knn_k"),
-                                           ({"top": -1}, "top"), ({"seed": -1}, "seed")])
+@pytest.mark.parametrize(
+    "kwargs, param",
+    [
+        ({"alpha": 0}, "alpha"),
+        ({"alpha": 1}, "alpha"),
+        ({"alpha": float("nan")}, "alpha"),
+        ({"knn_k": 0}, "knn_k"),
+        ({"top": -1}, "top"),
+        ({"seed": -1}, "seed"),
+    ],
+)
 def test_options_name_the_bad_parameter(kwargs, param):
     with pytest.raises(OptionError) as info:
         DriftOptions(**kwargs)
@@ -262,8 +270,10 @@ def test_power_on_a_refresh_that_moves_known_items(trained):
     recall = flagged[is_moved].mean()
     untouched_share = flagged[untouched].mean()
     listed = {t.key for t in report.drift.top}
-    print(f"power: recall {recall:.3f}, moved share among untouched groups {untouched_share:.4f}, "
-          f"discoveries {report.drift.discoveries}")
+    print(
+        f"power: recall {recall:.3f}, moved share among untouched groups {untouched_share:.4f}, "
+        f"discoveries {report.drift.discoveries}"
+    )
     assert recall >= 0.8
     assert untouched_share <= 0.01 + 0.02
     assert listed and listed <= set(keys[is_moved | ~untouched])  # no key of an untouched group is listed
@@ -276,10 +286,25 @@ def test_cli_table_json_per_key_plots_and_checks(trained, tmp_path, monkeypatch)
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    args = ["drift", str(trained["noise"]), str(trained["moved"]), "--noise", str(trained["noise"]),
-            "--per-key", str(tmp_path / "keys.csv"), "--json", str(tmp_path / "d.json"), "--markdown",
-            str(tmp_path / "d.md"), "--plots", str(tmp_path / "plots"), "--check", "drift.moved_share<0.5",
-            "--check", "noise.global_ratio<100"]
+    args = [
+        "drift",
+        str(trained["noise"]),
+        str(trained["moved"]),
+        "--noise",
+        str(trained["noise"]),
+        "--per-key",
+        str(tmp_path / "keys.csv"),
+        "--json",
+        str(tmp_path / "d.json"),
+        "--markdown",
+        str(tmp_path / "d.md"),
+        "--plots",
+        str(tmp_path / "plots"),
+        "--check",
+        "drift.moved_share<0.5",
+        "--check",
+        "noise.global_ratio<100",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "moved:" in result.stdout and "Moved keys" in result.stdout
@@ -297,8 +322,20 @@ def test_cli_table_json_per_key_plots_and_checks(trained, tmp_path, monkeypatch)
     assert summary.read_text().startswith("earlier step\n## stabcli drift")
     assert "| moved |" in (tmp_path / "d.md").read_text()
 
-    failing = runner.invoke(app, ["drift", str(trained["noise"]), str(trained["moved"]), "--noise",
-                                  str(trained["noise"]), "--check", "drift.moved_share<0.001", "--format", "json"])
+    failing = runner.invoke(
+        app,
+        [
+            "drift",
+            str(trained["noise"]),
+            str(trained["moved"]),
+            "--noise",
+            str(trained["noise"]),
+            "--check",
+            "drift.moved_share<0.001",
+            "--format",
+            "json",
+        ],
+    )
     assert failing.exit_code == 1
     payload = json.loads(failing.stdout)
     assert payload["passed"] is False and payload["checks"][0]["passed"] is False
@@ -320,10 +357,14 @@ def test_cli_no_align_compares_raw_coordinates(tmp_path):
     keys = [f"k{i}" for i in range(40)]
     write_embedding(tmp_path / "b.npy", keys, b)
     write_embedding(tmp_path / "a.npy", keys, b @ q)
-    aligned = json.loads(runner.invoke(app, ["drift", str(tmp_path / "b.npy"), str(tmp_path / "a.npy"),
-                                             "--format", "json"]).stdout)
-    raw = json.loads(runner.invoke(app, ["drift", str(tmp_path / "b.npy"), str(tmp_path / "a.npy"), "--no-align",
-                                         "--format", "json"]).stdout)
+    aligned = json.loads(
+        runner.invoke(app, ["drift", str(tmp_path / "b.npy"), str(tmp_path / "a.npy"), "--format", "json"]).stdout
+    )
+    raw = json.loads(
+        runner.invoke(
+            app, ["drift", str(tmp_path / "b.npy"), str(tmp_path / "a.npy"), "--no-align", "--format", "json"]
+        ).stdout
+    )
     assert aligned["drift"]["distance_p99"] < 1e-5 and aligned["drift"]["knn_overlap"] == 1.0
     assert raw["drift"]["distance_median"] > 0.1 and raw["input"]["aligned"] is False
     assert raw["drift"]["knn_overlap"] == 1.0  # neighbours are rotation invariant
@@ -333,8 +374,11 @@ def test_keys_added_and_removed_are_counted_and_listed(tmp_path):
     b = rng_matrix(n=30)
     write_embedding(tmp_path / "b.vec", [f"k{i}" for i in range(30)], b)
     write_embedding(tmp_path / "a.vec", [f"k{i}" for i in range(5, 33)], np.vstack([b[5:], rng_matrix(n=3)]))
-    data = json.loads(runner.invoke(app, ["drift", str(tmp_path / "b.vec"), str(tmp_path / "a.vec"), "--knn-k", "3",
-                                          "--format", "json"]).stdout)
+    data = json.loads(
+        runner.invoke(
+            app, ["drift", str(tmp_path / "b.vec"), str(tmp_path / "a.vec"), "--knn-k", "3", "--format", "json"]
+        ).stdout
+    )
     assert data["input"]["keys_compared"] == 25
     assert data["input"]["removed"] == [f"k{i}" for i in range(5)]
     assert data["input"]["added"] == ["k30", "k31", "k32"]
@@ -353,8 +397,20 @@ def test_keyless_arrays_on_both_sides_are_matched_by_position(tmp_path):
 def test_key_names_and_frequency_in_the_top_table(trained, tmp_path):
     names = tmp_path / "names.tsv"
     names.write_text("item\ttitle\n" + "".join(f"t{i}\tItem number {i}\n" for i in range(N_ITEMS)))
-    result = runner.invoke(app, ["drift", str(trained["noise"]), str(trained["moved"]), "--noise",
-                                 str(trained["noise"]), "--key-names", str(names), "--format", "json"])
+    result = runner.invoke(
+        app,
+        [
+            "drift",
+            str(trained["noise"]),
+            str(trained["moved"]),
+            "--noise",
+            str(trained["noise"]),
+            "--key-names",
+            str(names),
+            "--format",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     top = json.loads(result.stdout)["drift"]["top"]
     assert top and all(t["name"] == f"Item number {t['key'][1:]}" for t in top)
@@ -363,8 +419,20 @@ def test_key_names_and_frequency_in_the_top_table(trained, tmp_path):
 def test_downstream_stale_model_aligned_beats_raw(trained, tmp_path):
     labels = tmp_path / "groups.tsv"
     labels.write_text("item\tgroup\n" + "".join(f"t{i}\tg{group_of(f't{i}')}\n" for i in range(N_ITEMS)))
-    result = runner.invoke(app, ["drift", str(trained["noise"]), str(trained["after0"]), "--labels", str(labels),
-                                 "--format", "json", "--check", "downstream.drop_aligned<0.2"])
+    result = runner.invoke(
+        app,
+        [
+            "drift",
+            str(trained["noise"]),
+            str(trained["after0"]),
+            "--labels",
+            str(labels),
+            "--format",
+            "json",
+            "--check",
+            "downstream.drop_aligned<0.2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     ds = json.loads(result.stdout)["downstream"]
     assert ds["task"] == "classification" and ds["metric"] == "accuracy" and ds["test"] == 60
@@ -399,7 +467,10 @@ def synthetic_noise_set(root: Path, base: np.ndarray, runs: int = 6, counts: boo
     for r in range(runs):
         (root / f"run-{r:03d}").mkdir()
         noisy = base + 0.05 * rng.standard_normal(base.shape)
-        np.save(root / f"run-{r:03d}" / "vectors.npy", (noisy @ ortho_group.rvs(base.shape[1], random_state=r)).astype(np.float32))
+        np.save(
+            root / f"run-{r:03d}" / "vectors.npy",
+            (noisy @ ortho_group.rvs(base.shape[1], random_state=r)).astype(np.float32),
+        )
     (root / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
     return root
 
@@ -408,7 +479,9 @@ def test_rotation_of_before_moves_nothing_against_a_noise_band(tmp_path):
     base = rng_matrix(n=200, d=8, seed=11)
     noise = synthetic_noise_set(tmp_path / "noise", base)
     before = RunSet.open(noise).load(0)
-    write_embedding(tmp_path / "after.npy", before.keys, np.asarray(before.vectors) @ ortho_group.rvs(8, random_state=99))
+    write_embedding(
+        tmp_path / "after.npy", before.keys, np.asarray(before.vectors) @ ortho_group.rvs(8, random_state=99)
+    )
     report, _ = compute_drift(load_inputs(noise, tmp_path / "after.npy", noise), DriftOptions())
     assert report.input.before_in_noise
     assert report.drift.moved_count == 0 and report.drift.discoveries == 0
@@ -422,8 +495,20 @@ def test_frequency_from_the_run_set_and_parquet_per_key(tmp_path):
     after = np.asarray(before.vectors).copy()
     after[5] += 3.0  # one key moved far beyond its noise
     write_embedding(tmp_path / "after.npy", before.keys, after)
-    result = runner.invoke(app, ["drift", str(noise), str(tmp_path / "after.npy"), "--noise", str(noise), "--format",
-                                 "json", "--per-key", str(tmp_path / "keys.parquet")])
+    result = runner.invoke(
+        app,
+        [
+            "drift",
+            str(noise),
+            str(tmp_path / "after.npy"),
+            "--noise",
+            str(noise),
+            "--format",
+            "json",
+            "--per-key",
+            str(tmp_path / "keys.parquet"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     top = json.loads(result.stdout)["drift"]["top"]
     assert top[0]["key"] == "k5" and top[0]["frequency"] == 60
@@ -439,7 +524,15 @@ def test_force_replaces_an_existing_report(tmp_path):
     b = rng_matrix(n=30)
     write_embedding(tmp_path / "b.npy", [f"k{i}" for i in range(30)], b)
     (tmp_path / "r.json").write_text("old")
-    args = ["drift", str(tmp_path / "b.npy"), str(tmp_path / "b.npy"), "--knn-k", "3", "--json", str(tmp_path / "r.json")]
+    args = [
+        "drift",
+        str(tmp_path / "b.npy"),
+        str(tmp_path / "b.npy"),
+        "--knn-k",
+        "3",
+        "--json",
+        str(tmp_path / "r.json"),
+    ]
     assert runner.invoke(app, args).exit_code == 2
     assert (tmp_path / "r.json").read_text() == "old"
     assert runner.invoke(app, [*args, "--force"]).exit_code == 0
@@ -482,8 +575,9 @@ def test_output_paths_with_rich_markup_are_printed_verbatim(tmp_path):
     keys = [f"k{i}" for i in range(30)]
     write_embedding(tmp_path / "b.vec", keys, rng_matrix(n=30))
     figs = tmp_path / "[bold]figs"
-    result = runner.invoke(app, ["drift", str(tmp_path / "b.vec"), str(tmp_path / "b.vec"), "--knn-k", "3",
-                                 "--plots", str(figs)])
+    result = runner.invoke(
+        app, ["drift", str(tmp_path / "b.vec"), str(tmp_path / "b.vec"), "--knn-k", "3", "--plots", str(figs)]
+    )
     assert result.exit_code == 0, result.stderr
     assert f"wrote {figs / 'drift_vs_noise.png'}" in result.stderr
     existing = runner.invoke(app, ["drift", str(tmp_path / "b.vec"), str(tmp_path / "b.vec"), "--plots", str(figs)])
@@ -512,7 +606,10 @@ def test_keys_and_paths_with_rich_markup_are_shown_verbatim(tmp_path):
     folder.mkdir()
     write_embedding(folder / "b.vec", keys, b)
     write_embedding(folder / "a.vec", keys, a)
-    result = runner.invoke(app, ["drift", str(folder / "b.vec"), str(folder / "a.vec"), "--knn-k", "3", "--no-align",
-                                 "--top", "1"], env={"COLUMNS": "300"})
+    result = runner.invoke(
+        app,
+        ["drift", str(folder / "b.vec"), str(folder / "a.vec"), "--knn-k", "3", "--no-align", "--top", "1"],
+        env={"COLUMNS": "300"},
+    )
     assert result.exit_code == 0, result.stderr
     assert str(folder / "b.vec") in result.stdout and "[k0]" in result.stdout

@@ -55,10 +55,13 @@ def test_duplicate_keys_are_rejected(tmp_path):
         read_embedding(tmp_path / "m.npy")
 
 
-@pytest.mark.parametrize("array, message", [
-    (np.ones(3), r"expected a 2-d matrix"),
-    (np.array([["a", "b"]]), r"expected a numeric matrix"),
-])
+@pytest.mark.parametrize(
+    "array, message",
+    [
+        (np.ones(3), r"expected a 2-d matrix"),
+        (np.array([["a", "b"]]), r"expected a numeric matrix"),
+    ],
+)
 def test_npy_wrong_rank_or_dtype(tmp_path, array, message):
     np.save(tmp_path / "m.npy", array)
     with pytest.raises(InputError, match=message):
@@ -147,12 +150,21 @@ def _gensim_objects():
     d2v_int = Doc2Vec([TaggedDocument(s, [i]) for i, s in enumerate(SENTENCES)], dm=1, **small)
     ft = FastText(SENTENCES, bucket=50, **small)
     # (object, the KeyedVectors stabcli must read from it)
-    return {"kv": (kv, kv), "word2vec": (w2v, w2v.wv), "doc2vec": (d2v, d2v.dv), "doc2vec-int-tags": (d2v_int, d2v_int.dv),
-            "fasttext": (ft, ft.wv), "word2vec.wv": (w2v.wv, w2v.wv), "fasttext.wv": (ft.wv, ft.wv)}
+    return {
+        "kv": (kv, kv),
+        "word2vec": (w2v, w2v.wv),
+        "doc2vec": (d2v, d2v.dv),
+        "doc2vec-int-tags": (d2v_int, d2v_int.dv),
+        "fasttext": (ft, ft.wv),
+        "word2vec.wv": (w2v.wv, w2v.wv),
+        "fasttext.wv": (ft.wv, ft.wv),
+    }
 
 
 @pytest.mark.parametrize("separately", [None, []], ids=["arrays-beside", "one-file"])
-@pytest.mark.parametrize("kind", ["kv", "word2vec", "doc2vec", "doc2vec-int-tags", "fasttext", "word2vec.wv", "fasttext.wv"])
+@pytest.mark.parametrize(
+    "kind", ["kv", "word2vec", "doc2vec", "doc2vec-int-tags", "fasttext", "word2vec.wv", "fasttext.wv"]
+)
 def test_gensim_save_files_read_safely(tmp_path, kind, separately):
     obj, kv = _gensim_objects()[kind]
     suffix = {"kv": ".kv", "word2vec.wv": ".wv", "fasttext.wv": ".wv"}.get(kind, ".model")
@@ -209,7 +221,7 @@ def test_input_format_overrides_the_suffix(tmp_path, emb):
     write_embedding(tmp_path / "w.bin", keys, vectors)
     (tmp_path / "w.data").write_bytes((tmp_path / "w.bin").read_bytes())
     np.testing.assert_array_equal(read_embedding(tmp_path / "w.data", "word2vec-bin").vectors, vectors)
-    with pytest.raises(InputError, match="not a fastText .bin file"):
+    with pytest.raises(InputError, match=r"not a fastText \.bin file"):
         read_embedding(tmp_path / "w.bin", "fasttext")
 
 
@@ -242,7 +254,9 @@ def _crafted(marker):
 
 
 @pytest.mark.parametrize("protocol", [0, 2, 4, 5])
-@pytest.mark.parametrize("name", ["os.system", "sys.exit", "builtins.eval", "builtins.exec", "subprocess.Popen", "builtins.open"])
+@pytest.mark.parametrize(
+    "name", ["os.system", "sys.exit", "builtins.eval", "builtins.exec", "subprocess.Popen", "builtins.open"]
+)
 def test_crafted_pickles_are_refused_without_running(tmp_path, name, protocol):
     marker = tmp_path / "MARKER"
     call, qualname = _crafted(marker)[name]
@@ -256,7 +270,9 @@ def test_gensim_class_called_with_arguments_is_refused(tmp_path):
     from gensim.models import Word2Vec
 
     path = _evil(tmp_path, (Word2Vec, ([["a", "b"]],)), 4)  # a constructor call would train (or read corpus_file)
-    with pytest.raises(InputError, match=r"refusing to load gensim\.models\.word2vec\.Word2Vec: called as a constructor"):
+    with pytest.raises(
+        InputError, match=r"refusing to load gensim\.models\.word2vec\.Word2Vec: called as a constructor"
+    ):
         read_embedding(path)
 
 
@@ -267,9 +283,14 @@ def test_pickle_that_modifies_a_class_is_refused(tmp_path):
 
     # GLOBAL KeyedVectors, then BUILD (None, {'load': hash}): would patch the class process-wide
     state = pickle.dumps((None, {"load": hash}), protocol=0).rstrip(b".")
-    (tmp_path / "patch.kv").write_bytes(b"cgensim.models.keyedvectors\nKeyedVectors\n" + state + pickle.BUILD + pickle.STOP)
-    with pytest.raises(InputError, match=r"patch\.kv: refusing to load gensim\.models\.keyedvectors\.KeyedVectors: "
-                                         r"has its class modified"):
+    (tmp_path / "patch.kv").write_bytes(
+        b"cgensim.models.keyedvectors\nKeyedVectors\n" + state + pickle.BUILD + pickle.STOP
+    )
+    with pytest.raises(
+        InputError,
+        match=r"patch\.kv: refusing to load gensim\.models\.keyedvectors\.KeyedVectors: "
+        r"has its class modified",
+    ):
         read_embedding(tmp_path / "patch.kv")
     assert KeyedVectors.load is not hash  # only the unpickler's throwaway stand-in was changed
 
@@ -278,7 +299,9 @@ def test_trusted_pickle_that_exits_is_an_input_error(tmp_path):
     import sys
 
     path = _evil(tmp_path, (sys.exit, (0,)), 4)
-    with pytest.raises(InputError, match=r"evil\.kv: not a readable gensim save\(\) file \(SystemExit while unpickling\)"):
+    with pytest.raises(
+        InputError, match=r"evil\.kv: not a readable gensim save\(\) file \(SystemExit while unpickling\)"
+    ):
         read_embedding(path, trust_pickle=True)
 
 
@@ -308,14 +331,18 @@ def test_missing_companion_array_is_named(tmp_path):
 
 # --- dtypes, headers, writers --------------------------------------------------------------
 
-@pytest.mark.parametrize("array, dtype", [
-    (np.ones((2, 3), dtype=np.complex64), "complex64 (complex)"),
-    (np.ones((2, 3), dtype=bool), "bool (boolean)"),
-    (np.array([["a", "b"]]), "<U1 (string)"),
-    (np.array([[b"a", b"b"]]), "|S1 (bytes)"),
-    (np.zeros((2, 3), dtype="datetime64[s]"), "datetime64[s] (datetime)"),
-    (np.zeros((2, 3), dtype="timedelta64[s]"), "timedelta64[s] (timedelta)"),
-])
+
+@pytest.mark.parametrize(
+    "array, dtype",
+    [
+        (np.ones((2, 3), dtype=np.complex64), "complex64 (complex)"),
+        (np.ones((2, 3), dtype=bool), "bool (boolean)"),
+        (np.array([["a", "b"]]), "<U1 (string)"),
+        (np.array([[b"a", b"b"]]), "|S1 (bytes)"),
+        (np.zeros((2, 3), dtype="datetime64[s]"), "datetime64[s] (datetime)"),
+        (np.zeros((2, 3), dtype="timedelta64[s]"), "timedelta64[s] (timedelta)"),
+    ],
+)
 def test_npy_vectors_that_are_not_real_numbers(tmp_path, array, dtype):
     np.save(tmp_path / "m.npy", array)
     with pytest.raises(InputError, match=rf"m\.npy: vectors have dtype {re.escape(dtype)}"):
@@ -328,13 +355,17 @@ def test_object_npy_is_refused_without_unpickling(tmp_path):
         read_embedding(tmp_path / "m.npy")
 
 
-@pytest.mark.parametrize("header, found", [(b"999999999999 4", "found 1"), (b"2 99999999999999", "cannot hold even one")])
+@pytest.mark.parametrize(
+    "header, found", [(b"999999999999 4", "found 1"), (b"2 99999999999999", "cannot hold even one")]
+)
 def test_word2vec_header_never_sizes_an_allocation(tmp_path, header, found):
     (tmp_path / "e.txt").write_bytes(header + b"\na 1 2 3 4\n")
     with pytest.raises(InputError, match=found):
         read_embedding(tmp_path / "e.txt")
     (tmp_path / "e.bin").write_bytes(header + b"\na " + np.ones(4, "<f4").tobytes())
-    with pytest.raises(InputError, match=r"e\.bin(: vector 2 of 999999999999: file ends early|:1: .*cannot hold even one)"):
+    with pytest.raises(
+        InputError, match=r"e\.bin(: vector 2 of 999999999999: file ends early|:1: .*cannot hold even one)"
+    ):
         read_embedding(tmp_path / "e.bin")
 
 
@@ -344,30 +375,36 @@ def test_binary_header_garbage_is_not_echoed(tmp_path):
         read_embedding(tmp_path / "e.bin")
 
 
-@pytest.mark.parametrize("name, keys, message", [
-    ("o.txt", ["a b", "c"], "contains whitespace, which word2vec cannot store"),
-    ("o.vec", ["a\tb", "c"], "contains whitespace"),
-    ("o.bin", ["a\nb", "c"], "contains whitespace, which word2vec-bin cannot store"),
-    ("o.npy", ["a\nb", "c"], "contains a line break"),
-    ("o.npy", ["a\rb", "c"], "contains a line break"),
-    ("o.npy", ["", "c"], "empty or non-string key"),
-    ("o.kv", ["a", "a"], "cannot write key 'a' twice"),
-    ("o.parquet", ["a", "\udc80"], "not valid Unicode"),
-])
+@pytest.mark.parametrize(
+    "name, keys, message",
+    [
+        ("o.txt", ["a b", "c"], "contains whitespace, which word2vec cannot store"),
+        ("o.vec", ["a\tb", "c"], "contains whitespace"),
+        ("o.bin", ["a\nb", "c"], "contains whitespace, which word2vec-bin cannot store"),
+        ("o.npy", ["a\nb", "c"], "contains a line break"),
+        ("o.npy", ["a\rb", "c"], "contains a line break"),
+        ("o.npy", ["", "c"], "empty or non-string key"),
+        ("o.kv", ["a", "a"], "cannot write key 'a' twice"),
+        ("o.parquet", ["a", "\udc80"], "not valid Unicode"),
+    ],
+)
 def test_writers_refuse_keys_their_reader_rejects(tmp_path, name, keys, message):
     with pytest.raises(InputError, match=re.escape(message)):
         write_embedding(tmp_path / name, keys, np.ones((2, 3)))
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("vectors, message", [
-    (np.zeros((0, 3)), "nothing to write (0 rows"),
-    (np.zeros((2, 0)), "nothing to write (2 rows, 0 columns)"),
-    (np.array([[1.0, np.nan]] * 2), "cannot write key 'a': its values are NaN"),
-    (np.array([[1.0, 1e300], [1.0, 1.0]]), "beyond float32's range"),
-])
+@pytest.mark.parametrize(
+    "vectors, message",
+    [
+        (np.zeros((0, 3)), "nothing to write (0 rows"),
+        (np.zeros((2, 0)), "nothing to write (2 rows, 0 columns)"),
+        (np.array([[1.0, np.nan]] * 2), "cannot write key 'a': its values are NaN"),
+        (np.array([[1.0, 1e300], [1.0, 1.0]]), "beyond float32's range"),
+    ],
+)
 def test_writers_refuse_empty_or_non_finite(tmp_path, vectors, message):
-    keys = ["a", "b"][:vectors.shape[0]]
+    keys = ["a", "b"][: vectors.shape[0]]
     for name in ("o.npy", "o.txt", "o.kv"):
         with pytest.raises(InputError, match=re.escape(message)):
             write_embedding(tmp_path / name, keys, vectors)
@@ -375,6 +412,7 @@ def test_writers_refuse_empty_or_non_finite(tmp_path, vectors, message):
 
 
 # --- keyless arrays --------------------------------------------------------------------------
+
 
 def _emb(keys, rows=3, keyless=False, name="x"):
     from stabcli.embeddings import Embedding
@@ -464,8 +502,11 @@ def test_pickle_that_rewires_a_stand_in_constructor_still_trains_nothing(tmp_pat
     call = pickle.dumps(([["a", "b"]],), protocol=0).rstrip(b".")
     data = b"cgensim.models.word2vec\nWord2Vec\n" + state + pickle.BUILD + call + pickle.REDUCE + pickle.STOP
     (tmp_path / "rewire.model").write_bytes(data)
-    with pytest.raises(InputError, match=r"rewire\.model: refusing to load gensim\.models\.word2vec\.Word2Vec: "
-                                         r"has its class modified"):
+    with pytest.raises(
+        InputError,
+        match=r"rewire\.model: refusing to load gensim\.models\.word2vec\.Word2Vec: "
+        r"has its class modified",
+    ):
         read_embedding(tmp_path / "rewire.model")
     assert Word2Vec.__init__ is not hash
 

@@ -2,8 +2,8 @@
 
 import errno
 import json
-import shutil
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,10 +27,26 @@ def slow_pretrain(tmp_path, sessions_file, out, jobs="2"):
     big = tmp_path / "big.txt"
     if not big.exists():
         big.write_text(sessions_file.read_text() * 150)
-    args = [sys.executable, "-m", "stabcli", "pretrain", str(big), "--runs", "6", "--dim", "8", "--epochs", "8",
-            "--jobs", jobs, "--out", str(out)]
-    return args, subprocess.Popen(args, env=ENV, start_new_session=True, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+    args = [
+        sys.executable,
+        "-m",
+        "stabcli",
+        "pretrain",
+        str(big),
+        "--runs",
+        "6",
+        "--dim",
+        "8",
+        "--epochs",
+        "8",
+        "--jobs",
+        jobs,
+        "--out",
+        str(out),
+    ]
+    return args, subprocess.Popen(
+        args, env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def wait_for(predicate, seconds=120):
@@ -45,7 +61,7 @@ def test_ctrl_c_exits_130_keeps_finished_runs_and_resumes(tmp_path, sessions_fil
     args, proc = slow_pretrain(tmp_path, sessions_file, out)
     assert wait_for(lambda: (out / "run-000").exists()), "no run finished in time"
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal does: the whole foreground process group
-    stdout, stderr = proc.communicate(timeout=60)
+    _stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert stderr.strip().splitlines()[-1] == "interrupted; finished runs are kept" and "Traceback" not in stderr
     kept = RunSet.open(out).runs
@@ -72,8 +88,10 @@ def test_ctrl_c_in_featurize_and_audit_exits_130_without_partial_output(tmp_path
     monkeypatch.setattr(featurize_module, "_feature_chunks", interrupted)
     monkeypatch.setattr(audit_module, "representation_report", interrupted)
     before = sorted(p.name for p in tmp_path.iterdir())
-    for argv in (["featurize", tmp_path / "a.npy", "--out", tmp_path / "out.npy"],
-                 ["audit", tmp_path / "a.npy", tmp_path / "b.npy", "--json", tmp_path / "r.json", "--knn-k", "3"]):
+    for argv in (
+        ["featurize", tmp_path / "a.npy", "--out", tmp_path / "out.npy"],
+        ["audit", tmp_path / "a.npy", tmp_path / "b.npy", "--json", tmp_path / "r.json", "--knn-k", "3"],
+    ):
         result = runner.invoke(app, [str(a) for a in argv])
         assert result.exit_code == 130 and result.stderr.strip() == "interrupted; nothing was written", result.output
         assert sorted(p.name for p in tmp_path.iterdir()) == before
@@ -84,28 +102,52 @@ def test_a_real_ctrl_c_while_featurize_writes_leaves_nothing(tmp_path):
     line, and neither the output nor its temporary file left."""
     from stabcli.embeddings import write_embedding
 
-    write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(2000)],
-                    np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32))
+    write_embedding(
+        tmp_path / "in.npy",
+        [f"k{i}" for i in range(2000)],
+        np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32),
+    )
     slow = tmp_path / "slow.py"  # featurize with every chunk delayed, so the signal lands mid-file
-    slow.write_text("import sys, time\n"
-                    "from stabcli import featurize\n"
-                    "from stabcli.cli import main\n"
-                    "chunks = featurize._feature_chunks\n"
-                    "def slowly(*args, **kwargs):\n"
-                    "    for item in chunks(*args, **kwargs):\n"
-                    "        time.sleep(0.02)\n"
-                    "        yield item\n"
-                    "featurize._feature_chunks = slowly\n"
-                    "sys.argv[0] = 'stabcli'\n"
-                    "main()\n")
+    slow.write_text(
+        "import sys, time\n"
+        "from stabcli import featurize\n"
+        "from stabcli.cli import main\n"
+        "chunks = featurize._feature_chunks\n"
+        "def slowly(*args, **kwargs):\n"
+        "    for item in chunks(*args, **kwargs):\n"
+        "        time.sleep(0.02)\n"
+        "        yield item\n"
+        "featurize._feature_chunks = slowly\n"
+        "sys.argv[0] = 'stabcli'\n"
+        "main()\n"
+    )
     before = sorted(p.name for p in tmp_path.iterdir())
-    proc = subprocess.Popen([sys.executable, str(slow), "featurize", str(tmp_path / "in.npy"), "--out",
-                             str(tmp_path / "out.npy"), "--dim", "8", "--chunk-rows", "10"],
-                            env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    partial = lambda: [p for p in tmp_path.iterdir() if p.name.startswith(".out.npy.tmp-") and p.stat().st_size > 1000]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(slow),
+            "featurize",
+            str(tmp_path / "in.npy"),
+            "--out",
+            str(tmp_path / "out.npy"),
+            "--dim",
+            "8",
+            "--chunk-rows",
+            "10",
+        ],
+        env=ENV,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def partial():
+        return [p for p in tmp_path.iterdir() if p.name.startswith(".out.npy.tmp-") and p.stat().st_size > 1000]
+
     assert wait_for(partial), "featurize never started writing"
     os.killpg(proc.pid, signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+    _stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert stderr.strip().startswith("interrupted") and len(stderr.strip().splitlines()) == 1, stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
@@ -136,8 +178,23 @@ def test_disk_full_while_saving_a_run(tmp_path, sessions_file, monkeypatch):
         return real_save(path, *args, **kwargs)
 
     monkeypatch.setattr(trainers.np, "save", full_disk)
-    result = runner.invoke(app, ["pretrain", str(sessions_file), "--out", str(root), "--runs", "2", "--dim", "4",
-                                 "--epochs", "1", "--jobs", "1"])
+    result = runner.invoke(
+        app,
+        [
+            "pretrain",
+            str(sessions_file),
+            "--out",
+            str(root),
+            "--runs",
+            "2",
+            "--dim",
+            "4",
+            "--epochs",
+            "1",
+            "--jobs",
+            "1",
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert "run-001" in result.output and "No space left on device" in result.output
     assert "Traceback" not in result.output
@@ -156,7 +213,9 @@ def test_disk_full_while_featurizing_leaves_no_output(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(featurize_module, "_feature_chunks", full_disk)
-    result = runner.invoke(app, ["featurize", str(tmp_path / "in.npy"), "--out", str(tmp_path / "out.npy"), "--dim", "8"])
+    result = runner.invoke(
+        app, ["featurize", str(tmp_path / "in.npy"), "--out", str(tmp_path / "out.npy"), "--dim", "8"]
+    )
     assert result.exit_code == 2 and "No space left on device" in result.output, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.keys.txt", "in.npy"]
 
@@ -164,10 +223,14 @@ def test_disk_full_while_featurizing_leaves_no_output(tmp_path, monkeypatch):
 def test_a_script_that_floods_its_output_gets_a_capped_log(tmp_path, monkeypatch):
     monkeypatch.setattr(trainers, "LOG_LIMIT", 100_000)
     trainer = tmp_path / "train.py"
-    trainer.write_text("import sys, numpy as np\n"
-                       "for _ in range(2000): sys.stdout.write('x' * 999 + '\\n')\n"
-                       "np.save(sys.argv[1] + '/vectors.npy', np.ones((3, 2)))\n")
-    result = pretrain(tmp_path / "runs", None, TrainConfig(script=f"{sys.executable} {trainer} {{out}}"), runs=1, jobs=1)
+    trainer.write_text(
+        "import sys, numpy as np\n"
+        "for _ in range(2000): sys.stdout.write('x' * 999 + '\\n')\n"
+        "np.save(sys.argv[1] + '/vectors.npy', np.ones((3, 2)))\n"
+    )
+    result = pretrain(
+        tmp_path / "runs", None, TrainConfig(script=f"{sys.executable} {trainer} {{out}}"), runs=1, jobs=1
+    )
     assert result.runs[0].status == "complete", result.runs[0].error
     log = (tmp_path / "runs" / "run-000" / "log.txt").read_text()
     assert len(log) < 101_000 and "output truncated at 100,000 bytes; 1,900,000 more bytes dropped" in log
@@ -178,11 +241,14 @@ def test_script_placeholders_are_never_interpreted_by_a_shell(tmp_path, name):
     corpus = tmp_path / name
     corpus.write_text("a b\n")
     trainer = tmp_path / "train.py"
-    trainer.write_text("import sys, json, numpy as np\n"
-                       "json.dump(sys.argv[1:], open(sys.argv[2] + '/../argv.json', 'w'))\n"
-                       "np.save(sys.argv[2] + '/vectors.npy', np.ones((2, 2)))\n")
-    result = pretrain(tmp_path / "runs", corpus, TrainConfig(script=f"{sys.executable} {trainer} {{corpus}} {{out}}"),
-                      runs=1, jobs=1)
+    trainer.write_text(
+        "import sys, json, numpy as np\n"
+        "json.dump(sys.argv[1:], open(sys.argv[2] + '/../argv.json', 'w'))\n"
+        "np.save(sys.argv[2] + '/vectors.npy', np.ones((2, 2)))\n"
+    )
+    result = pretrain(
+        tmp_path / "runs", corpus, TrainConfig(script=f"{sys.executable} {trainer} {{corpus}} {{out}}"), runs=1, jobs=1
+    )
     assert result.runs[0].status == "complete", result.runs[0].error
     argv = json.loads((tmp_path / "runs" / "run-000" / "argv.json").read_text())
     assert argv[0] == str(corpus.resolve())  # one argument, exactly the file name
@@ -208,8 +274,15 @@ def crash_state(root, point):
     (root / "stabcli.lock").write_text("999999999\n")  # the dead process's lock
 
 
-@pytest.mark.parametrize("point", ["during training", "while writing a run",
-                                   "between the run's rename and the manifest update", "while writing the manifest"])
+@pytest.mark.parametrize(
+    "point",
+    [
+        "during training",
+        "while writing a run",
+        "between the run's rename and the manifest update",
+        "while writing the manifest",
+    ],
+)
 def test_rerun_after_a_kill_at_any_point_equals_an_uninterrupted_run(tmp_path, sessions_file, point):
     config = TrainConfig(dim=6, epochs=2)
     full, crashed = tmp_path / "full", tmp_path / "crashed"
@@ -217,10 +290,15 @@ def test_rerun_after_a_kill_at_any_point_equals_an_uninterrupted_run(tmp_path, s
     pretrain(crashed, sessions_file, config, runs=3, jobs=1)
     crash_state(crashed, point)
     result = pretrain(crashed, sessions_file, config, runs=3, jobs=1)
-    assert [r.status for r in result.runs] == ["kept", "kept", "kept" if "rename" in point or "manifest" in point
-                                               else "complete"]
+    assert [r.status for r in result.runs] == [
+        "kept",
+        "kept",
+        "kept" if "rename" in point or "manifest" in point else "complete",
+    ]
     for i in range(3):
-        assert (crashed / f"run-{i:03d}" / "vectors.npy").read_bytes() == (full / f"run-{i:03d}" / "vectors.npy").read_bytes()
+        assert (crashed / f"run-{i:03d}" / "vectors.npy").read_bytes() == (
+            full / f"run-{i:03d}" / "vectors.npy"
+        ).read_bytes()
     assert sorted(p.name for p in crashed.iterdir()) == sorted(p.name for p in full.iterdir())
     manifest = json.loads((crashed / "stabcli.json").read_text())
     assert [manifest["runs"][f"run-{i:03d}"]["status"] for i in range(3)] == ["complete"] * 3

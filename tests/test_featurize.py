@@ -25,7 +25,7 @@ def unit(x):
 
 def exact_kernel(x, sigma):
     sq = np.square(x[:, None, :] - x[None, :, :]).sum(-1)
-    return np.exp(-(sigma ** 2) * sq / 2)
+    return np.exp(-(sigma**2) * sq / 2)
 
 
 def test_features_follow_the_formula():
@@ -43,9 +43,11 @@ def mean_error(n_components, seeds=range(10), sigma=1.0):
     K = exact_kernel(X, sigma)
     ours, theirs = [], []
     for seed in seeds:
-        phi = FourierFeaturizer(n_components=n_components, sigma=sigma, normalize=False, random_state=seed).fit_transform(X)
+        phi = FourierFeaturizer(
+            n_components=n_components, sigma=sigma, normalize=False, random_state=seed
+        ).fit_transform(X)
         ours.append(np.abs(phi @ phi.T - K).mean())
-        rbf = RBFSampler(gamma=sigma ** 2 / 2, n_components=n_components, random_state=seed).fit_transform(X)
+        rbf = RBFSampler(gamma=sigma**2 / 2, n_components=n_components, random_state=seed).fit_transform(X)
         theirs.append(np.abs(rbf @ rbf.T - K).mean())
     return np.mean(ours), np.mean(theirs)
 
@@ -97,8 +99,9 @@ def test_procrustes_aligner_recovers_a_rotated_copy():
     np.testing.assert_allclose(aligner.fit_transform(rotated), ref, atol=1e-10)
     np.testing.assert_array_equal(clone(aligner).get_params()["reference"], ref)
     y = (ref[:, 0] > 0).astype(int)
-    pipe = make_pipeline(ProcrustesAligner(reference=ref), FourierFeaturizer(n_components=64, random_state=0),
-                         LogisticRegression()).fit(rotated, y)
+    pipe = make_pipeline(
+        ProcrustesAligner(reference=ref), FourierFeaturizer(n_components=64, random_state=0), LogisticRegression()
+    ).fit(rotated, y)
     assert pipe.score(rotated, y) > 0.8
     assert list(aligner.get_feature_names_out())[:2] == ["aligned0", "aligned1"]
 
@@ -125,10 +128,16 @@ def test_streaming_equals_unchunked_and_is_bitwise_reproducible(tmp_path, emb):
     np.testing.assert_array_equal(a, FourierFeaturizer(n_components=16, random_state=0).fit_transform(vectors))
     assert read_embedding(tmp_path / "a.npy").keys == keys
     side = json.loads((tmp_path / "a.npy.featurize.json").read_text())
-    assert {k: side[k] for k in ("seed", "sigma", "dim", "input_dim", "normalize")} == \
-        {"seed": 0, "sigma": 1.0, "dim": 16, "input_dim": 8, "normalize": True}
+    assert {k: side[k] for k in ("seed", "sigma", "dim", "input_dim", "normalize")} == {
+        "seed": 0,
+        "sigma": 1.0,
+        "dim": 16,
+        "input_dim": 8,
+        "normalize": True,
+    }
     U = FourierFeaturizer(n_components=16, random_state=0).fit(vectors[:1]).directions_
     import hashlib
+
     assert side["directions_sha256"] == hashlib.sha256(U.astype("<f8").tobytes()).hexdigest()
 
 
@@ -157,7 +166,9 @@ def test_word2vec_outputs_load_in_gensim(tmp_path, emb, name, binary):
     featurize(path, tmp_path / name, FeaturizeOptions(dim=6))
     kv = KeyedVectors.load_word2vec_format(str(tmp_path / name), binary=binary)
     assert kv.index_to_key == keys
-    np.testing.assert_allclose(kv.vectors, np.load(featurize(path, tmp_path / "x.npy", FeaturizeOptions(dim=6)).output), atol=1e-6)
+    np.testing.assert_allclose(
+        kv.vectors, np.load(featurize(path, tmp_path / "x.npy", FeaturizeOptions(dim=6)).output), atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("fmt, name", [("kv", "o.kv"), ("parquet", "o.parquet"), ("npy", "o.vectors")])
@@ -206,8 +217,13 @@ def test_run_set_becomes_a_run_set_audit_reads(tmp_path, sessions_file):
     U = FourierFeaturizer(n_components=10, random_state=0).fit(np.zeros((1, 6))).directions_
     raw = np.load(tmp_path / "runs" / "run-002" / "vectors.npy").astype(np.float64)
     phi = np.load(tmp_path / "phi" / "run-002" / "vectors.npy")
-    np.testing.assert_allclose(phi, FourierFeaturizer(n_components=10, random_state=0).fit(raw).transform(raw), rtol=0, atol=3e-7)
-    assert manifest["featurize"]["directions_sha256"] == __import__("hashlib").sha256(U.astype("<f8").tobytes()).hexdigest()
+    np.testing.assert_allclose(
+        phi, FourierFeaturizer(n_components=10, random_state=0).fit(raw).transform(raw), rtol=0, atol=3e-7
+    )
+    assert (
+        manifest["featurize"]["directions_sha256"]
+        == __import__("hashlib").sha256(U.astype("<f8").tobytes()).hexdigest()
+    )
 
 
 def test_save_transform_holds_u_and_recipe(tmp_path, emb):
@@ -218,12 +234,15 @@ def test_save_transform_holds_u_and_recipe(tmp_path, emb):
     assert "cos" in str(saved["recipe"])
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--dim", "7"], "--dim: 7 must be an even integer >= 2"),
-    (["--dim", "0"], "--dim: 0 only aligns: it needs --align-to"),
-    (["--sigma", "-1"], "--sigma: -1.0 must be a positive number"),
-    (["--chunk-rows", "0"], "Invalid value for '--chunk-rows': Input should be greater than or equal to 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dim", "7"], "--dim: 7 must be an even integer >= 2"),
+        (["--dim", "0"], "--dim: 0 only aligns: it needs --align-to"),
+        (["--sigma", "-1"], "--sigma: -1.0 must be a positive number"),
+        (["--chunk-rows", "0"], "Invalid value for '--chunk-rows': Input should be greater than or equal to 1"),
+    ],
+)
 def test_cli_bad_options(tmp_path, emb, args, message):
     path, _, _ = emb
     result = runner.invoke(app, ["featurize", str(path), "--out", str(tmp_path / "o.npy"), *args])
@@ -237,11 +256,15 @@ def test_cli_bad_inputs_leave_no_output(tmp_path, emb):
     bad[50, 3] = np.nan
     np.save(tmp_path / "nan.npy", bad)  # write_embedding refuses NaN
     (tmp_path / "nan.keys.txt").write_text("\n".join(keys) + "\n", encoding="utf-8")
-    result = runner.invoke(app, ["featurize", str(tmp_path / "nan.npy"), "--out", str(tmp_path / "o.npy"), "--chunk-rows", "10"])
+    result = runner.invoke(
+        app, ["featurize", str(tmp_path / "nan.npy"), "--out", str(tmp_path / "o.npy"), "--chunk-rows", "10"]
+    )
     assert result.exit_code == 2 and "nan.npy: key 'k50' has NaN or infinite values" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.keys.txt", "in.npy", "nan.keys.txt", "nan.npy"]
     write_embedding(tmp_path / "other.npy", ["zz"], vectors[:1])
-    result = runner.invoke(app, ["featurize", str(path), "--out", str(tmp_path / "o.npy"), "--align-to", str(tmp_path / "other.npy")])
+    result = runner.invoke(
+        app, ["featurize", str(path), "--out", str(tmp_path / "o.npy"), "--align-to", str(tmp_path / "other.npy")]
+    )
     assert result.exit_code == 2 and "no keys in common" in result.output
     result = runner.invoke(app, ["featurize", str(path), "--out", str(tmp_path / "missing" / "o.npy")])
     assert result.exit_code == 2 and "does not exist" in result.output
@@ -256,6 +279,7 @@ def test_cli_featurize_reports(tmp_path, emb):
 
 # ---- options, outputs and faults (issues 12, 13, 14)
 
+
 def test_featurize_options_validate_themselves_once():
     import dataclasses
 
@@ -264,10 +288,19 @@ def test_featurize_options_validate_themselves_once():
     assert FeaturizeOptions().dim == 128 and FeaturizeOptions(epsilon=0.1).dim is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         FeaturizeOptions().dim = 4
-    for kwargs, param in [({"dim": 7}, "dim"), ({"dim": 8, "epsilon": 0.1}, "epsilon"), ({"epsilon": float("inf")}, "epsilon"),
-                          ({"seed": -1}, "seed"), ({"seed": 1.5}, "seed"), ({"sigma": float("nan")}, "sigma"),
-                          ({"dim": True}, "dim"), ({"chunk_rows": 0}, "chunk_rows"), ({"fmt": "csv"}, "fmt"),
-                          ({"reference": 2}, "reference"), ({"normalize": "yes"}, "normalize")]:
+    for kwargs, param in [
+        ({"dim": 7}, "dim"),
+        ({"dim": 8, "epsilon": 0.1}, "epsilon"),
+        ({"epsilon": float("inf")}, "epsilon"),
+        ({"seed": -1}, "seed"),
+        ({"seed": 1.5}, "seed"),
+        ({"sigma": float("nan")}, "sigma"),
+        ({"dim": True}, "dim"),
+        ({"chunk_rows": 0}, "chunk_rows"),
+        ({"fmt": "csv"}, "fmt"),
+        ({"reference": 2}, "reference"),
+        ({"normalize": "yes"}, "normalize"),
+    ]:
         with pytest.raises(OptionError) as info:
             FeaturizeOptions(**kwargs)
         assert info.value.param == param and isinstance(info.value, ValueError)
@@ -277,8 +310,14 @@ def test_estimators_validate_parameters_the_sklearn_way():
     from stabcli.errors import OptionError
 
     X = np.random.default_rng(0).standard_normal((6, 3))
-    for kwargs in ({"sigma": -1.0}, {"sigma": 0}, {"random_state": -1}, {"normalize": "yes"}, {"n_components": 0},
-                   {"n_components": 2.5}):
+    for kwargs in (
+        {"sigma": -1.0},
+        {"sigma": 0},
+        {"random_state": -1},
+        {"normalize": "yes"},
+        {"n_components": 0},
+        {"n_components": 2.5},
+    ):
         with pytest.raises(ValueError, match="parameter of FourierFeaturizer must be"):
             FourierFeaturizer(**kwargs).fit(X)
     with pytest.raises(OptionError, match="n_components: 3 must be an even integer"):
@@ -300,8 +339,13 @@ def test_existing_outputs_need_force_which_replaces_them(tmp_path, emb):
     assert result.exit_code == 0, result.output
     assert np.load(out).shape == (100, 4) and json.loads((tmp_path / "o.npy.featurize.json").read_text())["dim"] == 4
     assert f"(sidecar {tmp_path / 'o.npy.featurize.json'})" in result.stdout  # as given, with its directory
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.keys.txt", "in.npy", "o.keys.txt", "o.npy",
-                                                         "o.npy.featurize.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "in.keys.txt",
+        "in.npy",
+        "o.keys.txt",
+        "o.npy",
+        "o.npy.featurize.json",
+    ]
 
 
 def test_force_replaces_a_featurized_run_set(tmp_path, sessions_file):
@@ -322,13 +366,15 @@ def test_align_to_a_run_set_uses_its_reference_run(tmp_path, sessions_file):
     write_embedding(tmp_path / "run1.npy", load_runs([tmp_path / "runs"]).keys, np.asarray(run1.vectors))
     rotated = np.asarray(run1.vectors) @ ortho_group.rvs(6, random_state=2).astype(np.float32)
     write_embedding(tmp_path / "rot.npy", load_runs([tmp_path / "runs"]).keys, rotated)
-    result = featurize(tmp_path / "rot.npy", tmp_path / "back.npy",
-                       FeaturizeOptions(dim=0, align_to=tmp_path / "runs", reference=1))
+    result = featurize(
+        tmp_path / "rot.npy", tmp_path / "back.npy", FeaturizeOptions(dim=0, align_to=tmp_path / "runs", reference=1)
+    )
     assert result.residual_after < 1e-4 < result.residual_before
     np.testing.assert_allclose(np.load(tmp_path / "back.npy"), run1.vectors, atol=1e-4)
     side = json.loads((tmp_path / "back.npy.featurize.json").read_text())
     assert side["align_to_run"] == "run-001"
     from stabcli.corpus import file_sha256
+
     assert side["align_to_sha256"] == file_sha256(tmp_path / "runs" / "run-001" / "vectors.npy")
 
 
@@ -337,8 +383,19 @@ def test_keyless_arrays_align_by_position_with_a_note(tmp_path):
     ref = rng.standard_normal((40, 5)).astype(np.float32)
     np.save(tmp_path / "ref.npy", ref)
     np.save(tmp_path / "x.npy", ref @ ortho_group.rvs(5, random_state=1).astype(np.float32))
-    result = runner.invoke(app, ["featurize", str(tmp_path / "x.npy"), "--out", str(tmp_path / "o.npy"), "--dim", "0",
-                                 "--align-to", str(tmp_path / "ref.npy")])
+    result = runner.invoke(
+        app,
+        [
+            "featurize",
+            str(tmp_path / "x.npy"),
+            "--out",
+            str(tmp_path / "o.npy"),
+            "--dim",
+            "0",
+            "--align-to",
+            str(tmp_path / "ref.npy"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert result.stderr.strip() == "note: no input has a keys file: rows are matched by position"
     np.testing.assert_allclose(np.load(tmp_path / "o.npy"), ref, atol=1e-5)
@@ -357,8 +414,9 @@ def test_a_late_failure_removes_every_output_and_names_the_real_file(tmp_path, e
 
     monkeypatch.setattr(featurize_module, "_save_transform", disk_full)
     before = sorted(p.name for p in tmp_path.iterdir())
-    result = runner.invoke(app, ["featurize", str(path), "--out", str(tmp_path / "o.npy"), "--save-transform",
-                                 str(tmp_path / "t.npz")])
+    result = runner.invoke(
+        app, ["featurize", str(path), "--out", str(tmp_path / "o.npy"), "--save-transform", str(tmp_path / "t.npz")]
+    )
     assert result.exit_code == 2
     assert result.stderr.strip() == f"error: {tmp_path / 't.npz'}: cannot write (No space left on device)"
     assert sorted(p.name for p in tmp_path.iterdir()) == before
@@ -373,8 +431,9 @@ def test_chunk_rows_that_cannot_fit_are_refused_naming_the_option(tmp_path, monk
     assert runner.invoke(app, args).exit_code == 0  # the default chunk (~1 MB of output) fits
     result = runner.invoke(app, args + ["--chunk-rows", "5000", "--force"])
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: --chunk-rows: 5,000 rows per chunk for 5,000 rows of dimension 4 (npy output) needs about "), \
-        result.stderr
+    assert result.stderr.startswith(
+        "error: --chunk-rows: 5,000 rows per chunk for 5,000 rows of dimension 4 (npy output) needs about "
+    ), result.stderr
     assert result.stderr.strip().endswith("but only 4.0 MB of memory is available")
 
 
@@ -383,19 +442,24 @@ def _limited(args, limit):
     import subprocess
     import sys
 
-    code = ("import resource, signal, sys\n"
-            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
-            "from stabcli.cli import main\n"
-            "sys.argv = ['stabcli'] + sys.argv[1:]\n"
-            "main()\n")
+    code = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+        "from stabcli.cli import main\n"
+        "sys.argv = ['stabcli'] + sys.argv[1:]\n"
+        "main()\n"
+    )
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("name", ["o.npy", "o.vec", "o.kv"])
 def test_a_file_size_limit_names_the_real_file_and_leaves_nothing(tmp_path, name):
-    write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(2000)],
-                    np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32))
+    write_embedding(
+        tmp_path / "in.npy",
+        [f"k{i}" for i in range(2000)],
+        np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32),
+    )
     before = sorted(p.name for p in tmp_path.iterdir())
     done = _limited(["featurize", tmp_path / "in.npy", "--out", tmp_path / name, "--dim", "64"], 100_000)
     assert done.returncode == 2, done
@@ -409,7 +473,7 @@ def test_rahimi_recht_dimension_in_logarithms():
     from stabcli.fourier import rahimi_recht_dimension
 
     for epsilon, sigma, dim, diameter in [(0.05, 1.0, 4, 2.0), (0.01, 0.5, 64, 2.0), (0.1, 3.0, 16, 7.5)]:
-        direct = 4 * (dim + 2) / epsilon ** 2 * math.log(2 ** 8 * (sigma * math.sqrt(dim) * diameter / epsilon) ** 2 / 0.05)
+        direct = 4 * (dim + 2) / epsilon**2 * math.log(2**8 * (sigma * math.sqrt(dim) * diameter / epsilon) ** 2 / 0.05)
         assert rahimi_recht_dimension(epsilon, sigma, dim, diameter) == 2 * math.ceil(direct)
     assert rahimi_recht_dimension(0.1, 1e200, 4, 2.0) > 0  # (σ·diam/ε)² overflows a float; its logarithm does not
     assert rahimi_recht_dimension(0.1, 1.0, 4, 0.0) > 0  # all-zero rows
@@ -419,8 +483,9 @@ def test_a_keyless_file_named_like_a_run_is_still_keyless(tmp_path, emb):
     """Keylessness is what was read (no keys file beside an .npy), not a file name."""
     path, _, vectors = emb
     np.save(tmp_path / "vectors.npy", vectors)
-    result = runner.invoke(app, ["featurize", str(tmp_path / "vectors.npy"), "--out", str(tmp_path / "o.npy"),
-                                 "--align-to", str(path)])
+    result = runner.invoke(
+        app, ["featurize", str(tmp_path / "vectors.npy"), "--out", str(tmp_path / "o.npy"), "--align-to", str(path)]
+    )
     assert result.exit_code == 2 and "vectors.npy: has no keys file (vectors.keys.txt)" in result.stderr
 
 
@@ -433,8 +498,9 @@ def test_float64_of_any_magnitude_normalizes_before_the_float32_cast(tmp_path, s
     np.save(tmp_path / "plain.npy", base)
     outs = {}
     for name in ("big", "plain"):
-        result = runner.invoke(app, ["featurize", str(tmp_path / f"{name}.npy"), "--out", str(tmp_path / f"{name}-phi.npy"),
-                                     "--dim", "16"])
+        result = runner.invoke(
+            app, ["featurize", str(tmp_path / f"{name}.npy"), "--out", str(tmp_path / f"{name}-phi.npy"), "--dim", "16"]
+        )
         assert result.exit_code == 0, result.stderr
         assert "warning" not in result.stderr.lower() and "NaN" not in result.stderr
         outs[name] = np.load(tmp_path / f"{name}-phi.npy")

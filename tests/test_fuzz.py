@@ -2,9 +2,9 @@
 exception; every writable format round-trips keys and vectors exactly."""
 
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -20,8 +20,34 @@ from stabcli.labels import read_labels
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # text that looks like our formats, so the fuzzer gets past the first line as well as failing on it
-TOKENS = st.sampled_from(["a", "b", "k0", "1", "-2.5", "nan", "inf", "1e40", "\t", " ", "::", "|", ",", "\n", "\r\n",
-                          "\x00", "\xe9", "\ud7ff", "3 2", "user", "item", "timestamp", "rating", '"'])
+TOKENS = st.sampled_from(
+    [
+        "a",
+        "b",
+        "k0",
+        "1",
+        "-2.5",
+        "nan",
+        "inf",
+        "1e40",
+        "\t",
+        " ",
+        "::",
+        "|",
+        ",",
+        "\n",
+        "\r\n",
+        "\x00",
+        "\xe9",
+        "\ud7ff",
+        "3 2",
+        "user",
+        "item",
+        "timestamp",
+        "rating",
+        '"',
+    ]
+)
 TEXTISH = st.lists(TOKENS, max_size=40).map(lambda parts: "".join(parts).encode("utf-8", "surrogatepass"))
 BYTES = st.one_of(st.binary(max_size=300), TEXTISH)
 
@@ -68,14 +94,46 @@ def test_label_reader_parses_or_raises_stabcli_error(data, name):
     assert labels.by_key and all(isinstance(v, str) and v for v in labels.by_key.values())
 
 
-REPORT = {"representation": {"knn_overlap": 0.5, "least_stable": [{"key": "x", "aligned_variance": 0.1}]},
-          "downstream": {"variants": {"phi:64@0.5": {"churn": 0.01}}}, "passed": True}
+REPORT = {
+    "representation": {"knn_overlap": 0.5, "least_stable": [{"key": "x", "aligned_variance": 0.1}]},
+    "downstream": {"variants": {"phi:64@0.5": {"churn": 0.01}}},
+    "passed": True,
+}
 
 
 @FUZZ
-@given(expression=st.one_of(st.text(max_size=60), st.lists(st.sampled_from(
-    ["representation", "downstream", "variants", "phi:64@0", "5", "churn", "knn_overlap", "least_stable", "0",
-     "aligned_variance", ".", "<=", ">", "==", "<", "0.5", "1e3", "nan", " ", "x"]), max_size=12).map("".join)))
+@given(
+    expression=st.one_of(
+        st.text(max_size=60),
+        st.lists(
+            st.sampled_from(
+                [
+                    "representation",
+                    "downstream",
+                    "variants",
+                    "phi:64@0",
+                    "5",
+                    "churn",
+                    "knn_overlap",
+                    "least_stable",
+                    "0",
+                    "aligned_variance",
+                    ".",
+                    "<=",
+                    ">",
+                    "==",
+                    "<",
+                    "0.5",
+                    "1e3",
+                    "nan",
+                    " ",
+                    "x",
+                ]
+            ),
+            max_size=12,
+        ).map("".join),
+    )
+)
 def test_check_expressions_parse_or_raise_usage_error(expression):
     try:
         path, op, threshold = parse_check(expression)
@@ -85,13 +143,25 @@ def test_check_expressions_parse_or_raise_usage_error(expression):
     assert op in ("<", "<=", ">", ">=", "==") and isinstance(threshold, float) and isinstance(value, float)
 
 
-KEYS = st.lists(st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp"), blacklist_characters="\x85"),
-                        min_size=1, max_size=8), min_size=1, max_size=12, unique=True)
+KEYS = st.lists(
+    st.text(
+        st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp"), blacklist_characters="\x85"),
+        min_size=1,
+        max_size=8,
+    ),
+    min_size=1,
+    max_size=12,
+    unique=True,
+)
 
 
 @FUZZ
-@given(keys=KEYS, dim=st.integers(1, 6), seed=st.integers(0, 2**16),
-       name=st.sampled_from(["e.npy", "e.txt", "e.vec", "e.bin", "e.kv", "e.parquet"]))
+@given(
+    keys=KEYS,
+    dim=st.integers(1, 6),
+    seed=st.integers(0, 2**16),
+    name=st.sampled_from(["e.npy", "e.txt", "e.vec", "e.bin", "e.kv", "e.parquet"]),
+)
 def test_every_format_round_trips(keys, dim, seed, name):
     if name == "e.parquet":
         pytest.importorskip("pyarrow")

@@ -10,8 +10,12 @@ from stabcli.errors import InputError, OptionError
 from stabcli.labels import ML100K_GENRES, read_labels
 
 KEYS = {"1", "2", "3", "4", "a", "b", "c"}
-TITLES = ["Caf\u00e9 Society (1995)", "Am\u00e9lie, Le fabuleux destin (2001)", "Se\u00f1or Plain (1998)",
-          "M\u00fcnchhausen (1943)"]
+TITLES = [
+    "Caf\u00e9 Society (1995)",
+    "Am\u00e9lie, Le fabuleux destin (2001)",
+    "Se\u00f1or Plain (1998)",
+    "M\u00fcnchhausen (1943)",
+]
 
 
 def write(tmp_path: Path, name: str, data: str | bytes, encoding: str = "utf-8") -> Path:
@@ -49,8 +53,10 @@ def test_movies_dat_with_latin1_titles(tmp_path):
 
 
 def test_movies_csv_quoted_titles_utf8_and_latin1(tmp_path):
-    data = "movieId,title,genres\r\n" + "".join(f'{i},"{t}",{g}\r\n' for i, (t, g) in enumerate(
-        zip(TITLES, ["Comedy|Drama", "Romance", "Drama", "Fantasy"], strict=True), start=1))
+    data = "movieId,title,genres\r\n" + "".join(
+        f'{i},"{t}",{g}\r\n'
+        for i, (t, g) in enumerate(zip(TITLES, ["Comedy|Drama", "Romance", "Drama", "Fantasy"], strict=True), start=1)
+    )
     expected = {"1": "Comedy", "2": "Romance", "3": "Drama", "4": "Fantasy"}
     assert read_labels(write(tmp_path, "movies.csv", data), KEYS).by_key == expected
     latin = write(tmp_path, "movies.csv", data, "latin-1")
@@ -81,8 +87,9 @@ def test_blank_lines_and_trailing_delimiters(tmp_path):
     assert read_labels(write(tmp_path, "l.csv", data), KEYS).by_key == {"a": "x", "b": "y"}
 
 
-@pytest.mark.parametrize("encoding, bom", [("utf-8", b"\xef\xbb\xbf"), ("utf-16-le", b"\xff\xfe"),
-                                           ("utf-16-be", b"\xfe\xff")])
+@pytest.mark.parametrize(
+    "encoding, bom", [("utf-8", b"\xef\xbb\xbf"), ("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff")]
+)
 def test_byte_order_mark_keeps_the_first_label(tmp_path, encoding, bom):
     path = write(tmp_path, "l.csv", bom + "a,caf\u00e9\nb,y\n".encode(encoding))
     assert read_labels(path, KEYS).by_key == {"a": "caf\u00e9", "b": "y"}
@@ -132,7 +139,9 @@ def test_non_regular_and_compressed_files_are_refused(tmp_path):
         read_labels(fifo, KEYS)
     with pytest.raises(InputError, match="is a device, not a regular file"):
         read_labels("/dev/zero", KEYS)
-    with pytest.raises(InputError, match=r"l\.csv\.gz: is gzip-compressed; decompress it first \(gunzip -k l\.csv\.gz\)"):
+    with pytest.raises(
+        InputError, match=r"l\.csv\.gz: is gzip-compressed; decompress it first \(gunzip -k l\.csv\.gz\)"
+    ):
         read_labels(write(tmp_path, "l.csv.gz", gzip.compress(b"a,x\n")), KEYS)
     with pytest.raises(InputError, match=r"l\.csv:2: contains NUL bytes"):
         read_labels(write(tmp_path, "l.csv", b"a,x\nb,\x00y\n"), KEYS)

@@ -27,7 +27,7 @@ def rotated_runs(seed=0, n=N, d=D, runs=R):
 def direct_noise_share(runs):
     stack = np.stack(runs)
     var = stack.var(axis=0)
-    energy = (stack ** 2).mean(axis=0)
+    energy = (stack**2).mean(axis=0)
     return var.sum() / energy.sum(), var.sum(axis=0) / energy.sum(axis=0), stack.var(axis=0, ddof=1).mean(axis=0)
 
 
@@ -101,7 +101,7 @@ def test_generalized_procrustes_reaches_the_direct_iteration():
     for _ in range(500):
         consensus = np.mean(aligned, axis=0)
         aligned = [h @ orthogonal_procrustes(h, consensus)[0] for h in runs]
-    got = [h @ q for h, q in zip(runs, rotations)]
+    got = [h @ q for h, q in zip(runs, rotations, strict=False)]
     np.testing.assert_allclose(np.mean(got, axis=0), np.mean(aligned, axis=0), atol=1e-6)
     assert 1 <= iterations < 500
 
@@ -127,7 +127,7 @@ def test_inner_product_noise_share_matches_direct_computation():
         unit = h / np.linalg.norm(h, axis=1, keepdims=True)
         cos.append((unit[first] * unit[second]).sum(axis=1))
     cos = np.stack(cos)
-    direct = cos.var(axis=0).sum() / (cos ** 2).mean(axis=0).sum()
+    direct = cos.var(axis=0).sum() / (cos**2).mean(axis=0).sum()
     assert m.inner_product_noise_share(runs, first, second) == pytest.approx(direct, abs=1e-12)
 
 
@@ -144,7 +144,7 @@ def test_nearest_neighbours_match_brute_force(monkeypatch):
     got = m.nearest_neighbours(h, queries, 7)
     want = direct_neighbours(h, queries, 7)
     assert [set(row) for row in got] == [set(row) for row in want]
-    for q, row in zip(queries, got):
+    for q, row in zip(queries, got, strict=False):
         assert q not in row
 
 
@@ -152,8 +152,13 @@ def test_knn_overlap_matches_direct_computation():
     runs = random_runs(noise=0.6)
     queries = np.arange(0, N, 3)
     neighbours = [direct_neighbours(h, queries, 5) for h in runs]
-    direct = np.mean([[len(set(a) & set(b)) / 5 for a, b in zip(neighbours[r], neighbours[s])]
-                      for r, s in combinations(range(R), 2)], axis=0)
+    direct = np.mean(
+        [
+            [len(set(a) & set(b)) / 5 for a, b in zip(neighbours[r], neighbours[s], strict=False)]
+            for r, s in combinations(range(R), 2)
+        ],
+        axis=0,
+    )
     np.testing.assert_allclose(m.knn_overlap(runs, queries, 5), direct, atol=1e-12)
 
 
@@ -182,14 +187,16 @@ def test_identical_runs():
     got = all_metrics([base.copy() for _ in range(3)])
     assert got["share"] < 1e-20 and got["aligned"] < 1e-20 and got["inner"] < 1e-20
     assert got["knn"] == 1 and got["pip_relative"] < 1e-7
-    assert got["cka"] == pytest.approx(1) and got["eig"] == pytest.approx(1) and got["disp"] == pytest.approx(0, abs=1e-12)
+    assert (
+        got["cka"] == pytest.approx(1) and got["eig"] == pytest.approx(1) and got["disp"] == pytest.approx(0, abs=1e-12)
+    )
 
 
 def test_runs_that_are_random_rotations_of_one_matrix():
     got = all_metrics(rotated_runs(n=200, d=8))
-    assert got["share"] > 0.5             # coordinates: mostly noise
-    assert got["aligned"] < 1e-12         # ... but all of it is a rotation
-    assert got["inner"] < 1e-12           # inner products do not move
+    assert got["share"] > 0.5  # coordinates: mostly noise
+    assert got["aligned"] < 1e-12  # ... but all of it is a rotation
+    assert got["inner"] < 1e-12  # inner products do not move
     assert got["knn"] == 1
     # PIP through the d×d identity cancels large terms: exact zero is out of reach, but relative
     # to ‖HHᵀ‖_F it is at rounding level (sqrt of machine epsilon).
@@ -207,7 +214,7 @@ def test_independent_random_runs():
     assert got["share"] == pytest.approx(expected, abs=0.02)
     assert got["inner"] == pytest.approx(expected, abs=0.05)
     assert 0.4 < got["aligned"] < expected  # a rotation explains a little of pure noise, not much
-    assert got["knn"] < 4 * k / (n - 1)     # near chance
+    assert got["knn"] < 4 * k / (n - 1)  # near chance
 
 
 def test_zero_rows_do_not_divide_by_zero():
@@ -263,7 +270,9 @@ def invariant_metrics(runs):
     first, second = m.sample_pairs(len(runs[0]), 500, np.random.default_rng(0))
     raw, aligned = m.noise_share(runs), m.noise_share(runs, rotations)
     return {
-        "share": raw.overall, "share_per_dim": raw.per_dim, "aligned": aligned.overall,
+        "share": raw.overall,
+        "share_per_dim": raw.per_dim,
+        "aligned": aligned.overall,
         "least_stable_order": np.argsort(-aligned.per_key_variance_scaled, kind="stable")[:10],
         "inner": m.inner_product_noise_share(runs, first, second),
         "knn": m.knn_overlap(runs, np.arange(30), 5),
@@ -298,8 +307,9 @@ def test_scale_dependent_numbers_are_rescaled_back_when_finite():
     assert big_grams.scale > 1 and small_grams.scale == 1
     assert m.pip_loss(big_grams, 0, 1) == pytest.approx(m.pip_loss(small_grams, 0, 1) * scale**2, rel=1e-9)
     assert m.gram_norm(big_grams, 2) == pytest.approx(m.gram_norm(small_grams, 2) * scale**2, rel=1e-12)
-    np.testing.assert_allclose(m.noise_share(big).variance_per_dim, m.noise_share(runs).variance_per_dim * scale**2,
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        m.noise_share(big).variance_per_dim, m.noise_share(runs).variance_per_dim * scale**2, rtol=1e-12
+    )
     np.testing.assert_allclose(big_grams.peaks, [np.abs(h).max() for h in big], rtol=0)
     assert m.gram_blocks([h.astype(np.float32) for h in runs]).peaks is None  # float32: no per-chunk scan
     # beyond float64's range they are inf (too large) or NaN (too small, not a false 0); JSON shows null
@@ -345,7 +355,9 @@ def test_all_zero_and_identical_runs_give_finite_known_answers():
     same = [random_runs(6)[0]] * 3
     got = invariant_metrics(same)
     assert got["share"] < 1e-20 and got["aligned"] < 1e-20 and got["inner"] < 1e-20 and (got["knn"] == 1).all()
-    assert got["cka"] == pytest.approx(1) and got["eig"] == pytest.approx(1) and got["disp"] == pytest.approx(0, abs=1e-12)
+    assert (
+        got["cka"] == pytest.approx(1) and got["eig"] == pytest.approx(1) and got["disp"] == pytest.approx(0, abs=1e-12)
+    )
     one_zero = random_runs(7)[:2] + [np.zeros((N, D))]  # one dead run among live ones: finite
     assert all(np.isfinite(v).all() for v in invariant_metrics(one_zero).values())
 
@@ -373,7 +385,7 @@ def test_the_largest_float64_values_scale_without_overflow():
     for the unrepresentable scale 2^1024 (OverflowError)."""
     big = np.finfo(np.float64).max
     scale = m.power_of_two_scale(big)
-    assert scale == 2.0 ** 1023 and np.isfinite((big / scale) ** 2)
+    assert scale == 2.0**1023 and np.isfinite((big / scale) ** 2)
     rng = np.random.default_rng(3)
     runs = [rng.standard_normal((20, 3)) for _ in range(2)]
     runs[0][0, 0] = big / 2

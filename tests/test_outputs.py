@@ -199,6 +199,7 @@ def test_a_file_size_limit_names_the_real_file_and_leaves_no_temporary(tmp_path)
 
 # ---- audit's outputs go through one plan
 
+
 def audit_workspace(t: Path) -> Path:
     import json
 
@@ -209,7 +210,9 @@ def audit_workspace(t: Path) -> Path:
     (runs / "keys.txt").write_text("".join(f"k{i}\n" for i in range(30)))
     for r in range(3):
         (runs / f"run-{r:03d}").mkdir()
-        np.save(runs / f"run-{r:03d}" / "vectors.npy", np.random.default_rng(r).standard_normal((30, 4)).astype(np.float32))
+        np.save(
+            runs / f"run-{r:03d}" / "vectors.npy", np.random.default_rng(r).standard_normal((30, 4)).astype(np.float32)
+        )
     (runs / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
     return runs
 
@@ -245,19 +248,40 @@ def test_audit_force_replaces_outputs_and_appends_to_the_step_summary(tmp_path, 
 def test_audit_plots_over_a_file_size_limit_leave_no_output_at_all(tmp_path):
     runs = audit_workspace(tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
-    script = ("import resource, signal, sys\n"
-              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-              "resource.setrlimit(resource.RLIMIT_FSIZE, (12000, 12000))\n"
-              "from stabcli.cli import main\n"
-              "sys.argv = ['stabcli'] + sys.argv[1:]\n"
-              "main()\n")
-    done = subprocess.run([sys.executable, "-c", script, "audit", str(runs), *AUDIT, "--json", str(tmp_path / "r.json"),
-                           "--markdown", str(tmp_path / "r.md"), "--plots", str(tmp_path / "plots")],
-                          capture_output=True, text=True, timeout=300)
+    script = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (12000, 12000))\n"
+        "from stabcli.cli import main\n"
+        "sys.argv = ['stabcli'] + sys.argv[1:]\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            "audit",
+            str(runs),
+            *AUDIT,
+            "--json",
+            str(tmp_path / "r.json"),
+            "--markdown",
+            str(tmp_path / "r.md"),
+            "--plots",
+            str(tmp_path / "plots"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path / 'plots'}") and \
-        lines[0].endswith("cannot write (File too large)"), done.stderr
+    assert (
+        len(lines) == 1
+        and lines[0].startswith(f"error: {tmp_path / 'plots'}")
+        and lines[0].endswith("cannot write (File too large)")
+    ), done.stderr
     assert "None" not in lines[0] and ".partial" not in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no r.json, r.md, plots or temporary
 

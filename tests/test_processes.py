@@ -60,21 +60,43 @@ def big_corpus(tmp_path: Path, sessions_file: Path, times: int = 150) -> Path:
 
 
 def pretrain_args(corpus: Path, out: Path, jobs: str = "2") -> list[str]:
-    return [sys.executable, "-m", "stabcli", "pretrain", str(corpus), "--runs", "4", "--dim", "8", "--epochs", "8",
-            "--jobs", jobs, "--out", str(out)]
+    return [
+        sys.executable,
+        "-m",
+        "stabcli",
+        "pretrain",
+        str(corpus),
+        "--runs",
+        "4",
+        "--dim",
+        "8",
+        "--epochs",
+        "8",
+        "--jobs",
+        jobs,
+        "--out",
+        str(out),
+    ]
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_of_pretrain_exits_143_with_one_line_and_leaves_no_process(tmp_path, sessions_file, signum, code):
     out = tmp_path / "runs"
-    proc = subprocess.Popen(pretrain_args(big_corpus(tmp_path, sessions_file), out), env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    assert wait_for(lambda: any(p.name.startswith(".run-") and (p / "progress").exists() for p in out.glob(".run-*"))), \
-        "no run started"
+    proc = subprocess.Popen(
+        pretrain_args(big_corpus(tmp_path, sessions_file), out),
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert wait_for(
+        lambda: any(p.name.startswith(".run-") and (p / "progress").exists() for p in out.glob(".run-*"))
+    ), "no run started"
     workers = descendants(proc.pid)
     assert workers, "no worker processes seen"
     proc.send_signal(signum)  # the parent alone, as `kill PID` does
-    stdout, stderr = proc.communicate(timeout=60)
+    _stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == code, stderr
     assert stderr.strip().splitlines() == ["interrupted; finished runs are kept"], stderr
     assert wait_for(lambda: not any(alive(pid) for pid in workers), 10), [p for p in workers if alive(p)]
@@ -85,15 +107,22 @@ def test_sigterm_of_pretrain_exits_143_with_one_line_and_leaves_no_process(tmp_p
 def test_sigkill_of_the_parent_then_an_immediate_rerun_equals_an_uninterrupted_run(tmp_path, sessions_file):
     corpus = big_corpus(tmp_path, sessions_file)
     killed, full = tmp_path / "killed", tmp_path / "full"
-    proc = subprocess.Popen(pretrain_args(corpus, killed), env=ENV, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        pretrain_args(corpus, killed),
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     assert wait_for(lambda: any((p / "progress").exists() for p in killed.glob(".run-*"))), "no run started"
     proc.kill()  # SIGKILL of the parent only: its workers are not signalled by us
     proc.wait()
     subprocess.run(pretrain_args(corpus, killed), env=ENV, check=True, capture_output=True)  # while orphans may run
     subprocess.run(pretrain_args(corpus, full), env=ENV, check=True, capture_output=True)
     for i in range(4):
-        assert (killed / f"run-{i:03d}" / "vectors.npy").read_bytes() == (full / f"run-{i:03d}" / "vectors.npy").read_bytes()
+        assert (killed / f"run-{i:03d}" / "vectors.npy").read_bytes() == (
+            full / f"run-{i:03d}" / "vectors.npy"
+        ).read_bytes()
     time.sleep(1)
     assert sorted(p.name for p in killed.iterdir()) == sorted(p.name for p in full.iterdir())
 
@@ -111,21 +140,51 @@ def test_ctrl_c_of_script_runs_kills_the_scripts_and_a_rerun_is_clean(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SLEEPY_SCRIPT)
     out = tmp_path / "runs"
-    args = [sys.executable, "-m", "stabcli", "pretrain", "--script", f"{sys.executable} {script} {{out}} {pids}",
-            "--runs", "2", "--jobs", "2", "--out", str(out)]
-    proc = subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    args = [
+        sys.executable,
+        "-m",
+        "stabcli",
+        "pretrain",
+        "--script",
+        f"{sys.executable} {script} {{out}} {pids}",
+        "--runs",
+        "2",
+        "--jobs",
+        "2",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     assert wait_for(lambda: len(list(pids.iterdir())) == 2), "scripts did not start"
     scripts = [int(p.name) for p in pids.iterdir()]
     os.kill(proc.pid, signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=30)
+    _stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr
     assert wait_for(lambda: not any(alive(pid) for pid in scripts), 10)
     fast = tmp_path / "fast.py"
     fast.write_text("import sys, numpy as np\nnp.save(sys.argv[1] + '/vectors.npy', np.ones((2, 2)))\n")
-    rerun = subprocess.run([sys.executable, "-m", "stabcli", "pretrain", "--script", f"{sys.executable} {fast} {{out}}",
-                            "--runs", "2", "--jobs", "2", "--out", str(out), "--force"], env=ENV, capture_output=True,
-                           text=True)
+    rerun = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stabcli",
+            "pretrain",
+            "--script",
+            f"{sys.executable} {fast} {{out}}",
+            "--runs",
+            "2",
+            "--jobs",
+            "2",
+            "--out",
+            str(out),
+            "--force",
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
     assert rerun.returncode == 0, rerun.stderr
     assert sorted(p.name for p in out.iterdir()) == ["run-000", "run-001", "stabcli.json"]
 
@@ -137,15 +196,37 @@ time.sleep({sleep})
 """
 
 
-@pytest.mark.parametrize("escape, sleep", [(False, 60), (True, 60), (True, 0)],
-                         ids=["child in the group", "child in its own session", "script exits, child stays"])
+@pytest.mark.parametrize(
+    "escape, sleep",
+    [(False, 60), (True, 60), (True, 0)],
+    ids=["child in the group", "child in its own session", "script exits, child stays"],
+)
 def test_a_child_holding_stdout_open_never_blocks_pretrain(tmp_path, escape, sleep):
     script = tmp_path / "train.py"
     script.write_text(HOLDING_SCRIPT.format(escape=escape, sleep=sleep))
     start = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "stabcli", "pretrain", "--script", f"{sys.executable} {script} {{out}}",
-                             "--runs", "1", "--jobs", "1", "--timeout", "3", "--out", str(tmp_path / "r")], env=ENV,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stabcli",
+            "pretrain",
+            "--script",
+            f"{sys.executable} {script} {{out}}",
+            "--runs",
+            "1",
+            "--jobs",
+            "1",
+            "--timeout",
+            "3",
+            "--out",
+            str(tmp_path / "r"),
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     elapsed = time.monotonic() - start
     assert result.returncode == 2 and "run-000" in result.stderr, result.stderr
     assert elapsed < 15, elapsed
@@ -155,24 +236,44 @@ def test_a_child_holding_stdout_open_never_blocks_pretrain(tmp_path, escape, sle
 def test_sigterm_of_audit_and_featurize_exits_143_without_temporary_files(tmp_path):
     from stabcli.embeddings import write_embedding
 
-    write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(2000)],
-                    np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32))
+    write_embedding(
+        tmp_path / "in.npy",
+        [f"k{i}" for i in range(2000)],
+        np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32),
+    )
     slow = tmp_path / "slow.py"
-    slow.write_text("import sys, time\n"
-                    "from stabcli import featurize\n"
-                    "from stabcli.cli import main\n"
-                    "chunks = featurize._feature_chunks\n"
-                    "def slowly(*args, **kwargs):\n"
-                    "    for item in chunks(*args, **kwargs):\n"
-                    "        time.sleep(0.02)\n"
-                    "        yield item\n"
-                    "featurize._feature_chunks = slowly\n"
-                    "sys.argv[0] = 'stabcli'\n"
-                    "main()\n")
+    slow.write_text(
+        "import sys, time\n"
+        "from stabcli import featurize\n"
+        "from stabcli.cli import main\n"
+        "chunks = featurize._feature_chunks\n"
+        "def slowly(*args, **kwargs):\n"
+        "    for item in chunks(*args, **kwargs):\n"
+        "        time.sleep(0.02)\n"
+        "        yield item\n"
+        "featurize._feature_chunks = slowly\n"
+        "sys.argv[0] = 'stabcli'\n"
+        "main()\n"
+    )
     before = sorted(p.name for p in tmp_path.iterdir())
-    proc = subprocess.Popen([sys.executable, str(slow), "featurize", str(tmp_path / "in.npy"), "--out",
-                             str(tmp_path / "out.npy"), "--dim", "8", "--chunk-rows", "10"],
-                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(slow),
+            "featurize",
+            str(tmp_path / "in.npy"),
+            "--out",
+            str(tmp_path / "out.npy"),
+            "--dim",
+            "8",
+            "--chunk-rows",
+            "10",
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert wait_for(lambda: any(p.name.startswith(".out.npy.tmp-") for p in tmp_path.iterdir())), "never wrote"
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
@@ -201,8 +302,13 @@ def test_orphans_that_outlive_a_killed_parent_cannot_corrupt_the_rerun(tmp_path,
     corpus = big_corpus(tmp_path, sessions_file, times=300)
     killed, full = tmp_path / "killed", tmp_path / "full"
     args = pretrain_args(corpus, killed)
-    proc = subprocess.Popen([sys.executable, str(wrapper)] + args[3:], env=ENV, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(wrapper)] + args[3:],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     assert wait_for(lambda: any((p / "progress").exists() for p in killed.glob(".run-*"))), "no run started"
     workers = descendants(proc.pid)
     proc.kill()
@@ -211,7 +317,9 @@ def test_orphans_that_outlive_a_killed_parent_cannot_corrupt_the_rerun(tmp_path,
     subprocess.run(args, env=ENV, check=True, capture_output=True)  # while the orphans still train
     subprocess.run(pretrain_args(corpus, full), env=ENV, check=True, capture_output=True)
     for i in range(4):
-        assert (killed / f"run-{i:03d}" / "vectors.npy").read_bytes() == (full / f"run-{i:03d}" / "vectors.npy").read_bytes()
+        assert (killed / f"run-{i:03d}" / "vectors.npy").read_bytes() == (
+            full / f"run-{i:03d}" / "vectors.npy"
+        ).read_bytes()
     for pid in workers:  # without both safeguards nothing ends an idle orphan: the test does
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
@@ -220,14 +328,16 @@ def test_orphans_that_outlive_a_killed_parent_cannot_corrupt_the_rerun(tmp_path,
 
 def test_the_watchdog_ends_a_worker_whose_parent_died(tmp_path):
     """The portable fallback of the parent-death signal, alone."""
-    code = ("import os, sys, time\n"
-            "if os.fork() == 0:\n"
-            "    from stabcli.processes import watch_parent\n"
-            "    watch_parent(0.1)\n"
-            "    print(os.getpid(), flush=True)\n"
-            "    time.sleep(60)\n"
-            "    sys.exit(0)\n"
-            "time.sleep(0.5)\n")
+    code = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    from stabcli.processes import watch_parent\n"
+        "    watch_parent(0.1)\n"
+        "    print(os.getpid(), flush=True)\n"
+        "    time.sleep(60)\n"
+        "    sys.exit(0)\n"
+        "time.sleep(0.5)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=60)
     child = int(proc.stdout.split()[0])
     assert wait_for(lambda: not alive(child), 10)

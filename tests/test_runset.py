@@ -8,7 +8,14 @@ import pytest
 
 from stabcli.errors import InputError, RunSetError
 from stabcli.runset import (
-    SCHEMA_VERSION, RunSet, RunSetLock, complete_runs, failed_dir, partial_dir, read_manifest, write_json_atomic,
+    SCHEMA_VERSION,
+    RunSet,
+    RunSetLock,
+    complete_runs,
+    failed_dir,
+    partial_dir,
+    read_manifest,
+    write_json_atomic,
 )
 
 
@@ -71,11 +78,17 @@ def test_runset_load_rejects_keys_that_do_not_match_rows(tmp_path):
         RunSet.open(tmp_path).load(0)
 
 
-@pytest.mark.parametrize("keys, message", [
-    (["a", "a"], "key 'a' occurs twice"), (["a", "b c"], "key 'b c' contains whitespace"),
-    (["a", "b\r"], "key 'b\\\\r' contains whitespace"), (["a", "b\nc"], "key 'b\\\\nc' contains whitespace"),
-    (["a", ""], "empty key"), (["a", "\t"], "contains whitespace"),
-])
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        (["a", "a"], "key 'a' occurs twice"),
+        (["a", "b c"], "key 'b c' contains whitespace"),
+        (["a", "b\r"], "key 'b\\\\r' contains whitespace"),
+        (["a", "b\nc"], "key 'b\\\\nc' contains whitespace"),
+        (["a", ""], "empty key"),
+        (["a", "\t"], "contains whitespace"),
+    ],
+)
 def test_write_run_refuses_keys_its_reader_would_reject(tmp_path, keys, message):
     from stabcli.runset import write_run
 
@@ -127,7 +140,7 @@ def test_remove_runset_refuses_foreign_files_and_removes_only_its_own(tmp_path):
     (root / "run-000").mkdir(parents=True)
     (root / "stabcli.json").write_text("{}")
     (root / "mywork.txt").write_text("mine")
-    with pytest.raises(RunSetError, match="holds mywork.txt"):
+    with pytest.raises(RunSetError, match=r"holds mywork\.txt"):
         remove_runset(root)
     assert (root / "mywork.txt").read_text() == "mine" and (root / "run-000").is_dir()
     (root / "mywork.txt").unlink()

@@ -22,7 +22,7 @@ DRIFT_HEADING = "\n## stabcli drift\n"
 
 
 def _docs_table(section: str) -> str:
-    return section[section.index("| key | type | meaning |"):].rstrip("\n") + "\n"
+    return section[section.index("| key | type | meaning |") :].rstrip("\n") + "\n"
 
 
 @pytest.mark.parametrize("command", ["audit", "drift"])
@@ -54,10 +54,18 @@ class _Outer:
 
 
 def test_to_json_nulls_non_finite_numbers_and_honours_field_rules():
-    value = _Outer(inner=_Inner(float("nan"), "a", 3), items=[_Inner(np.float32(np.inf), "b")],
-                   by_name={"p.q": _Inner(np.float64(-np.inf), "a")}, free={"k": [np.int64(4), math.nan, Path("x")]})
-    assert to_json(value) == {"inner": {"x": None, "only_a": 3}, "items": [{"x": None}],
-                              "by_name": {"p.q": {"x": None, "only_a": None}}, "free": {"k": [4, None, "x"]}}
+    value = _Outer(
+        inner=_Inner(float("nan"), "a", 3),
+        items=[_Inner(np.float32(np.inf), "b")],
+        by_name={"p.q": _Inner(np.float64(-np.inf), "a")},
+        free={"k": [np.int64(4), math.nan, Path("x")]},
+    )
+    assert to_json(value) == {
+        "inner": {"x": None, "only_a": 3},
+        "items": [{"x": None}],
+        "by_name": {"p.q": {"x": None, "only_a": None}},
+        "free": {"k": [4, None, "x"]},
+    }
     text = dumps(value)
 
     def refuse(constant):
@@ -67,44 +75,83 @@ def test_to_json_nulls_non_finite_numbers_and_honours_field_rules():
     assert text.endswith("}\n")
 
 
-@pytest.mark.parametrize("path", ["inner.x", "items.0.x", "items.12.only_a", "by_name.p.q.x", "by_name.a.b.c.x",
-                                  "free", "free.anything.at.all"])
+@pytest.mark.parametrize(
+    "path",
+    ["inner.x", "items.0.x", "items.12.only_a", "by_name.p.q.x", "by_name.a.b.c.x", "free", "free.anything.at.all"],
+)
 def test_check_path_accepts_numbers_of_the_schema(path):
     check_path(_Outer, path)
 
 
-@pytest.mark.parametrize("path, message", [
-    ("inner", "inner is not a number (it is object)"),
-    ("inner.y", "no 'y' in inner (has: only_a, x)"),
-    ("inner.tag", "no 'tag' in inner"),  # json=False fields are not part of the schema
-    ("items.x", "items is a list: expected an index, found 'x'"),
-    ("by_name.a", "by_name.a is not a number (it is object)"),
-    ("by_name.a.y", "no 'y' in by_name.a"),
-    ("inner.x.y", "inner.x is number, it has no 'y'"),
-])
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("inner", "inner is not a number (it is object)"),
+        ("inner.y", "no 'y' in inner (has: only_a, x)"),
+        ("inner.tag", "no 'tag' in inner"),  # json=False fields are not part of the schema
+        ("items.x", "items is a list: expected an index, found 'x'"),
+        ("by_name.a", "by_name.a is not a number (it is object)"),
+        ("by_name.a.y", "no 'y' in by_name.a"),
+        ("inner.x.y", "inner.x is number, it has no 'y'"),
+    ],
+)
 def test_check_path_names_the_first_bad_part(path, message):
     with pytest.raises(UsageError, match="^--check: " + message.replace("(", r"\(").replace(")", r"\)")):
         check_path(_Outer, path)
 
 
 def test_audit_report_paths():
-    for path in ["representation.knn_overlap", "training.by_epoch.3.variance_quantiles.median",
-                 "downstream.variants.phi:64@0.5.churn", "downstream.variants.aligned+phi:32.accuracy_mean",
-                 "downstream.dropped_classes.Fantasy", "checks.0.value", "input.featurized.dim",
-                 "representation.least_stable.0.relative_instability"]:
+    for path in [
+        "representation.knn_overlap",
+        "training.by_epoch.3.variance_quantiles.median",
+        "downstream.variants.phi:64@0.5.churn",
+        "downstream.variants.aligned+phi:32.accuracy_mean",
+        "downstream.dropped_classes.Fantasy",
+        "checks.0.value",
+        "input.featurized.dim",
+        "representation.least_stable.0.relative_instability",
+    ]:
         check_path(AuditReport, path)
     with pytest.raises(UsageError, match="no 'key_stats' in the report"):
         check_path(AuditReport, "key_stats")
 
 
 def test_downstream_section_wraps_the_downstream_dict_and_keeps_its_json():
-    raw = {"labels": "l.tsv", "task": "regression", "model": "ridge", "classes": None, "train": 8, "test": 2,
-           "skipped_keys": 0, "min_class_size": 5, "feature_scale": 1.0, "label_scale": 1.0, "test_size": 0.2, "split_seed": 0, "reference": "run-000", "phi_seed": 0,
-           "majority_accuracy": None, "not_converged": 0,
-           "variants": {"h": {"dim": 4, "source": "h", "sigma": None, "r2_mean": 0.5, "r2_std": None,
-                              "r2_by_run": [0.5], "rmse_mean": 1.0, "rmse_std": None, "rmse_by_run": [1.0],
-                              "churn": None, "stale_r2_mean": None, "stale_drop": None}},
-           "recommendation": {"variant": None, "reason": "nothing to compare"}}
+    raw = {
+        "labels": "l.tsv",
+        "task": "regression",
+        "model": "ridge",
+        "classes": None,
+        "train": 8,
+        "test": 2,
+        "skipped_keys": 0,
+        "min_class_size": 5,
+        "feature_scale": 1.0,
+        "label_scale": 1.0,
+        "test_size": 0.2,
+        "split_seed": 0,
+        "reference": "run-000",
+        "phi_seed": 0,
+        "majority_accuracy": None,
+        "not_converged": 0,
+        "variants": {
+            "h": {
+                "dim": 4,
+                "source": "h",
+                "sigma": None,
+                "r2_mean": 0.5,
+                "r2_std": None,
+                "r2_by_run": [0.5],
+                "rmse_mean": 1.0,
+                "rmse_std": None,
+                "rmse_by_run": [1.0],
+                "churn": None,
+                "stale_r2_mean": None,
+                "stale_drop": None,
+            }
+        },
+        "recommendation": {"variant": None, "reason": "nothing to compare"},
+    }
     section = DownstreamSection.from_dict(raw)
     assert to_json(section) == {**raw, "dropped_classes": {}}
     with pytest.raises(AssertionError, match=r"\['surprise'\] are not declared"):
@@ -116,8 +163,11 @@ def test_scale_dependent_values_are_typed_and_documented_nullable():
     # the types (and so docs/json.md and --check) must admit it
     kinds = {name: kind for name, kind, _ in key_rows(AuditReport)}
     assert kinds["representation.variance_per_dim"] == "list of (number or null)"
-    for key in ("representation.pip_loss", "representation.least_stable.N.aligned_variance",
-                "representation.least_stable.N.mean_squared_norm"):
+    for key in (
+        "representation.pip_loss",
+        "representation.least_stable.N.aligned_variance",
+        "representation.least_stable.N.mean_squared_norm",
+    ):
         assert kinds[key] == "number or null", key
     # shares and overlaps are scale-free: always numbers
     for key in ("representation.noise_share", "representation.least_stable.N.relative_instability"):

@@ -125,14 +125,14 @@ def load_runs(
         raise InputError(f"{embeddings[1].source}: no keys in common with {first.source}")
     if first.dim == 0:
         raise InputError(f"{first.source}: vectors have 0 dimensions; there is nothing to compare")
-    if dropped and on_warning:
-        on_warning(f"{dropped} keys are not in every run and were left out; comparing {len(keys)} common keys")
     arrays = [
         emb.vectors if idx is None else np.asarray(emb.vectors[idx], dtype=np.float32)
         for emb, idx in zip(embeddings, rows, strict=False)
     ]
     for emb, arr in zip(embeddings, arrays, strict=False):
         _check_finite(emb, arr, keys)
+    if dropped and on_warning:  # after the checks: a bad input is one error line, not a warning and an error
+        on_warning(f"{dropped} keys are not in every run and were left out; comparing {len(keys)} common keys")
     return Runs(names, keys, arrays, rows, dropped, runset, list(indices))
 
 

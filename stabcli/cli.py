@@ -344,7 +344,7 @@ def pretrain_cmd(
     min_count: int = typer.Option(1, "--min-count", min=1, metavar="N", help="Ignore tokens seen fewer times."),
     seed: int = typer.Option(0, "--seed", min=0, metavar="SEED", help="Run i uses seed SEED + i."),
     jobs: int | None = typer.Option(
-        None, "--jobs", "-j", metavar="N", help="Runs in parallel [default: available cores]."
+        None, "--jobs", "-j", min=1, metavar="N", help="Runs in parallel [default: available cores]."
     ),
     scheduler: str | None = typer.Option(
         None,
@@ -496,6 +496,36 @@ TRUST_PICKLE_OPTION = typer.Option(
     "only the classes gensim's own save() writes are loaded.",
 )
 # --force of the report commands (audit, drift): the rule is stabcli.outputs.OutputPlan's
+# options the report commands (audit, drift) share, declared once
+FORMAT_OPTION = typer.Option(
+    "table", "--format", metavar="table|json", help="table (terminal) or json (stdout, exact)."
+)
+JSON_OPTION = typer.Option(None, "--json", metavar="FILE", help="Also write the JSON report here.")
+MARKDOWN_OPTION = typer.Option(None, "--markdown", metavar="FILE", help="Also write a Markdown report here.")
+TASK_OPTION = typer.Option(
+    "auto",
+    "--task",
+    metavar="auto|classification|regression",
+    help="With --labels; auto: numeric labels with fractions or more than 20 values are regression.",
+)
+MODEL_OPTION = typer.Option(
+    None,
+    "--model",
+    metavar="logreg|knn|ridge",
+    help="With --labels [default: logreg for classification, ridge for regression].",
+)
+TEST_SIZE_OPTION = typer.Option(
+    0.2, "--test-size", metavar="SHARE", help="Share of labeled keys in the test split (between 0 and 1)."
+)
+SPLIT_SEED_OPTION = typer.Option(
+    0, "--split-seed", min=0, metavar="SEED", help="Seed of the train/test split shared by all runs."
+)
+KEY_NAMES_OPTION = typer.Option(
+    None,
+    "--key-names",
+    metavar="FILE",
+    help="Key→display name file for the tables: MovieLens u.item (id|title|…) or a 2-column CSV/TSV.",
+)
 REPORT_FORCE_OPTION = typer.Option(
     False,
     "--force",
@@ -680,13 +710,9 @@ def audit(
         metavar="'PATH OP VALUE'",
         help="CI gate on the JSON report (repeatable); e.g. 'representation.knn_overlap>=0.6'. A failure exits 1.",
     ),
-    fmt: Literal["table", "json"] = typer.Option(
-        "table", "--format", metavar="table|json", help="table (terminal) or json (stdout, exact)."
-    ),
-    json_path: Path | None = typer.Option(None, "--json", metavar="FILE", help="Also write the JSON report here."),
-    markdown_path: Path | None = typer.Option(
-        None, "--markdown", metavar="FILE", help="Also write a Markdown report here."
-    ),
+    fmt: Literal["table", "json"] = FORMAT_OPTION,
+    json_path: Path | None = JSON_OPTION,
+    markdown_path: Path | None = MARKDOWN_OPTION,
     plots: Path | None = typer.Option(
         None,
         "--plots",
@@ -700,24 +726,10 @@ def audit(
         help="Key→label file (CSV/TSV key,label; "
         "MovieLens u.item, movies.dat or movies.csv): adds the downstream audit.",
     ),
-    task: Literal["auto", "classification", "regression"] = typer.Option(
-        "auto",
-        "--task",
-        metavar="auto|classification|regression",
-        help="With --labels; auto: numeric labels with fractions or more than 20 values are regression.",
-    ),
-    model: Literal["logreg", "knn", "ridge"] | None = typer.Option(
-        None,
-        "--model",
-        metavar="logreg|knn|ridge",
-        help="With --labels [default: logreg for classification, ridge for regression].",
-    ),
-    test_size: float = typer.Option(
-        0.2, "--test-size", metavar="SHARE", help="Share of labeled keys in the test split (between 0 and 1)."
-    ),
-    split_seed: int = typer.Option(
-        0, "--split-seed", min=0, metavar="SEED", help="Seed of the train/test split shared by all runs."
-    ),
+    task: Literal["auto", "classification", "regression"] = TASK_OPTION,
+    model: Literal["logreg", "knn", "ridge"] | None = MODEL_OPTION,
+    test_size: float = TEST_SIZE_OPTION,
+    split_seed: int = SPLIT_SEED_OPTION,
     variants: str | None = typer.Option(
         None,
         "--variants",
@@ -767,12 +779,7 @@ def audit(
         "labeled keys, with a warning (5 = one expected test key at the default "
         "--test-size 0.2).",
     ),
-    key_names: Path | None = typer.Option(
-        None,
-        "--key-names",
-        metavar="FILE",
-        help="Key→display name file for the tables: MovieLens u.item (id|title|…) or a 2-column CSV/TSV.",
-    ),
+    key_names: Path | None = KEY_NAMES_OPTION,
     per_key: Path | None = typer.Option(
         None,
         "--per-key",
@@ -1190,29 +1197,17 @@ def drift_cmd(
     ),
     top: int = typer.Option(20, "--top", metavar="N", help="Moved keys to list (largest changes without --noise)."),
     seed: int = typer.Option(0, "--seed", metavar="SEED", help="Seed of the k-NN sample."),
-    key_names: Path | None = typer.Option(
-        None,
-        "--key-names",
-        metavar="FILE",
-        help="Key→display name file (key,name CSV/TSV; MovieLens u.item, movies.dat, movies.csv: the title).",
-    ),
+    key_names: Path | None = KEY_NAMES_OPTION,
     labels: Path | None = typer.Option(
         None,
         "--labels",
         metavar="FILE",
         help="Key→label file: BEFORE's model applied to AFTER (raw and aligned) against a model refit on AFTER.",
     ),
-    task: str = typer.Option("auto", "--task", metavar="auto|classification|regression", help="With --labels."),
-    model: str | None = typer.Option(
-        None,
-        "--model",
-        metavar="logreg|knn|ridge",
-        help="With --labels [default: logreg for classification, ridge for regression].",
-    ),
-    test_size: float = typer.Option(
-        0.2, "--test-size", metavar="SHARE", help="Share of labeled keys in the test split."
-    ),
-    split_seed: int = typer.Option(0, "--split-seed", metavar="SEED", help="Seed of the train/test split."),
+    task: str = TASK_OPTION,
+    model: str | None = MODEL_OPTION,
+    test_size: float = TEST_SIZE_OPTION,
+    split_seed: int = SPLIT_SEED_OPTION,
     encoding: str = typer.Option(
         "utf-8", "--encoding", metavar="ENCODING", help="Text encoding of --labels and --key-names."
     ),
@@ -1225,11 +1220,9 @@ def drift_cmd(
         metavar="'PATH OP VALUE'",
         help="CI gate (repeatable), e.g. 'drift.moved_share<0.05'. A failure exits 1.",
     ),
-    fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (terminal) or json (stdout)."),
-    json_path: Path | None = typer.Option(None, "--json", metavar="FILE", help="Also write the JSON report here."),
-    markdown_path: Path | None = typer.Option(
-        None, "--markdown", metavar="FILE", help="Also write a Markdown report here."
-    ),
+    fmt: str = FORMAT_OPTION,
+    json_path: Path | None = JSON_OPTION,
+    markdown_path: Path | None = MARKDOWN_OPTION,
     plots: Path | None = typer.Option(
         None, "--plots", metavar="DIR", help="Write PNG figures into this new directory."
     ),

@@ -322,7 +322,7 @@ def pretrain(
     backend : where the runs execute (default: this machine, see :func:`local_backend`).
     """
     root = Path(out)
-    _validate(config, runs, seed, timeout, corpus_path)
+    _validate(config, runs, seed, timeout, corpus_path, jobs)
     if corpus_path is not None:
         check_input_outside(root, corpus_path, "corpus")
     jobs = jobs or cpu_count()
@@ -510,10 +510,14 @@ def _key_counts(corpus: Corpus) -> Counter[str]:
     return Counter(tok for seq in corpus.sequences for tok in seq)
 
 
-def _validate(config: TrainConfig, runs: int, seed: int, timeout: float | None, corpus_path: str | Path | None) -> None:
+def _validate(
+    config: TrainConfig, runs: int, seed: int, timeout: float | None, corpus_path: str | Path | None, jobs: int | None
+) -> None:
     """Checks of pretrain's options outside the configuration (which checks itself)."""
     if type(runs) is not int or runs < 1:
         raise OptionError("runs", "must be at least 1")
+    if jobs is not None and (type(jobs) is not int or jobs < 1):
+        raise OptionError("jobs", f"{jobs} must be at least 1 (leave it out for every available core)")
     if type(seed) is not int or seed < 0 or seed + runs >= 2**32:
         raise OptionError("seed", "must be between 0 and 2**32 - runs")
     if timeout is not None and not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):

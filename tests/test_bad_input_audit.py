@@ -331,3 +331,13 @@ def test_check_path_accepts_or_raises_usage_error(path):
         check_path(AuditReport, path)
     except UsageError as exc:
         assert str(exc).startswith("--check: ") and "\n" not in str(exc)
+
+
+@pytest.mark.bad_input
+def test_a_nan_row_in_a_file_that_also_lacks_keys_is_one_error_line(tmp_path):
+    """The 'keys left out' warning used to come before the NaN error: two lines for one bad input."""
+    (tmp_path / "a.vec").write_text("3 2\nk0 1 2\nk1 3 4\nk2 5 6\n")
+    (tmp_path / "b.vec").write_text("2 2\nk0 nan 2\nk1 3 4\n")
+    before = files_state(tmp_path)
+    result = CliRunner().invoke(app, ["audit", str(tmp_path / "a.vec"), str(tmp_path / "b.vec"), "--knn-k", "1"])
+    assert_bad_input(result, "key 'k0' has NaN or infinite values", tmp_path, before)

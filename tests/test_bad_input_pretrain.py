@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from conftest import assert_bad_input, files_state, make_sessions
 from stabcli.cli import app
+from stabcli.errors import OptionError
+from stabcli.training import TrainConfig, pretrain
 
 runner = CliRunner()
 SMALL = ["--runs", "1", "--dim", "4", "--epochs", "1", "--jobs", "1"]
@@ -386,3 +388,18 @@ def test_demo_refuses_to_delete_a_user_file_in_its_featurized_run_set(tmp_path):
     before = files_state(tmp_path)
     result = invoke("demo", "--out", tmp_path / "d", "--jobs", "1")
     assert_bad_input(result, "holds mywork.txt, which stabcli did not write", tmp_path, before)
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("jobs", ["0", "-3"])
+def test_jobs_below_one_is_refused(tmp_path, sessions_file, jobs):
+    """--jobs 0 once meant every core and --jobs -3 one at a time, silently."""
+    before = files_state(tmp_path)
+    result = runner.invoke(app, ["pretrain", str(sessions_file), "--out", str(tmp_path / "r"), "--jobs", jobs])
+    assert_bad_input(result, "--jobs", tmp_path, before)
+
+
+def test_library_jobs_below_one_names_the_parameter(tmp_path, sessions_file):
+    with pytest.raises(OptionError) as info:
+        pretrain(tmp_path / "r", sessions_file, TrainConfig(dim=4, epochs=1), runs=1, jobs=0)
+    assert info.value.param == "jobs" and not (tmp_path / "r").exists()

@@ -113,6 +113,11 @@ def _worker_preflight(read: list[tuple[str, str | None]], write: list[str], expe
     return problems
 
 
+def _warm_up() -> None:
+    """Runs on a worker: import what a run needs before the first run arrives."""
+    import stabcli.trainers  # noqa: F401
+
+
 class Cluster:
     """A connection to a Dask scheduler (or a LocalCluster it started), used as a context manager."""
 
@@ -141,6 +146,15 @@ class Cluster:
             self.__exit__(None, None, None)
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise OptionError("scheduler", f"cannot reach the Dask scheduler at {self.address} ({reason})") from None
+        # every worker imports the trainers (gensim: seconds) while the client prepares the run set
+        for worker in self.workers():
+            self.client.submit(
+                _warm_up,
+                pure=False,
+                workers=[worker],
+                allow_other_workers=False,
+                key=f"stabcli-warm-{uuid.uuid4().hex}",
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -13,7 +13,6 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -70,9 +69,15 @@ def error_line(exc: StabcliError) -> str:
     return one_line(str(exc))
 
 
-# click's UsageError, and the one of the click that typer >= 0.2x vendors (BadParameter's base)
+try:  # typer before 0.2x parses with the click package; later ones vendor click (no click package needed)
+    from click import UsageError as _ClickUsageError
+
+    _CLICK_USAGE_ERRORS: tuple[Any, ...] = (_ClickUsageError,)
+except ImportError:
+    _CLICK_USAGE_ERRORS = ()
+# click's UsageError, and the one of the click that typer vendors (BadParameter's base)
 _PARSE_ERRORS: tuple[Any, ...] = tuple(
-    {click.UsageError, *[c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"]}
+    {*_CLICK_USAGE_ERRORS, *[c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"]}
 )
 
 
@@ -105,7 +110,7 @@ class _Argument(TyperArgument):
         return name if self.nargs == 1 or name.endswith("...") else name + "..."
 
 
-def _readable_params(params: list[click.Parameter] | list[Any]) -> None:
+def _readable_params(params: list[Any]) -> None:
     """Help without typer's internal type names: arguments by their name, flags (and --help)
     with no ``<bool>``. Value options declare their own metavar (N, FILE, table|json...)."""
     for param in params:

@@ -27,3 +27,14 @@ def test_linters_target_the_oldest_supported_python():
     assert config["project"]["requires-python"] == ">=3.10"
     assert config["tool"]["ruff"]["target-version"] == "py310"
     assert config["tool"]["mypy"]["python_version"] == "3.10"
+
+
+def test_the_command_line_needs_no_click_package():
+    """typer >= 0.2x vendors click and does not install it: `pip install .` alone has no
+    click, and an `import click` in stabcli made every command fail there."""
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['click'] = None; from stabcli.cli import app, main; print('ok')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

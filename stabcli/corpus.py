@@ -1,6 +1,6 @@
 """Corpus readers: turn a training corpus on disk into token sequences.
 
-Formats (SPEC section 2):
+Formats (docs/formats.md):
 
 * ``lines``: one sequence per line, tokens separated by whitespace.
 * ``tagged``: ``tag<TAB>text`` per line; Doc2Vec learns one vector per tag.

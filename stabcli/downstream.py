@@ -1,4 +1,4 @@
-"""Downstream fluctuation (SPEC section 5): does a model trained on the embedding change
+"""Downstream fluctuation (docs/commands.md, audit --labels): does a model trained on the embedding change
 when only the embedding's training seed changes, and which representation fluctuates least?
 
 One seeded stratified train/test split is shared by every run and variant. A model that

@@ -1,4 +1,4 @@
-"""Embedding files: read and write every format of SPEC section 2.
+"""Embedding files: read and write every format in docs/formats.md.
 
 * ``.npy``: float matrix; keys in ``NAME.keys.txt`` beside ``NAME.npy`` (one per line),
   row numbers when there is none. Read memory-mapped.

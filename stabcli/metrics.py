@@ -1,4 +1,4 @@
-"""Representation stability metrics (SPEC section 4), without any n×n matrix.
+"""Representation stability metrics (docs/metrics.md), without any n×n matrix.
 
 Notation: R runs ``H_r`` of shape ``[n, d]`` over the same keys in the same row order.
 Everything is computed from row chunks (memory O(chunk·R·d)) and from the R×R blocks of

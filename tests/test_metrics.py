@@ -206,7 +206,7 @@ def test_runs_that_are_random_rotations_of_one_matrix():
 
 
 def test_independent_random_runs():
-    """Pure noise: with Var over runs at ddof=0 (the SPEC's definition) the expected share is (R-1)/R."""
+    """Pure noise: with Var over runs at ddof=0 (the noise share's definition) the expected share is (R-1)/R."""
     rng = np.random.default_rng(1)
     n, k, runs = 400, 5, 4
     got = all_metrics([rng.standard_normal((n, 8)) for _ in range(runs)])

@@ -473,7 +473,7 @@ def downstream_report(
     plan: Plan | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """The ``downstream`` section of the audit report (schema in the README).
+    """The ``downstream`` section of the audit report (schema in docs/json.md).
 
     ``plan`` (from ``plan_downstream``, called before the Gram pass) is made here if not given.
     """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -118,3 +120,58 @@ def make_runset(
         (run / "losses.json").write_text(json.dumps(values))
     (root / "stabcli.json").write_text(json.dumps(manifest or {"schema_version": 1, "runs": {}}))
     return root
+
+
+SUBPROCESS_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def wait_for(predicate, seconds: float = 120.0) -> bool:
+    """Poll ``predicate`` every 50 ms until it holds or ``seconds`` pass; its last value."""
+    import time
+
+    deadline = time.time() + seconds
+    while time.time() < deadline and not predicate():
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+SLOW_FEATURIZE = (
+    "import sys, time\n"
+    "from stabcli import featurize\n"
+    "from stabcli.cli import main\n"
+    "chunks = featurize._feature_chunks\n"
+    "def slowly(*args, **kwargs):\n"
+    "    for item in chunks(*args, **kwargs):\n"
+    "        time.sleep(0.02)\n"
+    "        yield item\n"
+    "featurize._feature_chunks = slowly\n"
+    "sys.argv[0] = 'stabcli'\n"
+    "main()\n"
+)
+
+
+def start_slow_featurize(tmp_path: Path, new_session: bool = False):
+    """A real ``stabcli featurize`` of 2,000 rows into ``out.npy`` with every chunk delayed, so
+    a signal lands while it writes. Returns the process and the names in ``tmp_path`` before it."""
+    import subprocess
+
+    from stabcli.embeddings import write_embedding
+
+    write_embedding(
+        tmp_path / "in.npy",
+        [f"k{i}" for i in range(2000)],
+        np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32),
+    )
+    slow = tmp_path / "slow.py"
+    slow.write_text(SLOW_FEATURIZE)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    argv = [sys.executable, str(slow), "featurize", str(tmp_path / "in.npy"), "--out", str(tmp_path / "out.npy")]
+    proc = subprocess.Popen(
+        [*argv, "--dim", "8", "--chunk-rows", "10"],
+        env=SUBPROCESS_ENV,
+        start_new_session=new_session,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, before

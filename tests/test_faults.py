@@ -7,20 +7,19 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import REPO
+from conftest import REPO, start_slow_featurize, wait_for
+from conftest import SUBPROCESS_ENV as ENV
 from stabcli import trainers
 from stabcli.cli import app
 from stabcli.runset import RunSet
 from stabcli.training import TrainConfig, pretrain
 
 runner = CliRunner()
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def slow_pretrain(tmp_path, sessions_file, out, jobs="2"):
@@ -47,13 +46,6 @@ def slow_pretrain(tmp_path, sessions_file, out, jobs="2"):
     return args, subprocess.Popen(
         args, env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-
-
-def wait_for(predicate, seconds=120):
-    deadline = time.time() + seconds
-    while time.time() < deadline and not predicate():
-        time.sleep(0.05)
-    return predicate()
 
 
 def test_ctrl_c_exits_130_keeps_finished_runs_and_resumes(tmp_path, sessions_file):
@@ -100,47 +92,7 @@ def test_ctrl_c_in_featurize_and_audit_exits_130_without_partial_output(tmp_path
 def test_a_real_ctrl_c_while_featurize_writes_leaves_nothing(tmp_path):
     """SIGINT to the process group while the writer thread is saving chunks: exit 130, one
     line, and neither the output nor its temporary file left."""
-    from stabcli.embeddings import write_embedding
-
-    write_embedding(
-        tmp_path / "in.npy",
-        [f"k{i}" for i in range(2000)],
-        np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32),
-    )
-    slow = tmp_path / "slow.py"  # featurize with every chunk delayed, so the signal lands mid-file
-    slow.write_text(
-        "import sys, time\n"
-        "from stabcli import featurize\n"
-        "from stabcli.cli import main\n"
-        "chunks = featurize._feature_chunks\n"
-        "def slowly(*args, **kwargs):\n"
-        "    for item in chunks(*args, **kwargs):\n"
-        "        time.sleep(0.02)\n"
-        "        yield item\n"
-        "featurize._feature_chunks = slowly\n"
-        "sys.argv[0] = 'stabcli'\n"
-        "main()\n"
-    )
-    before = sorted(p.name for p in tmp_path.iterdir())
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(slow),
-            "featurize",
-            str(tmp_path / "in.npy"),
-            "--out",
-            str(tmp_path / "out.npy"),
-            "--dim",
-            "8",
-            "--chunk-rows",
-            "10",
-        ],
-        env=ENV,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc, before = start_slow_featurize(tmp_path, new_session=True)
 
     def partial():
         return [p for p in tmp_path.iterdir() if p.name.startswith(".out.npy.tmp-") and p.stat().st_size > 1000]

@@ -10,20 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import SUBPROCESS_ENV as ENV
+from conftest import start_slow_featurize, wait_for
 
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-
-
-def wait_for(predicate, seconds=120.0):
-    deadline = time.time() + seconds
-    while time.time() < deadline and not predicate():
-        time.sleep(0.05)
-    return predicate()
 
 
 def alive(pid: int) -> bool:
@@ -234,46 +226,7 @@ def test_a_child_holding_stdout_open_never_blocks_pretrain(tmp_path, escape, sle
 
 
 def test_sigterm_of_audit_and_featurize_exits_143_without_temporary_files(tmp_path):
-    from stabcli.embeddings import write_embedding
-
-    write_embedding(
-        tmp_path / "in.npy",
-        [f"k{i}" for i in range(2000)],
-        np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32),
-    )
-    slow = tmp_path / "slow.py"
-    slow.write_text(
-        "import sys, time\n"
-        "from stabcli import featurize\n"
-        "from stabcli.cli import main\n"
-        "chunks = featurize._feature_chunks\n"
-        "def slowly(*args, **kwargs):\n"
-        "    for item in chunks(*args, **kwargs):\n"
-        "        time.sleep(0.02)\n"
-        "        yield item\n"
-        "featurize._feature_chunks = slowly\n"
-        "sys.argv[0] = 'stabcli'\n"
-        "main()\n"
-    )
-    before = sorted(p.name for p in tmp_path.iterdir())
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(slow),
-            "featurize",
-            str(tmp_path / "in.npy"),
-            "--out",
-            str(tmp_path / "out.npy"),
-            "--dim",
-            "8",
-            "--chunk-rows",
-            "10",
-        ],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc, before = start_slow_featurize(tmp_path)
     assert wait_for(lambda: any(p.name.startswith(".out.npy.tmp-") for p in tmp_path.iterdir())), "never wrote"
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)

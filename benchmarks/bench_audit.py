@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 def write_runset(root: Path, n: int, runs: Iterable[np.ndarray]) -> None:
     """A run set `stabcli audit` reads: keys k0..k{n-1} shared by every run, one
     ``run-NNN/vectors.npy`` per array (written as they come), a minimal manifest."""
-    from stabcli.runset import write_json_atomic
+    from stabcli.runset.store import write_json_atomic
 
     root.mkdir(parents=True)
     (root / "keys.txt").write_text("".join(f"k{i}\n" for i in range(n)))
@@ -85,7 +85,7 @@ def timed_audit(root: Path) -> dict:
 def direct_comparison(n: int, d: int = 64, runs: int = 2, k: int = 10, queries: int = 1000, reps: int = 3) -> dict:
     """stabcli's d×d / streamed forms against the n×n formulas research code uses, alternating
     within each repetition; medians of the times, and the values' agreement."""
-    from stabcli import metrics as m
+    from stabcli.measure import metrics as m
 
     rng = np.random.default_rng(0)
     base = rng.standard_normal((n, d))

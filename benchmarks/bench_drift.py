@@ -32,7 +32,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def make_data(root: Path, n: int, d: int, runs: int, seed: int = 0) -> np.ndarray:
     """Write ROOT/noise (a run set) and ROOT/after.npy (+ keys); returns the moved rows."""
-    from stabcli.embeddings import write_embedding
+    from stabcli.inputs.embeddings import write_embedding
 
     rng = np.random.default_rng(seed)
     base = rng.standard_normal((n, d)).astype(np.float32)

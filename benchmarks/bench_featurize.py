@@ -105,7 +105,7 @@ def throughput(rows: int, dim: int, out_dim: int, reps: int) -> dict:
 def chunk_loop(emb: Any, directions: np.ndarray, normalize: bool, rows: int) -> Callable[[], None]:
     """stabcli's chunk loop, everything featurize computes (normalization, finite check,
     scale) without file IO, as a callable to time."""
-    from stabcli.featurize import FeaturizeOptions, _feature_chunks
+    from stabcli.commands.featurize import FeaturizeOptions, _feature_chunks
 
     options = FeaturizeOptions(dim=2 * directions.shape[1], normalize=normalize, chunk_rows=rows)
 
@@ -133,9 +133,9 @@ def fastest(contenders: dict[Any, Callable[[], None]], reps: int) -> dict[Any, f
 
 def compute_floor(x: np.ndarray, out_dim: int, reps: int = 15) -> dict:
     """Minimum seconds over alternating repetitions of the floor, in two forms, and of stabcli."""
-    from stabcli.embeddings import Embedding
-    from stabcli.featurize import FeaturizeOptions, _chunk_rows
-    from stabcli.fourier import draw_directions
+    from stabcli.commands.featurize import FeaturizeOptions, _chunk_rows
+    from stabcli.inputs.embeddings import Embedding
+    from stabcli.measure.fourier import draw_directions
 
     spec = FeaturizeOptions(dim=out_dim)
     u = draw_directions(x.shape[1], out_dim, spec.sigma, spec.seed)
@@ -179,9 +179,9 @@ def compute_floor(x: np.ndarray, out_dim: int, reps: int = 15) -> dict:
 def chunk_sweep(rows: int, dim: int, out_dims: tuple[int, ...] = (128, 512, 2048), reps: int = 7) -> list[dict]:
     """Seconds of stabcli's chunk loop (no IO, BLAS on one thread) per chunk size and output
     dimension, minimum over alternating repetitions; ``auto`` marks the default size."""
-    from stabcli.embeddings import Embedding
-    from stabcli.featurize import _chunk_rows
-    from stabcli.fourier import draw_directions
+    from stabcli.commands.featurize import _chunk_rows
+    from stabcli.inputs.embeddings import Embedding
+    from stabcli.measure.fourier import draw_directions
 
     x = np.random.default_rng(0).standard_normal((rows, dim), dtype=np.float32)
     emb = Embedding([f"k{i}" for i in range(rows)], x, "bench")
@@ -203,8 +203,8 @@ def chunk_sweep(rows: int, dim: int, out_dims: tuple[int, ...] = (128, 512, 2048
 def kernel_error(dims: list[int], seeds: int = 10, n: int = 20_000, d: int = 64, sigma: float = 1.0) -> list[dict]:
     from sklearn.kernel_approximation import RBFSampler
 
-    from stabcli.fourier import gaussian_kernel_error
-    from stabcli.metrics import unit_rows
+    from stabcli.measure.fourier import gaussian_kernel_error
+    from stabcli.measure.metrics import unit_rows
 
     x = unit_rows(np.random.default_rng(1).standard_normal((n, d)))
     rows = []

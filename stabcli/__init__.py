@@ -15,7 +15,7 @@ def __getattr__(name: str) -> Any:
     # imported on first use: scikit-learn takes seconds to import, and pretrain's worker
     # processes (which import this package) never need it
     if name in ("FourierFeaturizer", "ProcrustesAligner"):
-        from stabcli import estimators
+        from stabcli.measure import estimators
 
         return getattr(estimators, name)
     raise AttributeError(f"module 'stabcli' has no attribute {name!r}")

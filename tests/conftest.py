@@ -137,8 +137,8 @@ def wait_for(predicate, seconds: float = 120.0) -> bool:
 
 SLOW_FEATURIZE = (
     "import sys, time\n"
-    "from stabcli import featurize\n"
-    "from stabcli.cli import main\n"
+    "from stabcli.commands import featurize\n"
+    "from stabcli.cli.app import main\n"
     "chunks = featurize._feature_chunks\n"
     "def slowly(*args, **kwargs):\n"
     "    for item in chunks(*args, **kwargs):\n"
@@ -155,7 +155,7 @@ def start_slow_featurize(tmp_path: Path, new_session: bool = False):
     a signal lands while it writes. Returns the process and the names in ``tmp_path`` before it."""
     import subprocess
 
-    from stabcli.embeddings import write_embedding
+    from stabcli.inputs.embeddings import write_embedding
 
     write_embedding(
         tmp_path / "in.npy",

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import assert_bad_input, files_state, make_runset
-from stabcli.cli import app
+from stabcli.cli.app import app
 
 runner = CliRunner()
 

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import assert_bad_input, files_state
-from stabcli.cli import app
-from stabcli.embeddings import write_embedding
+from stabcli.cli.app import app
+from stabcli.inputs.embeddings import write_embedding
 
 runner = CliRunner()
 
@@ -326,7 +326,7 @@ def test_doc2vec_memory_counts_words_and_the_concatenated_layer(tmp_path, params
 
 def test_memory_error_in_a_run_is_a_failed_run_not_a_traceback(tmp_path, sessions_file, monkeypatch):
     """Whatever the estimate misses: a MemoryError while training fails that run with one line."""
-    import stabcli.trainers as trainers
+    import stabcli.training.trainers as trainers
 
     def exhausted(task):
         raise MemoryError("Unable to allocate 187. GiB for an array with shape (50001, 1006000) and data type float32")
@@ -360,7 +360,7 @@ def test_a_stale_lock_whose_pid_was_reused_is_taken_over(tmp_path, sessions_file
 HOLDER = """
 import sys, time
 from pathlib import Path
-from stabcli.runset import RunSetLock
+from stabcli.runset.store import RunSetLock
 with RunSetLock(Path(sys.argv[1])):
     Path(sys.argv[1], "stabcli.lock").write_text("")  # as between creating the lock and writing its pid
     print("held", flush=True)

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from scipy.stats import ortho_group
 
-from stabcli.audit import AuditOptions, build_report, evaluate_checks, load_runs, parse_check, resolve
-from stabcli.embeddings import keys_path_for, keys_text, write_embedding
+from stabcli.commands.audit import AuditOptions, build_report, evaluate_checks, load_runs, parse_check, resolve
 from stabcli.errors import InputError, OptionError, UsageError
-from stabcli.schema import to_json
-from stabcli.training import TrainConfig, pretrain
+from stabcli.inputs.embeddings import keys_path_for, keys_text, write_embedding
+from stabcli.reports.schema import to_json
+from stabcli.training.pretrain import TrainConfig, pretrain
 
 SMALL = AuditOptions(pairs=500, knn_k=3, knn_queries=20, top=4)
 
@@ -153,8 +153,8 @@ def test_checks():
 # ------------------------------------------------------------ typed report, new content
 
 from conftest import make_runset  # noqa: E402
-from stabcli import metrics  # noqa: E402
-from stabcli.schema import dumps  # noqa: E402
+from stabcli.measure import metrics  # noqa: E402
+from stabcli.reports.schema import dumps  # noqa: E402
 
 
 def _strict(text):
@@ -249,7 +249,7 @@ def test_featurized_run_set_says_so(tmp_path):
     root = make_runset(tmp_path / "phi", manifest={"schema_version": 1, "runs": {}, "featurize": block})
     report = build_report(load_runs([root]), SMALL)
     assert report.input.featurized == block
-    from stabcli.report import verdict
+    from stabcli.reports.audit_render import verdict
 
     assert verdict(report).endswith("featurized run set (phi M=8, σ=1.0)")
     plain = build_report(load_runs([make_runset(tmp_path / "raw")]), SMALL)
@@ -277,8 +277,8 @@ def test_options_validate_themselves():
 def test_pairs_refused_by_a_memory_estimate(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     paths = files(tmp_path, [rng.standard_normal((20, 3)) for _ in range(2)])
-    monkeypatch.setattr("stabcli.resources.available_memory", lambda: 1_000_000)
-    from stabcli.audit import pairs_memory
+    monkeypatch.setattr("stabcli.fs.resources.available_memory", lambda: 1_000_000)
+    from stabcli.commands.audit import pairs_memory
 
     fits = 1_000_000 // pairs_memory(1, 2, 3)
     build_report(load_runs(paths), replace(SMALL, pairs=fits))
@@ -290,7 +290,7 @@ def test_pairs_refused_by_a_memory_estimate(tmp_path, monkeypatch):
 
 
 def test_report_without_losses_has_no_loss_column(tmp_path):
-    from stabcli.report import NO_LOSS, convergence_table, render_markdown
+    from stabcli.reports.audit_render import NO_LOSS, convergence_table, render_markdown
 
     report = build_report(load_runs([make_runset(tmp_path / "runs", losses=False)]), SMALL)
     assert report.training.reports_loss is False
@@ -301,7 +301,7 @@ def test_report_without_losses_has_no_loss_column(tmp_path):
 
 
 def test_markdown_keeps_names_with_pipes_in_their_cell(tmp_path):
-    from stabcli.report import render_markdown
+    from stabcli.reports.audit_render import render_markdown
 
     root = make_runset(tmp_path / "runs", n=6)
     report = build_report(load_runs([root]), replace(SMALL, top=6), key_names={f"k{i}": f"A|B {i}" for i in range(6)})

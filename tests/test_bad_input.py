@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import assert_bad_input, files_state
-from stabcli.cli import app
-from stabcli.embeddings import write_embedding
+from stabcli.cli.app import app
+from stabcli.inputs.embeddings import write_embedding
 
 runner = CliRunner()
 KEYS = [f"k{i}" for i in range(30)]

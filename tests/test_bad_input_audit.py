@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import assert_bad_input, files_state, make_runset
-from stabcli import metrics
-from stabcli.cli import app
+from stabcli.cli.app import app
+from stabcli.measure import metrics
 
 runner = CliRunner()
 N_KEYS, DIM = 30, 4
@@ -141,7 +141,7 @@ def test_unknown_check_path_fails_before_any_work(tmp_path, monkeypatch):
 
     for name in ("gram_blocks", "noise_share", "knn_overlap", "inner_product_noise_share"):
         monkeypatch.setattr(metrics, name, forbidden)
-    monkeypatch.setattr("stabcli.audit.load_runs", forbidden)
+    monkeypatch.setattr("stabcli.commands.audit.load_runs", forbidden)
     before = files_state(tmp_path)
     start = time.perf_counter()
     result = invoke("audit", root, "--check", "representation.knn_overlapp>=0.5")
@@ -254,8 +254,8 @@ def test_per_key_into_a_missing_directory(work):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from stabcli.schema import check_path  # noqa: E402
-from stabcli.sections import AuditReport  # noqa: E402
+from stabcli.reports.audit_report import AuditReport  # noqa: E402
+from stabcli.reports.schema import check_path  # noqa: E402
 
 NUMBERS = st.one_of(st.integers(-(10**30), 10**30), st.integers(-3, 40), st.sampled_from(["1e3", "x", "", "٣", "0x10"]))
 PATH_PARTS = [

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import assert_bad_input, files_state
-from stabcli.cli import app
+from stabcli.cli.app import app
 
 runner = CliRunner()
 KEYS = [f"k{i}" for i in range(30)]
@@ -359,8 +359,8 @@ def test_bad_corpus_or_label_input(tmp_path, build, fragment):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from stabcli.corpus import CorpusOptions, read_corpus  # noqa: E402
 from stabcli.errors import OptionError, StabcliError  # noqa: E402
+from stabcli.inputs.corpus import CorpusOptions, read_corpus  # noqa: E402
 
 ODD_TEXT = st.one_of(
     st.text(max_size=12),

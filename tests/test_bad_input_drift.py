@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from conftest import assert_bad_input, files_state
-from stabcli.cli import app
-from stabcli.embeddings import write_embedding
+from stabcli.cli.app import app
+from stabcli.inputs.embeddings import write_embedding
 
 runner = CliRunner()
 N, D = 30, 4

@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import assert_bad_input, files_state
-from stabcli.cli import app
-from stabcli.embeddings import write_embedding
+from stabcli.cli.app import app
+from stabcli.inputs.embeddings import write_embedding
 
 runner = CliRunner()
 KEYS = [f"k{i}" for i in range(12)]
@@ -340,7 +340,7 @@ def test_audit_bad_input_options(tmp_path, good, args, fragment):
 
 @pytest.mark.bad_input
 def test_run_set_vectors_that_are_not_npy(tmp_path, sessions_file):
-    from stabcli.training import TrainConfig, pretrain
+    from stabcli.training.pretrain import TrainConfig, pretrain
 
     root = tmp_path / "runs"
     pretrain(root, sessions_file, TrainConfig(dim=4, epochs=1), runs=2, jobs=1)
@@ -353,7 +353,7 @@ def test_run_set_vectors_that_are_not_npy(tmp_path, sessions_file):
 
 @pytest.mark.bad_input
 def test_input_format_on_a_run_set(tmp_path, sessions_file):
-    from stabcli.training import TrainConfig, pretrain
+    from stabcli.training.pretrain import TrainConfig, pretrain
 
     root = tmp_path / "runs"
     pretrain(root, sessions_file, TrainConfig(dim=4, epochs=1), runs=2, jobs=1)

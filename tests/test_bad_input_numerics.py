@@ -7,8 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import assert_bad_input, files_state
-from stabcli.cli import app
-from stabcli.embeddings import keys_path_for
+from stabcli.cli.app import app
+from stabcli.inputs.embeddings import keys_path_for
 
 runner = CliRunner()
 N, D = 40, 4
@@ -244,12 +244,12 @@ def test_bad_downstream_and_numeric_inputs(tmp_path, name, make_args, fragment):
 @pytest.mark.bad_input
 def test_memory_refusal_comes_before_the_gram_pass(tmp_path, monkeypatch):
     """The estimate is checked against the available memory before any metric runs."""
-    import stabcli.metrics
+    import stabcli.measure.metrics
 
     def boom(*_):
         raise AssertionError("the Gram pass ran before the memory check")
 
-    monkeypatch.setattr(stabcli.metrics, "gram_blocks", boom)
+    monkeypatch.setattr(stabcli.measure.metrics, "gram_blocks", boom)
     args = with_labels("--variants", f"phi:{HUGE}")(tmp_path)
     result = run(tmp_path, *args)
     assert_bad_input(result, "--variants: phi:100000000000 needs about")
@@ -390,7 +390,7 @@ def write_vec(path, array, keys=KEYS):
 def test_word2vec_text_beyond_float32_is_read_in_float64(tmp_path, exponent):
     """Finite text values that float32 would turn into inf (1e301) or 0 (1e-301) promote the
     file to float64; before, 1e301 was reported as "NaN or infinite" after a RuntimeWarning."""
-    from stabcli.embeddings import read_embedding
+    from stabcli.inputs.embeddings import read_embedding
 
     ordinary = [np.load(p).astype(np.float64) for p in two_runs(tmp_path)]
     files = [write_vec(tmp_path / f"x{r}.vec", np.ldexp(a, exponent)) for r, a in enumerate(ordinary)]
@@ -415,7 +415,7 @@ def test_word2vec_text_with_a_huge_value_and_a_nan_names_the_nan_row(tmp_path):
 def test_parquet_beyond_float32_is_read_in_float64(tmp_path):
     pd = pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
-    from stabcli.embeddings import read_embedding
+    from stabcli.inputs.embeddings import read_embedding
 
     array = np.random.default_rng(2).standard_normal((N, D)) * 1e300
     table = pd.DataFrame(array, columns=[f"d{j}" for j in range(D)])
@@ -426,7 +426,7 @@ def test_parquet_beyond_float32_is_read_in_float64(tmp_path):
 
 
 def test_long_double_within_float64_is_read_as_float64(tmp_path):
-    from stabcli.embeddings import read_embedding
+    from stabcli.inputs.embeddings import read_embedding
 
     ordinary = [np.load(p).astype(np.float64) for p in two_runs(tmp_path)]
     files = [

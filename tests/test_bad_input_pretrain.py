@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import assert_bad_input, files_state, make_sessions
-from stabcli.cli import app
+from stabcli.cli.app import app
 from stabcli.errors import OptionError
-from stabcli.training import TrainConfig, pretrain
+from stabcli.training.pretrain import TrainConfig, pretrain
 
 runner = CliRunner()
 SMALL = ["--runs", "1", "--dim", "4", "--epochs", "1", "--jobs", "1"]

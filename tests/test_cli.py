@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from conftest import files_state
 from stabcli import __version__
-from stabcli.cli import app
+from stabcli.cli.app import app
 
 runner = CliRunner()
 SMALL = ["--runs", "2", "--dim", "4", "--epochs", "2", "--jobs", "1"]
@@ -473,11 +473,11 @@ def test_every_option_has_a_metavar_and_a_shown_default(name):
 def test_choices_and_ranges_are_declared_for_help_and_checked_by_typer():
     """Choices and lower bounds that --help shows are enforced by typer (one line, exit 2)
     with the same values the library accepts."""
-    from stabcli.corpus import FORMATS
-    from stabcli.downstream import MODELS, TASKS
-    from stabcli.embeddings import READ_FORMATS, WRITE_FORMATS
-    from stabcli.training import MODELS as TRAIN_MODELS
-    from stabcli.training import VARY
+    from stabcli.inputs.corpus import FORMATS
+    from stabcli.inputs.embeddings import READ_FORMATS, WRITE_FORMATS
+    from stabcli.measure.downstream import MODELS, TASKS
+    from stabcli.training.pretrain import MODELS as TRAIN_MODELS
+    from stabcli.training.pretrain import VARY
 
     declared = {(name, p.name): p.metavar for name in COMMANDS for p in click_command(name).params}
     assert declared[("pretrain", "model")] == "|".join(TRAIN_MODELS)

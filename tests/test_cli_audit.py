@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import make_runset
-from stabcli.cli import EXIT_BROKEN_PIPE, app
-from stabcli.keytable import PER_KEY_COLUMNS
+from stabcli.cli.app import EXIT_BROKEN_PIPE, app
+from stabcli.inputs.keytable import PER_KEY_COLUMNS
 
 runner = CliRunner()
 FAST = ["--knn-k", "3", "--knn-queries", "5", "--pairs", "200"]

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from stabcli import cluster
-from stabcli.cluster import Cluster, Preflight, joblib_on, scheduler_address
 from stabcli.errors import OptionError, UsageError
+from stabcli.training import cluster
+from stabcli.training.cluster import Cluster, Preflight, joblib_on, scheduler_address
 
 pytest.importorskip("distributed")
 
@@ -60,7 +60,7 @@ def _pid(_: int) -> int:
 def test_preflight_passes_and_names_the_worker_and_problem(local2, tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a b c\n")
-    from stabcli.corpus import file_sha256
+    from stabcli.inputs.corpus import file_sha256
 
     local2.preflight(Preflight(read=[(corpus, file_sha256(corpus))], write=[tmp_path]))
     with pytest.raises(UsageError, match=r"Dask worker tcp://.*: cannot read .*missing\.txt"):
@@ -87,7 +87,7 @@ def test_an_unreachable_scheduler_is_one_option_error(monkeypatch):
 MISSING_EXTRA = """
 import sys
 sys.modules["distributed"] = None  # import fails as if stabcli[dask] were not installed
-from stabcli.cli import main
+from stabcli.cli.app import main
 sys.argv = ["stabcli", *sys.argv[1:]]
 main()
 """
@@ -142,9 +142,9 @@ import numpy as np  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from conftest import EXAMPLE_SCRIPT, assert_bad_input, files_state, make_sessions  # noqa: E402
-from stabcli.cli import app  # noqa: E402
-from stabcli.cluster import pretrain_backend  # noqa: E402
-from stabcli.training import TrainConfig, pretrain  # noqa: E402
+from stabcli.cli.app import app  # noqa: E402
+from stabcli.training.cluster import pretrain_backend  # noqa: E402
+from stabcli.training.pretrain import TrainConfig, pretrain  # noqa: E402
 
 runner = CliRunner()
 SMALL = TrainConfig(dim=8, window=2, negative=2, epochs=3)
@@ -214,7 +214,7 @@ def test_audit_labels_on_the_cluster_gives_the_local_numbers(tmp_path):
     keys = [f"k{i}" for i in range(120)]
     centers = rng.standard_normal((3, 6))
     labels = rng.integers(0, 3, size=len(keys))
-    from stabcli.embeddings import write_embedding
+    from stabcli.inputs.embeddings import write_embedding
 
     files = []
     for r in range(3):

@@ -3,8 +3,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stabcli.corpus import CorpusOptions, detect_format, file_sha256, read_corpus
 from stabcli.errors import InputError, OptionError
+from stabcli.inputs.corpus import CorpusOptions, detect_format, file_sha256, read_corpus
 
 
 def write(tmp_path: Path, name: str, data: str | bytes) -> Path:
@@ -483,7 +483,7 @@ def test_pretrain_on_a_renamed_u_data_trains_items_not_rows(tmp_path):
 
     from typer.testing import CliRunner
 
-    from stabcli.cli import app
+    from stabcli.cli.app import app
 
     rows = interactions(n_users=20, n_items=15)
     path = write(tmp_path, "mydata.tsv", u_data(rows))

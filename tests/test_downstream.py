@@ -6,10 +6,10 @@ from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import train_test_split
 
 from stabcli import FourierFeaturizer
-from stabcli.downstream import DownstreamOptions, churn, downstream_report, parse_variants, recommend
 from stabcli.errors import InputError, UsageError
-from stabcli.labels import read_labels
-from stabcli.metrics import generalized_procrustes, gram_blocks
+from stabcli.inputs.labels import read_labels
+from stabcli.measure.downstream import DownstreamOptions, churn, downstream_report, parse_variants, recommend
+from stabcli.measure.metrics import generalized_procrustes, gram_blocks
 
 N, D, CLASSES = 400, 8, 4
 
@@ -296,7 +296,7 @@ def test_label_sets_that_cannot_be_evaluated(tmp_path):
 
 def u_item_line(item, genres):
     """A line in MovieLens 100K ``u.item`` layout (id|title|date|video date|url|19 genre flags)."""
-    from stabcli.labels import ML100K_GENRES
+    from stabcli.inputs.labels import ML100K_GENRES
 
     flags = "|".join("1" if g in genres else "0" for g in ML100K_GENRES)
     return f"{item}|Movie {item} (1995)|01-Jan-1995||http://example.org/{item}|{flags}\n"
@@ -344,8 +344,8 @@ def test_rare_classes_are_dropped_with_one_warning_and_recorded(tmp_path):
 def test_rare_classes_on_the_command_line(tmp_path):
     from typer.testing import CliRunner
 
-    from stabcli.cli import app
-    from stabcli.embeddings import write_embedding
+    from stabcli.cli.app import app
+    from stabcli.inputs.embeddings import write_embedding
 
     x, y = planted(8)
     keys = [str(i) for i in range(N)]

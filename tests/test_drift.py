@@ -13,10 +13,8 @@ from scipy.linalg import orthogonal_procrustes
 from scipy.stats import ortho_group
 from typer.testing import CliRunner
 
-from stabcli import drift_math as dm
-from stabcli.cli import app
-from stabcli.corpus import CorpusOptions
-from stabcli.drift import (
+from stabcli.cli.app import app
+from stabcli.commands.drift import (
     DriftOptions,
     compute_drift,
     evaluate_checks,
@@ -25,10 +23,12 @@ from stabcli.drift import (
     report_json,
     validate_checks,
 )
-from stabcli.embeddings import write_embedding
 from stabcli.errors import OptionError, UsageError
-from stabcli.runset import RunSet
-from stabcli.training import TrainConfig, pretrain
+from stabcli.inputs.corpus import CorpusOptions
+from stabcli.inputs.embeddings import write_embedding
+from stabcli.measure import drift_stats as dm
+from stabcli.runset.store import RunSet
+from stabcli.training.pretrain import TrainConfig, pretrain
 
 runner = CliRunner()
 

@@ -4,8 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stabcli.embeddings import keys_path_for, read_embedding, require_finite, write_embedding
 from stabcli.errors import InputError
+from stabcli.inputs.embeddings import keys_path_for, read_embedding, require_finite, write_embedding
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ def test_safe_loader_admits_exactly_what_gensim_saves(tmp_path):
     """Every global a real save() references is on the list (found by recording find_class)."""
     import pickle
 
-    from stabcli.safe_pickle import ALLOWED
+    from stabcli.inputs.safe_pickle import ALLOWED
 
     seen = set()
 
@@ -314,7 +314,7 @@ def test_trusted_pickle_loads_gensim_files_too(tmp_path):
 def test_separately_saved_array_names_cannot_escape(tmp_path):
     obj, _ = _gensim_objects()["kv"]
     obj.save(str(tmp_path / "m.kv"), separately=[])
-    from stabcli.safe_pickle import attach_arrays
+    from stabcli.inputs.safe_pickle import attach_arrays
 
     obj.__dict__["__numpys"] = ["../../etc/passwd"]
     with pytest.raises(InputError, match="malformed list of separately saved attributes"):
@@ -415,7 +415,7 @@ def test_writers_refuse_empty_or_non_finite(tmp_path, vectors, message):
 
 
 def _emb(keys, rows=3, keyless=False, name="x"):
-    from stabcli.embeddings import Embedding
+    from stabcli.inputs.embeddings import Embedding
 
     return Embedding(list(keys), np.ones((rows, 2), np.float32), Path(f"{name}.npy"), keyless=keyless)
 
@@ -428,14 +428,14 @@ def test_npy_without_keys_is_keyless(tmp_path):
 
 
 def test_match_inputs_refuses_keyless_mixed_with_keyed():
-    from stabcli.embeddings import match_inputs
+    from stabcli.inputs.embeddings import match_inputs
 
     with pytest.raises(InputError, match=r"a\.npy: has no keys file \(a\.keys\.txt\), but b\.npy has keys.*--keys"):
         match_inputs([_emb("012", keyless=True, name="a"), _emb("xyz", name="b")])
 
 
 def test_match_inputs_all_keyless_notes_position_matching():
-    from stabcli.embeddings import match_inputs
+    from stabcli.inputs.embeddings import match_inputs
 
     notes = []
     inputs = [_emb("012", keyless=True, name="a"), _emb("012", keyless=True, name="b")]
@@ -446,8 +446,8 @@ def test_match_inputs_all_keyless_notes_position_matching():
 
 
 def test_match_inputs_keys_file_names_the_keyless_rows(tmp_path):
-    from stabcli.embeddings import match_inputs
     from stabcli.errors import OptionError
+    from stabcli.inputs.embeddings import match_inputs
 
     (tmp_path / "k.txt").write_text("x\ny\nz\n")
     got = match_inputs([_emb("012", keyless=True, name="a"), _emb("xyz", name="b")], tmp_path / "k.txt")
@@ -461,8 +461,8 @@ def test_match_inputs_keys_file_names_the_keyless_rows(tmp_path):
 def test_same_vectors_as_npy_and_vec_are_matched_by_key(tmp_path):
     """Issue 14: the same vectors once as .npy (no keys) and once as .vec with the rows in
     another order were compared by row number (1.1% neighbours stable)."""
-    from stabcli.audit import load_runs
-    from stabcli.embeddings import ReadOptions
+    from stabcli.commands.audit import load_runs
+    from stabcli.inputs.embeddings import ReadOptions
 
     rng = np.random.default_rng(0)
     vectors = rng.standard_normal((30, 4)).astype(np.float32)

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from conftest import REPO, start_slow_featurize, wait_for
 from conftest import SUBPROCESS_ENV as ENV
-from stabcli import trainers
-from stabcli.cli import app
-from stabcli.runset import RunSet
-from stabcli.training import TrainConfig, pretrain
+from stabcli.cli.app import app
+from stabcli.runset.store import RunSet
+from stabcli.training import trainers
+from stabcli.training.pretrain import TrainConfig, pretrain
 
 runner = CliRunner()
 
@@ -67,9 +67,9 @@ def test_ctrl_c_exits_130_keeps_finished_runs_and_resumes(tmp_path, sessions_fil
 
 
 def test_ctrl_c_in_featurize_and_audit_exits_130_without_partial_output(tmp_path, monkeypatch):
-    from stabcli import audit as audit_module
-    from stabcli import featurize as featurize_module
-    from stabcli.embeddings import write_embedding
+    from stabcli.commands import audit as audit_module
+    from stabcli.commands import featurize as featurize_module
+    from stabcli.inputs.embeddings import write_embedding
 
     for name in ("a.npy", "b.npy"):
         write_embedding(tmp_path / name, [f"k{i}" for i in range(20)], np.random.default_rng(0).random((20, 4)))
@@ -156,8 +156,8 @@ def test_disk_full_while_saving_a_run(tmp_path, sessions_file, monkeypatch):
 
 
 def test_disk_full_while_featurizing_leaves_no_output(tmp_path, monkeypatch):
-    from stabcli import featurize as featurize_module
-    from stabcli.embeddings import write_embedding
+    from stabcli.commands import featurize as featurize_module
+    from stabcli.inputs.embeddings import write_embedding
 
     write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(20)], np.ones((20, 4), np.float32))
 

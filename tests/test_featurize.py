@@ -10,11 +10,11 @@ from sklearn.pipeline import make_pipeline
 from typer.testing import CliRunner
 
 from stabcli import FourierFeaturizer, ProcrustesAligner
-from stabcli.audit import load_runs
-from stabcli.cli import app
-from stabcli.embeddings import read_embedding, write_embedding
-from stabcli.featurize import FeaturizeOptions, featurize
-from stabcli.fourier import choose_dimension, gaussian_kernel_error
+from stabcli.cli.app import app
+from stabcli.commands.audit import load_runs
+from stabcli.commands.featurize import FeaturizeOptions, featurize
+from stabcli.inputs.embeddings import read_embedding, write_embedding
+from stabcli.measure.fourier import choose_dimension, gaussian_kernel_error
 
 runner = CliRunner()
 
@@ -205,7 +205,7 @@ def test_epsilon_picks_a_dimension_that_meets_it(emb):
 
 
 def test_run_set_becomes_a_run_set_audit_reads(tmp_path, sessions_file):
-    from stabcli.training import TrainConfig, pretrain
+    from stabcli.training.pretrain import TrainConfig, pretrain
 
     pretrain(tmp_path / "runs", sessions_file, TrainConfig(dim=6, epochs=2), runs=3, jobs=1)
     result = featurize(tmp_path / "runs", tmp_path / "phi", FeaturizeOptions(dim=10))
@@ -349,7 +349,7 @@ def test_existing_outputs_need_force_which_replaces_them(tmp_path, emb):
 
 
 def test_force_replaces_a_featurized_run_set(tmp_path, sessions_file):
-    from stabcli.training import TrainConfig, pretrain
+    from stabcli.training.pretrain import TrainConfig, pretrain
 
     pretrain(tmp_path / "runs", sessions_file, TrainConfig(dim=6, epochs=1), runs=2, jobs=1)
     featurize(tmp_path / "runs", tmp_path / "phi", FeaturizeOptions(dim=10))
@@ -359,7 +359,7 @@ def test_force_replaces_a_featurized_run_set(tmp_path, sessions_file):
 
 
 def test_align_to_a_run_set_uses_its_reference_run(tmp_path, sessions_file):
-    from stabcli.training import TrainConfig, pretrain
+    from stabcli.training.pretrain import TrainConfig, pretrain
 
     pretrain(tmp_path / "runs", sessions_file, TrainConfig(dim=6, epochs=1), runs=3, jobs=1)
     run1 = read_embedding(tmp_path / "runs" / "run-001" / "vectors.npy")
@@ -373,7 +373,7 @@ def test_align_to_a_run_set_uses_its_reference_run(tmp_path, sessions_file):
     np.testing.assert_allclose(np.load(tmp_path / "back.npy"), run1.vectors, atol=1e-4)
     side = json.loads((tmp_path / "back.npy.featurize.json").read_text())
     assert side["align_to_run"] == "run-001"
-    from stabcli.corpus import file_sha256
+    from stabcli.inputs.corpus import file_sha256
 
     assert side["align_to_sha256"] == file_sha256(tmp_path / "runs" / "run-001" / "vectors.npy")
 
@@ -405,7 +405,7 @@ def test_a_late_failure_removes_every_output_and_names_the_real_file(tmp_path, e
     """All or nothing: --save-transform fails after the features, keys and sidecar were staged."""
     import errno
 
-    from stabcli import featurize as featurize_module
+    from stabcli.commands import featurize as featurize_module
 
     path, _, _ = emb
 
@@ -423,7 +423,7 @@ def test_a_late_failure_removes_every_output_and_names_the_real_file(tmp_path, e
 
 
 def test_chunk_rows_that_cannot_fit_are_refused_naming_the_option(tmp_path, monkeypatch):
-    from stabcli import resources
+    from stabcli.fs import resources
 
     write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(5000)], np.ones((5000, 4), np.float32))
     monkeypatch.setattr(resources, "available_memory", lambda: 4 << 20)
@@ -446,7 +446,7 @@ def _limited(args, limit):
         "import resource, signal, sys\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
-        "from stabcli.cli import main\n"
+        "from stabcli.cli.app import main\n"
         "sys.argv = ['stabcli'] + sys.argv[1:]\n"
         "main()\n"
     )
@@ -470,7 +470,7 @@ def test_a_file_size_limit_names_the_real_file_and_leaves_nothing(tmp_path, name
 def test_rahimi_recht_dimension_in_logarithms():
     import math
 
-    from stabcli.fourier import rahimi_recht_dimension
+    from stabcli.measure.fourier import rahimi_recht_dimension
 
     for epsilon, sigma, dim, diameter in [(0.05, 1.0, 4, 2.0), (0.01, 0.5, 64, 2.0), (0.1, 3.0, 16, 7.5)]:
         direct = 4 * (dim + 2) / epsilon**2 * math.log(2**8 * (sigma * math.sqrt(dim) * diameter / epsilon) ** 2 / 0.05)

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stabcli.audit import parse_check, resolve
-from stabcli.corpus import CorpusOptions, read_corpus
-from stabcli.embeddings import read_embedding, write_embedding
+from stabcli.commands.audit import parse_check, resolve
 from stabcli.errors import StabcliError
-from stabcli.labels import read_labels
+from stabcli.inputs.corpus import CorpusOptions, read_corpus
+from stabcli.inputs.embeddings import read_embedding, write_embedding
+from stabcli.inputs.labels import read_labels
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import stabcli.cli
+import stabcli.cli.app
 from conftest import make_sessions
-from stabcli.cli import app
+from stabcli.cli.app import app
 from stabcli.errors import UsageError
 
 runner = CliRunner()
@@ -131,7 +131,7 @@ def demo_stops_before_training(monkeypatch):
     def stop(*args, **kwargs):
         raise _Stop("stopped before training")
 
-    monkeypatch.setattr(stabcli.cli, "_run_pretrain", stop)
+    monkeypatch.setattr(stabcli.cli.app, "_run_pretrain", stop)
 
 
 @FUZZ

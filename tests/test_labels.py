@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from stabcli.errors import InputError, OptionError
-from stabcli.labels import ML100K_GENRES, read_labels
+from stabcli.inputs.labels import ML100K_GENRES, read_labels
 
 KEYS = {"1", "2", "3", "4", "a", "b", "c"}
 TITLES = [

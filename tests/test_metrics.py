@@ -7,7 +7,7 @@ import pytest
 from scipy.linalg import orthogonal_procrustes
 from scipy.stats import ortho_group
 
-from stabcli import metrics as m
+from stabcli.measure import metrics as m
 
 N, D, R = 60, 5, 4
 

@@ -1,4 +1,4 @@
-"""stabcli.outputs: the one place that decides whether and how a command writes its outputs."""
+"""stabcli.fs.outputs: the one place that decides whether and how a command writes its outputs."""
 
 import errno
 import re
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stabcli.errors import UsageError
-from stabcli.outputs import OutputPlan, foreign_entry, plots_owned, runset_owned
+from stabcli.fs.outputs import OutputPlan, foreign_entry, plots_owned, runset_owned
 
 
 def make_runset(root: Path) -> Path:
@@ -180,7 +180,7 @@ def test_exists_ok_leaves_existence_to_the_caller_but_still_checks_inputs(tmp_pa
 def test_a_file_size_limit_names_the_real_file_and_leaves_no_temporary(tmp_path):
     script = (
         "import resource, signal, sys\n"
-        "from stabcli.outputs import OutputPlan\n"
+        "from stabcli.fs.outputs import OutputPlan\n"
         "from stabcli.errors import UsageError\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
@@ -223,7 +223,7 @@ AUDIT = ["--knn-k", "3", "--pairs", "50", "--knn-queries", "10"]
 def test_audit_force_replaces_outputs_and_appends_to_the_step_summary(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from stabcli.cli import app
+    from stabcli.cli.app import app
 
     runs = audit_workspace(tmp_path)
     (tmp_path / "r.json").write_text("old")
@@ -252,7 +252,7 @@ def test_audit_plots_over_a_file_size_limit_leave_no_output_at_all(tmp_path):
         "import resource, signal, sys\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (12000, 12000))\n"
-        "from stabcli.cli import main\n"
+        "from stabcli.cli.app import main\n"
         "sys.argv = ['stabcli'] + sys.argv[1:]\n"
         "main()\n"
     )

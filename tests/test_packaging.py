@@ -35,6 +35,6 @@ def test_the_command_line_needs_no_click_package():
     import subprocess
     import sys
 
-    code = "import sys; sys.modules['click'] = None; from stabcli.cli import app, main; print('ok')"
+    code = "import sys; sys.modules['click'] = None; from stabcli.cli.app import app, main; print('ok')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

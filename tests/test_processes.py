@@ -237,11 +237,11 @@ def test_sigterm_of_audit_and_featurize_exits_143_without_temporary_files(tmp_pa
 
 NO_PDEATHSIG = """
 import sys
-import stabcli.processes as processes
+import stabcli.training.processes as processes
 processes.set_parent_death_signal = lambda sig=9: False  # as on a platform without prctl,
 processes.watch_parent = lambda interval=1.0: None  # and without the portable watchdog
 if __name__ == "__main__":
-    from stabcli.cli import main
+    from stabcli.cli.app import main
     sys.argv[0] = "stabcli"
     main()
 """
@@ -284,7 +284,7 @@ def test_the_watchdog_ends_a_worker_whose_parent_died(tmp_path):
     code = (
         "import os, sys, time\n"
         "if os.fork() == 0:\n"
-        "    from stabcli.processes import watch_parent\n"
+        "    from stabcli.training.processes import watch_parent\n"
         "    watch_parent(0.1)\n"
         "    print(os.getpid(), flush=True)\n"
         "    time.sleep(60)\n"

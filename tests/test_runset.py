@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from stabcli.errors import InputError, RunSetError
-from stabcli.runset import (
+from stabcli.runset.store import (
     SCHEMA_VERSION,
     RunSet,
     RunSetLock,
@@ -90,7 +90,7 @@ def test_runset_load_rejects_keys_that_do_not_match_rows(tmp_path):
     ],
 )
 def test_write_run_refuses_keys_its_reader_would_reject(tmp_path, keys, message):
-    from stabcli.runset import write_run
+    from stabcli.runset.store import write_run
 
     with pytest.raises(InputError, match=message):
         write_run(tmp_path, np.ones((2, 2)), keys, name="run-000")
@@ -98,7 +98,7 @@ def test_write_run_refuses_keys_its_reader_would_reject(tmp_path, keys, message)
 
 
 def test_write_run_writes_what_runset_reads(tmp_path):
-    from stabcli.runset import KEYS, MANIFEST, write_run
+    from stabcli.runset.store import KEYS, MANIFEST, write_run
 
     (tmp_path / MANIFEST).write_text(json.dumps({"schema_version": 1, "runs": {}}))
     (tmp_path / KEYS).write_text("a\nb\n")
@@ -117,7 +117,7 @@ def test_write_run_writes_what_runset_reads(tmp_path):
 
 
 def test_atomic_path_leaves_the_target_on_failure(tmp_path):
-    from stabcli.atomic import atomic_path, is_temp_name
+    from stabcli.fs.atomic import atomic_path, is_temp_name
 
     target = tmp_path / "t.txt"
     target.write_text("old")
@@ -134,7 +134,7 @@ def test_atomic_path_leaves_the_target_on_failure(tmp_path):
 
 
 def test_remove_runset_refuses_foreign_files_and_removes_only_its_own(tmp_path):
-    from stabcli.runset import remove_runset
+    from stabcli.runset.store import remove_runset
 
     root = tmp_path / "phi"
     (root / "run-000").mkdir(parents=True)
@@ -153,7 +153,7 @@ def test_remove_runset_refuses_foreign_files_and_removes_only_its_own(tmp_path):
 
 
 def test_a_reader_follows_a_symlinked_run_but_a_writer_refuses_it(tmp_path):
-    from stabcli.runset import check_entries
+    from stabcli.runset.store import check_entries
 
     root = tmp_path / "r"
     root.mkdir()

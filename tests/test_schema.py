@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from stabcli.errors import UsageError
-from stabcli.schema import check_path, doc, dumps, key_rows, markdown_table, to_json
-from stabcli.sections import AuditReport, DownstreamSection
+from stabcli.reports.audit_report import AuditReport, DownstreamSection
+from stabcli.reports.schema import check_path, doc, dumps, key_rows, markdown_table, to_json
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "json.md"
 
@@ -27,7 +27,7 @@ def _docs_table(section: str) -> str:
 
 @pytest.mark.parametrize("command", ["audit", "drift"])
 def test_docs_table_lists_exactly_the_report_types_keys(command):
-    from stabcli.drift import DriftReport
+    from stabcli.commands.drift import DriftReport
 
     audit_text, drift_text = DOCS.read_text(encoding="utf-8").split(DRIFT_HEADING)
     report_type = AuditReport if command == "audit" else DriftReport

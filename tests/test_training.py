@@ -11,8 +11,8 @@ import pytest
 
 from conftest import EXAMPLE_SCRIPT, REPO
 from stabcli.errors import OptionError, RunSetError, UsageError
-from stabcli.runset import RunSet
-from stabcli.training import TrainConfig, parse_params, pretrain, script_argv
+from stabcli.runset.store import RunSet
+from stabcli.training.pretrain import TrainConfig, parse_params, pretrain, script_argv
 
 SMALL = TrainConfig(dim=8, window=2, negative=2, epochs=3)
 
@@ -361,7 +361,7 @@ def test_a_kill_during_setup_before_the_manifest_exists_restarts_cleanly(tmp_pat
 
 
 def test_parallel_runs_equal_sequential_runs_with_the_process_backend(tmp_path, sessions_file):
-    from stabcli.training import local_backend
+    from stabcli.training.pretrain import local_backend
 
     seen = []
 
@@ -379,7 +379,7 @@ def test_parallel_runs_equal_sequential_runs_with_the_process_backend(tmp_path, 
 def test_the_json_summary_names_the_corpus_reading(tmp_path, sessions_file):
     from typer.testing import CliRunner
 
-    from stabcli.cli import app
+    from stabcli.cli.app import app
 
     result = CliRunner().invoke(
         app,
@@ -432,8 +432,8 @@ def test_the_json_summary_names_the_corpus_reading(tmp_path, sessions_file):
 def test_a_worker_never_publishes_only_the_lock_holder_does(tmp_path, sessions_file):
     """An orphaned worker of a killed pretrain runs `execute` to the end: its run stays in its
     own partial directory, which the next pretrain (the lock holder) discards."""
-    from stabcli.runset import partial_dir
-    from stabcli.trainers import RunTask, execute
+    from stabcli.runset.store import partial_dir
+    from stabcli.training.trainers import RunTask, execute
 
     root = tmp_path / "r"
     pretrain(root, sessions_file, SMALL, runs=1, jobs=1)

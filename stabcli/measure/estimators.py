@@ -1,4 +1,4 @@
-"""scikit-learn estimators over ``stabcli.fourier``: random Fourier features and Procrustes alignment.
+"""scikit-learn estimators over ``stabcli.measure.fourier``: random Fourier features and Procrustes alignment.
 
 A module of their own so that the command line, which streams files through the same
 functions, never pays for importing scikit-learn. Parameters are validated the
@@ -18,7 +18,7 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from stabcli.errors import OptionError
-from stabcli.fourier import check_output_dim, draw_directions, fourier_features, procrustes_rotation
+from stabcli.measure.fourier import check_output_dim, draw_directions, fourier_features, procrustes_rotation
 
 
 class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):

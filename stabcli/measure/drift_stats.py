@@ -13,7 +13,7 @@ from itertools import combinations
 
 import numpy as np
 
-from stabcli import metrics as m
+from stabcli.measure import metrics as m
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The audit report, typed: one frozen dataclass per section, documented field by field.
 
-``stabcli.schema`` turns these into JSON (``to_json``), resolves ``--check`` paths against
+``stabcli.reports.schema`` turns these into JSON (``to_json``), resolves ``--check`` paths against
 them before any computation (``check_path``) and generates the JSON reference in
 ``docs/json.md`` (``markdown_table(AuditReport)``). A key added here is a key added to the
 JSON, the docs table and the checkable paths at once.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from stabcli.schema import Check, doc
+from stabcli.reports.schema import Check, doc
 
 
 @dataclass(frozen=True)
@@ -228,5 +228,5 @@ class AuditReport:
     checks: list[Check] = doc("the `--check` results, in the order given", default_factory=list)
     passed: bool = doc("true when every check passed (true without checks)", default=True)
     key_stats: Any = doc(
-        "every key's numbers for --per-key (stabcli.audit.KeyStats); not in the JSON", default=None, json=False
+        "every key's numbers for --per-key (stabcli.commands.audit.KeyStats); not in the JSON", default=None, json=False
     )

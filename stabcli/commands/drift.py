@@ -4,7 +4,7 @@ BEFORE and AFTER (embedding files, or run sets' ``--reference`` run) are compare
 common keys after orthogonal Procrustes of AFTER onto BEFORE. With a noise run set (seeded
 runs on BEFORE's data and configuration) every key gets its own noise band, and a key has
 moved when its change exceeds that band at level ``alpha`` (the statistic is in
-``stabcli.drift_math.noise_band``). The report is frozen dataclasses, one per section,
+``stabcli.measure.drift_stats.noise_band``). The report is frozen dataclasses, one per section,
 with ``schema.doc`` fields, converted to JSON by ``schema.to_json``; ``--check`` paths are
 validated against the types before anything is loaded (``schema.validate_checks``).
 """
@@ -19,16 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stabcli import __version__, schema
-from stabcli import drift_math as dm
-from stabcli import metrics as m
-from stabcli.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli import __version__
 from stabcli.errors import InputError, OptionError
-from stabcli.runset import RunSet, is_runset
-from stabcli.schema import Check, doc, to_json
+from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli.measure import drift_stats as dm
+from stabcli.measure import metrics as m
+from stabcli.reports import schema
+from stabcli.reports.schema import Check, doc, to_json
+from stabcli.runset.store import RunSet, is_runset
 
 if TYPE_CHECKING:
-    from stabcli.downstream import DownstreamOptions
+    from stabcli.measure.downstream import DownstreamOptions
 
 KNN_ALL_MAX_KEYS = 10_000  # k-NN overlap for every key up to this many keys (n² ≤ 1e8), else a seeded sample
 ADDED_REMOVED_LISTED = 20  # keys_added / keys_removed samples kept in the report
@@ -213,7 +214,7 @@ def read_key_names(path: str | Path, known: set[str], encoding: str = "utf-8") -
     """Display names (``keytable.read_key_names``, the reader audit uses: ``key,name`` or
     ``key<TAB>name``, MovieLens ``u.item`` / ``movies.dat`` / ``movies.csv``); InputError when
     none of its keys is a compared key."""
-    from stabcli.keytable import read_key_names as read_names
+    from stabcli.inputs.keytable import read_key_names as read_names
 
     path = Path(path)
     if not path.is_file():
@@ -406,7 +407,7 @@ def compute_drift(
         raise OptionError("knn_k", f"{options.knn_k} must be less than the number of compared keys ({n})")
     targets = None
     if downstream is not None:  # a bad label file fails before the long computations
-        from stabcli.downstream import make_model, split, targets_for
+        from stabcli.measure.downstream import make_model, split, targets_for
 
         targets = targets_for(inputs.keys, downstream)
         model_name = downstream.model or ("logreg" if targets.task == "classification" else "ridge")
@@ -590,7 +591,7 @@ def _downstream(
 
     from sklearn.exceptions import ConvergenceWarning
 
-    from stabcli.downstream import make_model, prediction_scores
+    from stabcli.measure.downstream import make_model, prediction_scores
 
     rows = targets.rows
     xb = np.asarray(inputs.b[rows], dtype=np.float64)

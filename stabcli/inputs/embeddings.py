@@ -7,7 +7,7 @@
   A ``.bin`` that starts with fastText's magic number is read as fastText instead.
 * ``.kv`` / ``.wv`` / ``.model``: gensim ``save()`` of KeyedVectors, Word2Vec, Doc2Vec
   (its document vectors ``dv``) or FastText, with the arrays gensim stored beside it;
-  read through ``stabcli.safe_pickle`` (no code from the file runs).
+  read through ``stabcli.inputs.safe_pickle`` (no code from the file runs).
 * fastText ``.bin`` (Facebook's format): the word vectors, through gensim's reader.
 * ``.parquet``: a ``key`` column plus one column per dimension (needs pyarrow).
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from stabcli.errors import InputError, OptionError, UsageError
-from stabcli.safe_pickle import load_gensim, printable
+from stabcli.inputs.safe_pickle import load_gensim, printable
 
 WRITE_FORMATS = ("npy", "word2vec", "word2vec-bin", "kv", "parquet")
 READ_FORMATS = ("npy", "word2vec", "word2vec-bin", "fasttext", "kv", "parquet")
@@ -180,7 +180,7 @@ def read_embedding(path: str | Path, fmt: str | None = None, trust_pickle: bool 
     when None, from the suffix (a ``.bin`` by its first bytes: fastText or word2vec).
 
     ``trust_pickle`` loads gensim files with the ordinary unpickler, which runs any code the
-    file holds; by default only gensim's own classes are admitted (``stabcli.safe_pickle``).
+    file holds; by default only gensim's own classes are admitted (``stabcli.inputs.safe_pickle``).
 
     Raises
     ------

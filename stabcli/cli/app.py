@@ -21,20 +21,20 @@ from rich.table import Table
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from stabcli import __version__
-from stabcli.corpus import CorpusOptions
-from stabcli.embeddings import ReadOptions
 from stabcli.errors import Interrupted, OptionError, StabcliError, UsageError
-from stabcli.runset import check_removable_runset
-from stabcli.textfile import check_encoding
-from stabcli.training import PretrainResult, TrainConfig, parse_params, pretrain
+from stabcli.inputs.corpus import CorpusOptions
+from stabcli.inputs.embeddings import ReadOptions
+from stabcli.inputs.textfile import check_encoding
+from stabcli.runset.store import check_removable_runset
+from stabcli.training.pretrain import PretrainResult, TrainConfig, parse_params, pretrain
 
 # audit, featurize and downstream import scipy and scikit-learn (seconds): each command
 # imports what it needs, so `stabcli pretrain` and `--help` start fast
 if TYPE_CHECKING:
-    from stabcli.audit import AuditOptions
-    from stabcli.downstream import DownstreamOptions
-    from stabcli.outputs import OutputPlan
-    from stabcli.sections import AuditReport
+    from stabcli.commands.audit import AuditOptions
+    from stabcli.fs.outputs import OutputPlan
+    from stabcli.measure.downstream import DownstreamOptions
+    from stabcli.reports.audit_report import AuditReport
 
 EXIT_FAILED_CHECK = 1
 EXIT_BAD_INPUT = 2
@@ -258,12 +258,12 @@ def _run_pretrain(
 ) -> PretrainResult:
     """Call the library with a progress bar over runs (and epochs for gensim models); with a
     Dask scheduler every run is a task on the cluster."""
-    from stabcli.cluster import scheduler_address
+    from stabcli.training.cluster import scheduler_address
 
     address = scheduler_address(scheduler)
     if address is None:
         return _pretrain_with_progress(out_dir, corpus, config, **kwargs)
-    from stabcli.cluster import Cluster, pretrain_backend
+    from stabcli.training.cluster import Cluster, pretrain_backend
 
     with Cluster(address) as cluster:
         dashboard = cluster.dashboard_link
@@ -500,7 +500,7 @@ TRUST_PICKLE_OPTION = typer.Option(
     "RISK: such a file can run any code on this machine; use only for files you made or trust. Without it, "
     "only the classes gensim's own save() writes are loaded.",
 )
-# --force of the report commands (audit, drift): the rule is stabcli.outputs.OutputPlan's
+# --force of the report commands (audit, drift): the rule is stabcli.fs.outputs.OutputPlan's
 # options the report commands (audit, drift) share, declared once
 FORMAT_OPTION = typer.Option(
     "table", "--format", metavar="table|json", help="table (terminal) or json (stdout, exact)."
@@ -562,10 +562,10 @@ def _audit_and_render(
     read: ReadOptions | None = None,
 ) -> AuditReport:
     """Validate, load, compute, write every requested rendering; returns the report."""
-    from stabcli.audit import build_report, load_runs, validate_checks
-    from stabcli.keytable import per_key_format, per_key_frame, read_key_names
-    from stabcli.report import render_markdown, render_terminal, require_plots, write_plots
-    from stabcli.schema import dumps
+    from stabcli.commands.audit import build_report, load_runs, validate_checks
+    from stabcli.inputs.keytable import per_key_format, per_key_frame, read_key_names
+    from stabcli.reports.audit_render import render_markdown, render_terminal, require_plots, write_plots
+    from stabcli.reports.schema import dumps
 
     validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
     if plots:
@@ -654,7 +654,7 @@ def _write_report_outputs(
         if plots:
             written = [plots / path.name for path in write_plots(plan.staging(plots))]
         if per_key:
-            from stabcli.keytable import write_per_key  # pandas (60 MB, a second): only when asked
+            from stabcli.inputs.keytable import write_per_key  # pandas (60 MB, a second): only when asked
 
             write_per_key(frame(), per_key, plan.staging(per_key))
     for path in written:
@@ -674,7 +674,7 @@ def _report_outputs(
     """Every output of an audit or a drift (--json, --markdown, --plots, --per-key,
     GITHUB_STEP_SUMMARY) against every input (``inputs`` with their companion keys files,
     --labels, --key-names)."""
-    from stabcli.outputs import OutputPlan, plots_owned, with_companions
+    from stabcli.fs.outputs import OutputPlan, plots_owned, with_companions
 
     plan = OutputPlan([companion for path in inputs for companion in with_companions(path)], force=force)
     if downstream is not None:
@@ -816,7 +816,7 @@ def audit(
 
         stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
     """
-    from stabcli.audit import AuditOptions
+    from stabcli.commands.audit import AuditOptions
 
     if encoding is not None:
         check_encoding("encoding", encoding)
@@ -836,7 +836,7 @@ def audit(
         if extra:
             raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
     else:
-        from stabcli.downstream import DownstreamOptions
+        from stabcli.measure.downstream import DownstreamOptions
 
         downstream = DownstreamOptions(
             labels,
@@ -853,7 +853,7 @@ def audit(
             encoding=encoding,
             min_class_size=min_class_size,
         )
-    from stabcli.cluster import joblib_on, scheduler_address
+    from stabcli.training.cluster import joblib_on, scheduler_address
 
     with joblib_on(scheduler_address(scheduler) if labels is not None else None) as cluster:
         if cluster is not None and downstream is not None and downstream.jobs is None:
@@ -947,7 +947,7 @@ def featurize_cmd(
 
         stabcli featurize today.vec --out today-aligned.npy --dim 0 --align-to yesterday.vec
     """
-    from stabcli.featurize import FeaturizeOptions, featurize
+    from stabcli.commands.featurize import FeaturizeOptions, featurize
 
     options = FeaturizeOptions(
         dim=dim,
@@ -1026,10 +1026,10 @@ def demo(
 
         stabcli demo --out /tmp/stabcli-demo
     """
-    from stabcli.audit import AuditOptions, build_report, load_runs
-    from stabcli.downstream import DownstreamOptions
-    from stabcli.featurize import FeaturizeOptions, featurize
-    from stabcli.report import comparison_table
+    from stabcli.commands.audit import AuditOptions, build_report, load_runs
+    from stabcli.commands.featurize import FeaturizeOptions, featurize
+    from stabcli.measure.downstream import DownstreamOptions
+    from stabcli.reports.audit_render import comparison_table
 
     sessions = sample_path("sessions.txt")
     _check_demo_out(out_dir)  # before a minute of work, not after
@@ -1117,10 +1117,10 @@ def _demo_drift(out_dir: Path, config: TrainConfig, jobs: int | None) -> None:
     trained on it, compared with run 0 against the noise band of the demo's 5 runs."""
     from collections import Counter
 
-    from stabcli.drift import DriftOptions, compute_drift, load_inputs, move_items
-    from stabcli.drift_report import render_markdown, render_terminal
-    from stabcli.outputs import OutputPlan
-    from stabcli.schema import dumps
+    from stabcli.commands.drift import DriftOptions, compute_drift, load_inputs, move_items
+    from stabcli.fs.outputs import OutputPlan
+    from stabcli.reports.drift_render import render_markdown, render_terminal
+    from stabcli.reports.schema import dumps
 
     sessions = [line.split() for line in sample_path("sessions.txt").read_text(encoding="utf-8").splitlines() if line]
     rows = [line.split("\t") for line in sample_path("item_genres.tsv").read_text(encoding="utf-8").splitlines()[1:]]
@@ -1251,10 +1251,17 @@ def drift_cmd(
 
         stabcli drift runs/ml ml-new.npy --noise runs/ml --key-names ml-100k/u.item --per-key drift.csv --plots figs
     """
-    from stabcli.drift import DriftOptions, compute_drift, evaluate_checks, load_inputs, read_key_names, validate_checks
-    from stabcli.drift_report import render_markdown, render_terminal, write_plots
-    from stabcli.report import require_plots
-    from stabcli.schema import dumps
+    from stabcli.commands.drift import (
+        DriftOptions,
+        compute_drift,
+        evaluate_checks,
+        load_inputs,
+        read_key_names,
+        validate_checks,
+    )
+    from stabcli.reports.audit_render import require_plots
+    from stabcli.reports.drift_render import render_markdown, render_terminal, write_plots
+    from stabcli.reports.schema import dumps
 
     if fmt not in ("table", "json"):
         raise OptionError("fmt", f"{fmt!r}: choose table or json")
@@ -1269,7 +1276,7 @@ def drift_cmd(
         if extra:
             raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
     else:
-        from stabcli.downstream import DownstreamOptions
+        from stabcli.measure.downstream import DownstreamOptions
 
         downstream = DownstreamOptions(
             labels, task=task, model=model, test_size=test_size, split_seed=split_seed, encoding=encoding
@@ -1281,7 +1288,7 @@ def drift_cmd(
         require_plots()
     per_key_csv = False
     if per_key:
-        from stabcli.keytable import per_key_format
+        from stabcli.inputs.keytable import per_key_format
 
         per_key_csv = per_key_format(per_key) == "csv"
     plan = _report_outputs(

@@ -1,7 +1,7 @@
 """``stabcli audit``: load runs, compute the representation report, evaluate CI checks.
 
-The report is an ``AuditReport`` (typed sections in ``stabcli.sections``, JSON through
-``stabcli.schema.to_json``); renderers in ``stabcli.report`` turn it into a terminal view,
+The report is an ``AuditReport`` (typed sections in ``stabcli.reports.audit_report``, JSON through
+``stabcli.reports.schema.to_json``); renderers in ``stabcli.reports.audit_render`` turn it into a terminal view,
 Markdown and plots.
 """
 
@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stabcli import __version__, schema
-from stabcli import metrics as m
-from stabcli.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli import __version__
 from stabcli.errors import InputError, OptionError, UsageError
-from stabcli.resources import require_memory
-from stabcli.runset import RunSet, is_runset
-from stabcli.schema import Check, parse_check
-from stabcli.sections import (
+from stabcli.fs.resources import require_memory
+from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli.measure import metrics as m
+from stabcli.reports import schema
+from stabcli.reports.audit_report import (
     AuditReport,
     DownstreamSection,
     EpochRow,
@@ -33,9 +32,11 @@ from stabcli.sections import (
     TrainingSection,
     UnstableKey,
 )
+from stabcli.reports.schema import Check, parse_check
+from stabcli.runset.store import RunSet, is_runset
 
 if TYPE_CHECKING:  # downstream imports scikit-learn (seconds); only an audit with labels needs it
-    from stabcli.downstream import DownstreamOptions
+    from stabcli.measure.downstream import DownstreamOptions
 
 HISTOGRAM_BINS = 10
 
@@ -408,13 +409,13 @@ def build_report(
     _check_sizes(options, runs)
     plan = None
     if downstream:  # options against the runs, labels, split, memory: all before the Gram pass
-        from stabcli.downstream import plan_downstream
+        from stabcli.measure.downstream import plan_downstream
 
         plan = plan_downstream(downstream, runs.keys, len(runs.arrays), runs.dim, on_warning)
     frame = _frame(runs, options, step)
     labelled = None
     if downstream:  # first: a bad label file fails before the long representation metrics
-        from stabcli.downstream import downstream_report
+        from stabcli.measure.downstream import downstream_report
 
         raw = downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step, plan)
         labelled = DownstreamSection.from_dict(raw)

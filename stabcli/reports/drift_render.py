@@ -1,5 +1,5 @@
 """Renderers of the drift report (terminal, Markdown, PNG plots). The command's output files
-are checked and written by ``stabcli.outputs.OutputPlan``, as for every command."""
+are checked and written by ``stabcli.fs.outputs.OutputPlan``, as for every command."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from stabcli.drift import DriftReport, PerKey
-from stabcli.report import _num, _pct, require_plots
+from stabcli.commands.drift import DriftReport, PerKey
+from stabcli.reports.audit_render import _num, _pct, require_plots
 
 PLOT_NAMES = ("drift_vs_noise.png", "drift_distribution.png")
 

@@ -5,7 +5,7 @@ bitwise reproducible; runs go in parallel across processes, so the result does n
 on ``jobs``. This module plans the runs, hands them to an execution backend (a function
 that takes the run tasks and yields their results as they finish: local processes here, a
 cluster elsewhere) and records each result; the trainers themselves live in
-:mod:`stabcli.trainers`, the run-set layout in :mod:`stabcli.runset`.
+:mod:`stabcli.training.trainers`, the run-set layout in :mod:`stabcli.runset.store`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from stabcli import __version__
-from stabcli.corpus import Corpus, CorpusOptions, file_sha256, read_corpus
 from stabcli.errors import InputError, OptionError, UsageError
-from stabcli.processes import cpu_count, kill_pool_workers, live_groups, worker_init
-from stabcli.resources import require_disk, require_memory
-from stabcli.runset import (
+from stabcli.fs.resources import require_disk, require_memory
+from stabcli.inputs.corpus import Corpus, CorpusOptions, file_sha256, read_corpus
+from stabcli.runset.store import (
     KEYS,
     PROGRESS,
     RunSetWriter,
@@ -37,7 +36,8 @@ from stabcli.runset import (
     read_losses,
     run_name,
 )
-from stabcli.trainers import PLACEHOLDERS, RunResult, RunTask, execute, script_argv
+from stabcli.training.processes import cpu_count, kill_pool_workers, live_groups, worker_init
+from stabcli.training.trainers import PLACEHOLDERS, RunResult, RunTask, execute, script_argv
 
 __all__ = [
     "MODELS",

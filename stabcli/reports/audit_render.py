@@ -1,5 +1,5 @@
-"""Renderers of the audit report (``stabcli.sections.AuditReport``): rich terminal view,
-Markdown, PNG plots. JSON is ``stabcli.schema.dumps``; every renderer reads the same report.
+"""Renderers of the audit report (``stabcli.reports.audit_report.AuditReport``): rich terminal view,
+Markdown, PNG plots. JSON is ``stabcli.reports.schema.dumps``; every renderer reads the same report.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stabcli.errors import UsageError
-from stabcli.sections import AuditReport, DownstreamSection, EpochRow
+from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow
 
 _BARS = " ▁▂▃▄▅▆▇█"
 PLOTS_INSTALL = "pip install 'stabcli[plots]'"

@@ -1,7 +1,7 @@
 """Trainers: one function per way of training a run, run inside a worker.
 
 A trainer gets a :class:`RunTask` (picklable: paths, seed and configuration) and writes
-one run into the task's partial directory with :func:`stabcli.runset.write_run`; it never
+one run into the task's partial directory with :func:`stabcli.runset.store.write_run`; it never
 publishes, renames or touches the manifest (the orchestrator, which holds the lock, does).
 A new trainer is one function registered in ``TRAINERS``.
 """
@@ -23,13 +23,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stabcli.embeddings import Embedding, is_embedding_file, read_embedding
 from stabcli.errors import StabcliError, UsageError
-from stabcli.processes import RUN_SET_VAR, SCRIPT_TOKEN, kill_script, live_groups, new_script_token, script_preexec
-from stabcli.runset import EPOCHS, LOG, PROGRESS, checkpoint_path, read_losses, run_name, write_run
+from stabcli.inputs.embeddings import Embedding, is_embedding_file, read_embedding
+from stabcli.runset.store import EPOCHS, LOG, PROGRESS, checkpoint_path, read_losses, run_name, write_run
+from stabcli.training.processes import (
+    RUN_SET_VAR,
+    SCRIPT_TOKEN,
+    kill_script,
+    live_groups,
+    new_script_token,
+    script_preexec,
+)
 
 if TYPE_CHECKING:
-    from stabcli.training import TrainConfig
+    from stabcli.training.pretrain import TrainConfig
 
 PLACEHOLDERS = ("{seed}", "{out}", "{run}", "{corpus}")
 LOG_LIMIT = 10 * 2**20  # bytes of a script's output kept in log.txt; the rest is counted and dropped

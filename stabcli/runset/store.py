@@ -42,10 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from stabcli.atomic import atomic_path, is_temp_name, write_json_atomic, write_text_atomic
-from stabcli.embeddings import Embedding, keys_text, load_npy, read_keys, require_real_dtype
 from stabcli.errors import InputError, RunSetError, UsageError
-from stabcli.processes import kill_orphans_of
+from stabcli.fs.atomic import atomic_path, is_temp_name, write_json_atomic, write_text_atomic
+from stabcli.inputs.embeddings import Embedding, keys_text, load_npy, read_keys, require_real_dtype
+from stabcli.training.processes import kill_orphans_of
 
 SCHEMA_VERSION = 1
 MANIFEST = "stabcli.json"

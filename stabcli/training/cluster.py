@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from stabcli.errors import OptionError, UsageError
 
 if TYPE_CHECKING:
-    from stabcli.trainers import RunResult, RunTask
+    from stabcli.training.trainers import RunResult, RunTask
 
 ENV_VAR = "STABCLI_SCHEDULER"
 INSTALL_HINT = "pip install 'stabcli[dask]'"
@@ -91,7 +91,7 @@ class Preflight:
 
 def _worker_preflight(read: list[tuple[str, str | None]], write: list[str], expected: dict[str, str]) -> list[str]:
     """Runs on a worker: the problems it has with ``read``, ``write`` and the versions."""
-    from stabcli.corpus import file_sha256
+    from stabcli.inputs.corpus import file_sha256
 
     problems = []
     mine = versions()
@@ -115,7 +115,7 @@ def _worker_preflight(read: list[tuple[str, str | None]], write: list[str], expe
 
 def _warm_up() -> None:
     """Runs on a worker: import what a run needs before the first run arrives."""
-    import stabcli.trainers  # noqa: F401
+    import stabcli.training.trainers  # noqa: F401
 
 
 class Cluster:
@@ -222,7 +222,7 @@ def run_on_worker(task: RunTask) -> RunResult:
     them, but possibly only half): start from an empty directory."""
     import shutil
 
-    from stabcli.trainers import execute
+    from stabcli.training.trainers import execute
 
     if task.work.is_dir():
         for entry in task.work.iterdir():
@@ -234,7 +234,7 @@ def run_on_worker(task: RunTask) -> RunResult:
 
 
 def pretrain_backend(cluster: Cluster) -> Callable[[Sequence[RunTask], int], Iterator[RunResult]]:
-    """A ``stabcli.training`` execution backend: every run is one task on ``cluster``.
+    """A ``stabcli.training.pretrain`` execution backend: every run is one task on ``cluster``.
 
     Before submitting, every worker proves it can read the corpus copy (by hash) and the
     user's corpus, write into the run set, and that it runs the client's stabcli, gensim and
@@ -244,7 +244,7 @@ def pretrain_backend(cluster: Cluster) -> Callable[[Sequence[RunTask], int], Ite
     def backend(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunResult]:
         if not tasks:
             return
-        from stabcli.corpus import file_sha256
+        from stabcli.inputs.corpus import file_sha256
 
         read: list[tuple[Path, str | None]] = []
         for path in {t.corpus_copy for t in tasks} | {t.corpus for t in tasks} | {t.keys_file for t in tasks}:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stabcli.errors import InputError
-from stabcli.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
+from stabcli.inputs.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
 # u.genre of MovieLens 100K: the order of the flags in u.item
 ML100K_GENRES = (

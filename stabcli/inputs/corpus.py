@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from stabcli.errors import InputError, OptionError
-from stabcli.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
+from stabcli.inputs.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
 FORMATS = ("auto", "lines", "tagged", "movielens", "interactions")
 MOVIELENS_NAMES = {"u.data", "ratings.dat", "ratings.csv"}

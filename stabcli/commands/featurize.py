@@ -1,7 +1,7 @@
-"""Featurize embedding files and run sets: stream them through ``stabcli.fourier`` and write
-every output of the command all or nothing (``stabcli.outputs``).
+"""Featurize embedding files and run sets: stream them through ``stabcli.measure.fourier`` and write
+every output of the command all or nothing (``stabcli.fs.outputs``).
 
-The math (directions, features, kernel error, Procrustes) lives in ``stabcli.fourier``;
+The math (directions, features, kernel error, Procrustes) lives in ``stabcli.measure.fourier``;
 this module reads files and run sets, matches keys, guards memory, streams chunks and
 writes the outputs with their sidecar ``OUTPUT.featurize.json``.
 """
@@ -23,8 +23,11 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from stabcli import __version__
-from stabcli.corpus import file_sha256
-from stabcli.embeddings import (
+from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.fs.outputs import OutputPlan, runset_owned, with_companions
+from stabcli.fs.resources import require_memory
+from stabcli.inputs.corpus import file_sha256
+from stabcli.inputs.embeddings import (
     WRITE_FORMATS,
     Embedding,
     ReadOptions,
@@ -37,8 +40,7 @@ from stabcli.embeddings import (
     require_finite,
     write_embedding,
 )
-from stabcli.errors import InputError, OptionError, UsageError
-from stabcli.fourier import (
+from stabcli.measure.fourier import (
     check_output_dim,
     check_seed,
     check_sigma,
@@ -48,10 +50,8 @@ from stabcli.fourier import (
     procrustes_rotation,
     rahimi_recht_dimension,
 )
-from stabcli.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
-from stabcli.outputs import OutputPlan, runset_owned, with_companions
-from stabcli.resources import require_memory
-from stabcli.runset import KEY_COUNTS, KEYS, MANIFEST, RunSet, is_runset
+from stabcli.measure.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
+from stabcli.runset.store import KEY_COUNTS, KEYS, MANIFEST, RunSet, is_runset
 
 DEFAULT_DIM = 128
 SIDECAR_SUFFIX = ".featurize.json"
@@ -412,7 +412,7 @@ def featurize(
 
     A run set is written as a new run set that ``stabcli audit`` reads. The sidecar
     ``OUTPUT.featurize.json`` records everything needed to reproduce the output bit for
-    bit. Every output is checked before any work (``stabcli.outputs``: never an input,
+    bit. Every output is checked before any work (``stabcli.fs.outputs``: never an input,
     existing ones only with ``force``) and written all or nothing. ``read``: how input files
     are read (``--input-format``, ``--trust-pickle``, ``--keys``; ``embeddings.match_inputs``).
     """

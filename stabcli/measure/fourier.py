@@ -4,7 +4,7 @@
 from ``numpy.random.default_rng(seed)``; ``⟨phi(h), phi(h')⟩`` approximates the Gaussian
 kernel ``exp(−σ²‖h − h'‖²/2)`` (Rahimi & Recht 2007). Rows are L2-normalized first unless
 ``normalize=False``. Like scikit-learn's ``kernel_approximation.py``, this module takes
-arrays and returns arrays; ``stabcli.featurize`` streams files and run sets through it.
+arrays and returns arrays; ``stabcli.commands.featurize`` streams files and run sets through it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from scipy.linalg import orthogonal_procrustes
 
 from stabcli.errors import OptionError
-from stabcli.metrics import inverse_norms, unit_rows
+from stabcli.measure.metrics import inverse_norms, unit_rows
 
 
 def check_output_dim(n_components: object, param: str = "n_components") -> None:

@@ -1,0 +1,1 @@
+"""One library entry point per command: what the CLI and the Python API call."""

@@ -1,0 +1,1 @@
+"""Files stabcli writes: the output plan, atomic writes and temporary names, the resource guard."""

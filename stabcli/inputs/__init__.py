@@ -1,0 +1,1 @@
+"""Reading what users have: text files, corpora, label and key-name tables, embedding files."""

@@ -1,0 +1,1 @@
+"""Typed reports, their JSON schema and checks, and their renderers (terminal, Markdown, plots)."""

@@ -1,0 +1,1 @@
+"""Run sets: the on-disk contract between commands (layout, manifest, writer, reader)."""

@@ -1,0 +1,1 @@
+"""Training N runs: configuration, trainers, orchestration, local and Dask backends, processes."""

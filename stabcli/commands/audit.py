@@ -413,11 +413,21 @@ def build_report(
 
         plan = plan_downstream(downstream, runs.keys, len(runs.arrays), runs.dim, on_warning)
     frame = _frame(runs, options, step)
-    labelled = None
+    labelled = flips = None
     if downstream:  # first: a bad label file fails before the long representation metrics
-        from stabcli.measure.downstream import downstream_report
+        from stabcli.measure.downstream import downstream_audit
 
-        raw = downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step, plan)
+        raw, flips = downstream_audit(
+            frame.arrays,
+            runs.keys,
+            frame.rotations,
+            downstream,
+            runs.names,
+            step,
+            plan,
+            key_names=key_names,
+            frequency=_frequencies(runs),
+        )
         labelled = DownstreamSection.from_dict(raw)
     representation, stats = representation_report(runs, frame, options, step, key_names, per_key)
     report = AuditReport(
@@ -437,6 +447,7 @@ def build_report(
         training=training_report(runs, options),
         downstream=labelled,
         key_stats=stats,
+        downstream_keys=flips,
     )
     results = evaluate_checks(report, checks)
     return replace(report, checks=results, passed=all(c.passed for c in results))

@@ -269,28 +269,43 @@ def _fixed(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
+_TASK_METRICS = {
+    "classification": ((("accuracy", "accuracy"), ("f1_macro", "macro-F1")), "acc."),
+    "multilabel": ((("f1_micro", "micro-F1"), ("f1_macro", "macro-F1"), ("subset_accuracy", "subset acc.")), "µF1"),
+    "regression": ((("r2", "R²"), ("rmse", "RMSE")), "R²"),
+}
+
+
 def downstream_table(ds: DownstreamSection) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of the paper's Table 1 layout plus churn and stale columns."""
-    classification = ds.task == "classification"
-    metrics = ("accuracy", "f1_macro") if classification else ("r2", "rmse")
-    primary = metrics[0]
+    """Headers and rows of the paper's Table 1 layout plus churn, per-key and stale columns."""
+    metrics, stale_label = _TASK_METRICS[ds.task]
+    primary = metrics[0][0]
+    regression = ds.task == "regression"
     headers = [
         "variant",
         "dims",
-        *(("accuracy", "macro-F1") if classification else ("R²", "RMSE")),
+        *(label for _, label in metrics),
         "churn",
-        "stale " + ("acc." if classification else "R²"),
+        "range" if regression else "keys flip",
+        "stale " + stale_label,
         "drop",
     ]
     rows = []
     for name, entry in ds.variants.items():
-        churn = entry.churn
+        churn, flips = entry.churn, entry.flips
+        if flips is None:
+            unstable = "—"
+        elif regression:
+            unstable = _fixed(flips.prediction_range_median)
+        else:
+            unstable = f"{flips.unstable_keys / flips.keys:.1%}" if flips.keys else "—"
         rows.append(
             [
                 name,
                 str(entry.dim),
-                *(_mean_std(entry, metric) for metric in metrics),
-                "—" if churn is None else (f"{churn:.1%}" if classification else f"{churn:.3f}"),
+                *(_mean_std(entry, metric) for metric, _ in metrics),
+                "—" if churn is None else (f"{churn:.3f}" if regression else f"{churn:.1%}"),
+                unstable,
                 _fixed(entry.metric(f"stale_{primary}_mean")),
                 _fixed(entry.stale_drop),
             ]
@@ -299,24 +314,58 @@ def downstream_table(ds: DownstreamSection) -> tuple[list[str], list[list[str]]]
 
 
 def downstream_notes(ds: DownstreamSection) -> list[str]:
-    """Lines under the table: the protocol in one line, baselines, warnings."""
+    """Lines under the table: the protocol in one line, baselines, the keys that flip most, warnings."""
+    params = ", ".join(f"{k}={v}" for k, v in ds.model_params.items())
     notes = [
-        f"{ds.model} on {Path(ds.labels).name} ({ds.task}): {ds.train:,} train / {ds.test:,} test keys, "
-        f"one split (seed {ds.split_seed}) for every run; mean (std over runs); stale = the model of "
-        f"{ds.reference} applied unchanged to the other runs"
+        f"{ds.model}{f'({params})' if params else ''} on {Path(ds.labels).name} ({ds.task}): {ds.train:,} train / "
+        f"{ds.test:,} test keys, one split (seed {ds.split_seed}) for every run; mean (std over runs); stale = the "
+        f"model of {ds.reference} applied unchanged to the other runs"
     ]
     if ds.task == "regression":
-        notes.append("churn = root-mean-square difference between two runs' predictions, in label units")
+        notes.append(
+            "churn = root-mean-square difference between two runs' predictions, range = median over test keys "
+            "of max − min prediction over runs, both in label units"
+        )
+    else:
+        decisions = "(key, label) decisions" if ds.task == "multilabel" else "test predictions"
+        notes.append(
+            f"churn = share of {decisions} that differ between two runs; keys flip = share of test keys "
+            "whose decision differs in at least one pair of runs"
+        )
+    if ds.task == "multilabel":
+        notes.append(f"{ds.classes} labels, {ds.labels_per_key:.2f} per key on average; one-vs-rest fits")
     if ds.majority_accuracy is not None:
         notes.append(
             f"{ds.classes} classes; always predicting the majority class scores accuracy {ds.majority_accuracy:.3f}"
         )
+    notes.extend(_flip_notes(ds))
     if ds.skipped_keys:
         notes.append(f"{ds.skipped_keys:,} keys have no label and were skipped")
     if ds.not_converged:
         notes.append(
             f"warning: {ds.not_converged} fits stopped before the solver converged; their spread includes solver noise"
         )
+    return notes
+
+
+def _flip_notes(ds: DownstreamSection) -> list[str]:
+    """Raw h's directional flip rates and the keys that flip most."""
+    h = ds.variants.get("h")
+    if h is None or h.flips is None:
+        return []
+    flips, notes = h.flips, []
+    if flips.negative_to_positive is not None and flips.positive_to_negative is not None:
+        positive = f" ({flips.positive_class!r} positive)" if flips.positive_class else ""
+        notes.append(
+            f"raw h, reference model → refit models{positive}: {flips.negative_to_positive:.1%} of negative "
+            f"decisions become positive, {flips.positive_to_negative:.1%} of positive ones negative"
+        )
+    if flips.most_unstable:
+        shown = flips.most_unstable[:5]
+        fmt = "{:.3g}" if ds.task == "regression" else "{:.0%}"
+        listed = ", ".join(f"{k.name or k.key} {fmt.format(k.value)}" for k in shown)
+        what = "widest prediction ranges" if ds.task == "regression" else "flip most (share of run pairs)"
+        notes.append(f"raw h, test keys that {what}: {listed}")
     return notes
 
 
@@ -487,7 +536,8 @@ def _fig1c(plt: Any, rows: list[EpochRow]) -> Any:
 
 
 def _fig2(plt: Any, ds: DownstreamSection) -> Any:
-    primary, label = ("accuracy", "test accuracy") if ds.task == "classification" else ("r2", "test R²")
+    primary, name = _TASK_METRICS[ds.task][0][0]
+    label = f"test {name}"
     names = list(ds.variants)
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 3.8))
     for x, name in enumerate(names):

@@ -122,6 +122,52 @@ def _regression(v: VariantResult) -> bool:
     return v.task == "regression"
 
 
+def _multilabel(v: VariantResult) -> bool:
+    return v.task == "multilabel"
+
+
+def _labeled(v: VariantResult) -> bool:
+    return v.task != "regression"
+
+
+@dataclass(frozen=True)
+class FlipKey:
+    key: str = doc("a test key")
+    name: str | None = doc("its display name (`--key-names`), or null")
+    frequency: int | None = doc("its training count (run sets that record it), or null")
+    value: float = doc("its flip rate (classification, multi-label) or prediction range (regression)")
+
+
+@dataclass(frozen=True)
+class FrequencyBand:
+    low: int = doc("lowest training count in the band")
+    high: int = doc("band end (exclusive): bands are decades 1–9, 10–99, …")
+    keys: int = doc("test keys in the band")
+    mean: float = doc("their mean flip rate (regression: mean prediction range)")
+    unstable_share: float = doc("share of them with a nonzero flip rate (regression: range)")
+
+
+@dataclass(frozen=True)
+class FlipsSummary:
+    keys: int = doc("test keys")
+    unstable_keys: int = doc("test keys whose decision differs in at least one run pair (regression: range > 0)")
+    flip_rate_mean: float | None = doc(
+        "mean over test keys of the share of run pairs whose decisions differ (equals churn); null for regression"
+    )
+    prediction_range_mean: float | None = doc(
+        "regression: mean over test keys of max − min of the key's prediction over runs (label units)"
+    )
+    prediction_range_median: float | None = doc("regression: its median")
+    negative_to_positive: float | None = doc(
+        "binary and multi-label: of the reference model's negative test decisions, the share another run's "
+        "refit model makes positive (mean over runs); else null"
+    )
+    positive_to_negative: float | None = doc("the same from positive to negative")
+    positive_class: str | None = doc("binary classification: the class counted as positive (the second sorted)")
+    most_unstable: list[FlipKey] = doc("the test keys that flip most (`--top-flips`), most first, nonzero only")
+    by_frequency: list[FrequencyBand] | None = doc("per training-count band (null when counts are unknown)")
+
+
 @dataclass(frozen=True)
 class VariantResult:
     task: str = doc("", json=False)
@@ -135,9 +181,23 @@ class VariantResult:
         "classification: its std (ddof=1; null for `avg`)", default=None, when=_classification
     )
     accuracy_by_run: list[float] | None = doc("classification: one value per run", default=None, when=_classification)
-    f1_macro_mean: float | None = doc("classification: mean macro-F1", default=None, when=_classification)
-    f1_macro_std: float | None = doc("classification: its std", default=None, when=_classification)
-    f1_macro_by_run: list[float] | None = doc("classification: per run", default=None, when=_classification)
+    f1_micro_mean: float | None = doc(
+        "multi-label: mean test micro-F1 (over every (key, label) decision)", default=None, when=_multilabel
+    )
+    f1_micro_std: float | None = doc("multi-label: its std (ddof=1; null for `avg`)", default=None, when=_multilabel)
+    f1_micro_by_run: list[float] | None = doc("multi-label: per run", default=None, when=_multilabel)
+    f1_macro_mean: float | None = doc(
+        "classification, multi-label: mean macro-F1 (unweighted over classes or labels)", default=None, when=_labeled
+    )
+    f1_macro_std: float | None = doc("classification, multi-label: its std", default=None, when=_labeled)
+    f1_macro_by_run: list[float] | None = doc("classification, multi-label: per run", default=None, when=_labeled)
+    subset_accuracy_mean: float | None = doc(
+        "multi-label: mean share of test keys whose whole label set is predicted exactly",
+        default=None,
+        when=_multilabel,
+    )
+    subset_accuracy_std: float | None = doc("multi-label: its std", default=None, when=_multilabel)
+    subset_accuracy_by_run: list[float] | None = doc("multi-label: per run", default=None, when=_multilabel)
     r2_mean: float | None = doc("regression: mean test R²", default=None, when=_regression)
     r2_std: float | None = doc("regression: its std (ddof=1; null for `avg`)", default=None, when=_regression)
     r2_by_run: list[float] | None = doc("regression: per run", default=None, when=_regression)
@@ -145,16 +205,24 @@ class VariantResult:
     rmse_std: float | None = doc("regression: its std", default=None, when=_regression)
     rmse_by_run: list[float] | None = doc("regression: per run", default=None, when=_regression)
     churn: float | None = doc(
-        "mean over run pairs of the share of differing test predictions (regression: RMS difference); null for `avg`",
+        "mean over run pairs of the share of differing test decisions (multi-label: (key, label) decisions; "
+        "regression: RMS difference, label units); null for `avg`",
         default=None,
+    )
+    label_churn: dict[str, float] | None = doc(
+        "multi-label: per label, the share of test keys whose decision for it differs (mean over run pairs)",
+        default=None,
+        when=_multilabel,
     )
     stale_accuracy_mean: float | None = doc(
         "classification: the reference run's model applied to the other runs, mean accuracy",
         default=None,
         when=_classification,
     )
+    stale_f1_micro_mean: float | None = doc("multi-label: the same in micro-F1", default=None, when=_multilabel)
     stale_r2_mean: float | None = doc("regression: the same in R²", default=None, when=_regression)
     stale_drop: float | None = doc("mean refit − stale metric", default=None)
+    flips: FlipsSummary | None = doc("per-key prediction instability over the runs (null for `avg`)", default=None)
 
     def metric(self, name: str) -> Any:
         """A metric by its JSON name (``accuracy_mean``, ``stale_r2_mean``, …)."""
@@ -170,9 +238,9 @@ class Recommendation:
 @dataclass(frozen=True)
 class DownstreamSection:
     labels: str = doc("label file")
-    task: str = doc("`classification` or `regression`")
-    model: str = doc("`logreg`, `knn` or `ridge`")
-    classes: int | None = doc("number of classes (null for regression)")
+    task: str = doc("`classification`, `regression` or `multilabel`")
+    model: str = doc("`logreg`, `knn`, `ridge`, `gbdt`, `mlp` or an estimator's `module:Class`")
+    classes: int | None = doc("number of classes, or of labels for multi-label (null for regression)")
     train: int = doc("keys in the training split")
     test: int = doc("keys in the test split")
     skipped_keys: int = doc("common keys without a label")
@@ -198,6 +266,8 @@ class DownstreamSection:
         "labeled keys (empty for regression)",
         default_factory=dict,
     )
+    model_params: dict[str, Any] = doc("the `--model-param` values (a non-literal's repr)", default_factory=dict)
+    labels_per_key: float | None = doc("multi-label: mean labels per labeled key (else null)", default=None)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DownstreamSection:
@@ -214,6 +284,20 @@ class DownstreamSection:
             extra = sorted(set(entry) - variant_keys)
             if extra:
                 raise AssertionError(f"variant keys {extra} are not declared in VariantResult")
+            flips = entry.get("flips")
+            if flips is not None:
+                entry = {
+                    **entry,
+                    "flips": FlipsSummary(
+                        **{
+                            **flips,
+                            "most_unstable": [FlipKey(**k) for k in flips["most_unstable"]],
+                            "by_frequency": None
+                            if flips["by_frequency"] is None
+                            else [FrequencyBand(**b) for b in flips["by_frequency"]],
+                        }
+                    ),
+                }
             variants[name] = VariantResult(task=task, **entry)
         return cls(**{**data, "variants": variants, "recommendation": Recommendation(**data["recommendation"])})
 
@@ -227,6 +311,12 @@ class AuditReport:
     downstream: DownstreamSection | None = doc("downstream fluctuation across runs; null without `--labels`")
     checks: list[Check] = doc("the `--check` results, in the order given", default_factory=list)
     passed: bool = doc("true when every check passed (true without checks)", default=True)
+    downstream_keys: Any = doc(
+        "every test key's flip rate per variant for --per-key (stabcli.measure.downstream.flips.PerKeyFlips); "
+        "not in the JSON",
+        default=None,
+        json=False,
+    )
     key_stats: Any = doc(
         "every key's numbers for --per-key (stabcli.commands.audit.KeyStats); not in the JSON", default=None, json=False
     )

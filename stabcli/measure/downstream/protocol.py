@@ -147,7 +147,7 @@ def label_churn(predictions: Sequence[np.ndarray], labels: Sequence[str]) -> dic
     return {label: float(v) for label, v in zip(labels, shares, strict=True)}
 
 
-def _mean_std(values: list[float]) -> tuple[float, float | None]:
+def mean_std(values: list[float]) -> tuple[float, float | None]:
     """Mean and std (ddof=1); the std is taken around the first value (shift invariant), so
     identical runs give exactly 0 instead of rounding noise. Both are computed on the values
     divided by a power of two near their largest, so RMSEs near 1e300 do not overflow."""
@@ -364,7 +364,7 @@ def downstream_audit(
         entry: dict[str, Any] = {"dim": v.phi_dim or dim, "source": v.source, "sigma": v.sigma if v.phi_dim else None}
         for metric in scores[0]:
             values = [s[metric] for s in scores]
-            entry[f"{metric}_mean"], entry[f"{metric}_std"] = _mean_std(values)
+            entry[f"{metric}_mean"], entry[f"{metric}_std"] = mean_std(values)
             entry[f"{metric}_by_run"] = values
         entry["churn"] = churn(targets.task, predictions, targets.scale) if len(predictions) > 1 else None
         if targets.task == "multilabel":

@@ -175,8 +175,4 @@ def _multilabel(
             f"{source}: dropped {len(dropped)} label(s) on fewer than {min_size} keys (--min-class-size): {shown}"
         )
     y = y[:, kept]
-    every = y.sum(axis=0) == len(y)
-    if every.any():
-        label = [n for n, k in zip(names, kept, strict=True) if k][int(np.argmax(every))]
-        raise InputError(f"{source}: every labeled key has the label {label!r}; nothing to predict for it")
     return Targets("multilabel", rows, y, skipped, [n for n, k in zip(names, kept, strict=True) if k], dropped)

@@ -25,7 +25,7 @@ from stabcli.errors import Interrupted, OptionError, StabcliError, UsageError
 from stabcli.inputs.corpus import CorpusOptions
 from stabcli.inputs.embeddings import ReadOptions
 from stabcli.inputs.textfile import check_encoding
-from stabcli.runset.store import check_removable_runset
+from stabcli.runset import check_removable_runset
 from stabcli.training.pretrain import PretrainResult, TrainConfig, parse_params, pretrain
 
 # audit, featurize and downstream import scipy and scikit-learn (seconds): each command

@@ -324,7 +324,7 @@ def _report_pretrain(result: PretrainResult, fmt: str) -> None:
                 highlight=False,
             )
     for r in result.failed:
-        print_line(err, "failed:", "bold red", shorten(one_line(r.error), MESSAGE_LIMIT))
+        print_line(err, "failed:", "bold red", shorten(one_line(r.error or ""), MESSAGE_LIMIT))
     if result.failed:
         raise typer.Exit(EXIT_BAD_INPUT)
 

@@ -14,7 +14,6 @@ import threading
 from typing import Any
 
 import typer
-from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from stabcli import __version__
@@ -29,11 +28,11 @@ from stabcli.cli.output import (
     EXIT_FAILED_CHECK,
     EXIT_INTERRUPTED,
     err,
-    one_line,
+    print_line,
     quiet_broken_pipe,
 )
 from stabcli.cli.pretrain import pretrain_cmd
-from stabcli.errors import Interrupted, OptionError, StabcliError
+from stabcli.errors import MESSAGE_LIMIT, Interrupted, OptionError, StabcliError, one_line, shorten
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -51,10 +50,11 @@ def _debug_enabled(ctx: Any) -> bool:
 
 
 def error_line(exc: StabcliError) -> str:
-    """The one line the CLI prints for a library error; option errors name the flag."""
+    """The one line the CLI prints for a library error; option errors name the flag. Never
+    longer than ``MESSAGE_LIMIT`` characters, whatever data the message quotes."""
     if isinstance(exc, OptionError):
-        return one_line(f"{flag_for(exc.param)}: {exc.problem}")
-    return one_line(str(exc))
+        return shorten(one_line(f"{flag_for(exc.param)}: {exc.problem}"), MESSAGE_LIMIT)
+    return shorten(one_line(str(exc)), MESSAGE_LIMIT)
 
 
 try:  # typer before 0.2x parses with the click package; later ones vendor click (no click package needed)
@@ -137,7 +137,7 @@ class _Group(_ReadableHelp, TyperGroup):
         except StabcliError as exc:
             if _debug_enabled(ctx):
                 raise
-            err.print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
+            print_line(err, "error:", "bold red", error_line(exc))
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt as exc:
             signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
@@ -153,7 +153,7 @@ class _Group(_ReadableHelp, TyperGroup):
                 raise
             where = exc.ctx.command_path if exc.ctx else "stabcli"
             message = one_line(exc.format_message().replace("Value error, ", ""))  # pydantic's prefix, inside typer
-            err.print(f"[bold red]error:[/] {escape(message)} (see '{where} --help')", highlight=False, soft_wrap=True)
+            print_line(err, "error:", "bold red", f"{shorten(message, MESSAGE_LIMIT)} (see '{where} --help')")
             raise typer.Exit(EXIT_BAD_INPUT) from None
         finally:
             for signum, handler in previous.items():

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich.markup import escape
 
 from stabcli.cli.options import InputFormat, Keys, TrustPickle, reference_option, seed_option
-from stabcli.cli.output import err, one_line, out
+from stabcli.cli.output import err, out
 from stabcli.inputs.embeddings import ReadOptions
+from stabcli.reports.text import literal
 
 
 def featurize_cmd(
@@ -97,15 +97,16 @@ def featurize_cmd(
         options,
         save_transform=save_transform,
         force=force,
-        on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None,
+        on_run=lambda name: err.print(literal(f"featurized {name}")) if err.is_terminal else None,
         read=ReadOptions(input_format, trust_pickle, keys),
     )
     for note in result.notes:
-        err.print(f"note: {escape(one_line(note))}", highlight=False, soft_wrap=True)
+        err.print(literal(f"note: {note}"), soft_wrap=True)
     out.print(
-        f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "
-        f"{result.output_dim} dims (sidecar {result.sidecar})",
-        highlight=False,
+        literal(
+            f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "
+            f"{result.output_dim} dims (sidecar {result.sidecar})"
+        ),
         soft_wrap=True,
     )
     if result.measured_error is not None:

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
+from stabcli.reports.text import literal, plain_console
 
 if TYPE_CHECKING:
     from stabcli.fs.outputs import OutputPlan
@@ -26,11 +28,9 @@ PIPE_WIDTH = 10_000
 MIN_WIDTH = 40
 
 
-def one_line(text: str) -> str:
-    """``text`` with every character that would break or hide part of the line (newlines,
-    carriage returns, escape sequences, invisible format marks) written as its escape
-    (``\\n``, ``\\x1b``, ``\\u200f``): a path or key holding one stays one visible line."""
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+def print_line(console: Console, prefix: str, style: str, text: str) -> None:
+    """``prefix`` in ``style`` then ``text`` as data (no markup, emoji or highlighting), one line."""
+    console.print(literal(prefix, style) + literal(" " + text), soft_wrap=True)
 
 
 def quiet_broken_pipe() -> None:
@@ -65,7 +65,7 @@ def _console(stream: Any, stderr: bool = False) -> Console:
         width = None  # rich asks the terminal
     else:
         width = PIPE_WIDTH
-    return _Console(stderr=stderr, width=width)
+    return plain_console(_Console, stderr=stderr, width=width)
 
 
 err = _console(sys.stderr, stderr=True)
@@ -87,7 +87,7 @@ def progress() -> Progress:
 
 def warn(msg: str) -> None:
     """One ``warning:`` line on stderr."""
-    err.print(f"[yellow]warning:[/] {escape(one_line(msg))}", highlight=False, soft_wrap=True)
+    print_line(err, "warning:", "yellow", shorten(one_line(msg), MESSAGE_LIMIT))
 
 
 def write_json_stdout(text: str) -> None:
@@ -159,4 +159,4 @@ def write_report_outputs(
 
             write_per_key(frame(), per_key, plan.staging(per_key))
     for path in written:
-        err.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
+        err.print(literal(f"wrote {path}"), soft_wrap=True)

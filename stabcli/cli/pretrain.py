@@ -12,8 +12,10 @@ from rich.table import Table
 
 from stabcli import __version__
 from stabcli.cli.options import ReportFormat, jobs_option, scheduler_option, seed_option
-from stabcli.cli.output import EXIT_BAD_INPUT, err, out, progress
+from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress
+from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
 from stabcli.inputs.corpus import CorpusOptions
+from stabcli.reports.text import literal
 from stabcli.training.pretrain import PretrainResult, TrainConfig, parse_params, pretrain
 
 
@@ -53,7 +55,7 @@ def _pretrain_with_progress(out_dir: Path, corpus: Path | None, config: TrainCon
 
 
 def _summary_table(result: PretrainResult) -> Table:
-    table = Table(title=f"run set {result.root}", title_justify="left")
+    table = Table(title=literal(f"run set {result.root}"), title_justify="left")
     for column in ("run", "seed", "seconds", "final loss", "status"):
         table.add_column(column, justify="right" if column in ("seed", "seconds", "final loss") else "left")
     styles = {"complete": "green", "kept": "cyan", "failed": "bold red"}
@@ -63,7 +65,7 @@ def _summary_table(result: PretrainResult) -> Table:
             str(r.seed),
             "" if r.seconds is None else f"{r.seconds:.1f}",
             "" if r.final_loss is None else f"{r.final_loss:.4g}",
-            f"[{styles[r.status]}]{r.status}[/]",
+            literal(r.status, styles[r.status]),
         )
     return table
 
@@ -89,7 +91,7 @@ def report_pretrain(result: PretrainResult, fmt: str) -> None:
                 highlight=False,
             )
     for r in result.failed:
-        err.print(f"[bold red]failed:[/] {r.error}", highlight=False, soft_wrap=True)
+        print_line(err, "failed:", "bold red", shorten(one_line(r.error or ""), MESSAGE_LIMIT))
     if result.failed:
         raise typer.Exit(EXIT_BAD_INPUT)
 

@@ -488,10 +488,13 @@ INPUT_FORMAT_OPTION = typer.Option(
     None,
     "--input-format",
     metavar="FORMAT",
-    help="Read every input file as npy, word2vec, word2vec-bin, fasttext (Facebook .bin), "
-    "kv (any gensim save(): .kv, .wv, .model) or parquet, whatever its suffix [default: from each file's suffix].",
+    help="Read every input file as npy, word2vec, glove (word2vec text without the header line), word2vec-bin, "
+    "fasttext (Facebook .bin), kv (any gensim save(): .kv, .wv, .model) or parquet, whatever its suffix; gzip, "
+    "bzip2 and xz files are read as streams [default: from each file's suffix].",
 )
-InputFormat = Literal["npy", "word2vec", "word2vec-bin", "fasttext", "kv", "parquet"]  # embeddings.READ_FORMATS
+InputFormat = Literal[
+    "npy", "word2vec", "glove", "word2vec-bin", "fasttext", "kv", "parquet"
+]  # embeddings.READ_FORMATS
 TRUST_PICKLE_OPTION = typer.Option(
     False,
     "--trust-pickle",

@@ -96,6 +96,8 @@ def audit_and_render(
     plan = report_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
     if read is not None and read.keys_file is not None:
         plan.add_input(read.keys_file)
+    if options.eis_anchor is not None:
+        plan.add_input(options.eis_anchor)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
     names = read_key_names(key_names, encoding or "utf-8") if key_names else None
 
@@ -156,6 +158,21 @@ def audit_cmd(
     knn_queries: Annotated[int, knn_queries_option("Sampled query keys for k-NN overlap.")] = 1_000,
     seed: Annotated[int, seed_option("Seed for the sampled pairs and queries.")] = 0,
     top: Annotated[int, top_option("Least stable keys to list.")] = 20,
+    eis_anchor: Annotated[
+        Path | None,
+        typer.Option(
+            "--eis-anchor",
+            metavar="FILE",
+            help="Anchor embedding for EIS (any embedding file with keys; read by its suffix) [default: the runs' "
+            "consensus after Procrustes].",
+        ),
+    ] = None,
+    eis_alpha: Annotated[
+        float,
+        typer.Option(
+            "--eis-alpha", min=0.0, max=100.0, metavar="ALPHA", help="Exponent of the anchor's spectrum in EIS."
+        ),
+    ] = 3.0,
     check: Annotated[list[str], check_option("representation.knn_overlap>=0.6")] = [],  # noqa: B006
     fmt: ReportFormat = "table",
     json_path: JsonPath = None,
@@ -263,7 +280,16 @@ def audit_cmd(
     if encoding is not None:
         check_encoding("encoding", encoding)
     read = ReadOptions(input_format, trust_pickle, keys)
-    options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
+    options = AuditOptions(
+        normalize=normalize,
+        pairs=pairs,
+        knn_k=knn_k,
+        knn_queries=knn_queries,
+        seed=seed,
+        top=top,
+        eis_alpha=eis_alpha,
+        eis_anchor=eis_anchor,
+    )
     downstream = None
     if labels is None:
         given = {

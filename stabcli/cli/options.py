@@ -120,15 +120,17 @@ def encoding_option(help: str) -> Any:
 
 
 # -- reading embeddings (audit, featurize, drift: embeddings.ReadOptions) --------------------
-InputFormatName = Literal["npy", "word2vec", "word2vec-bin", "fasttext", "kv", "parquet"]  # embeddings.READ_FORMATS
+InputFormatName = Literal[
+    "npy", "word2vec", "glove", "word2vec-bin", "fasttext", "kv", "parquet"
+]  # embeddings.READ_FORMATS
 InputFormat = Annotated[
     InputFormatName | None,
     typer.Option(
         "--input-format",
         metavar="FORMAT",
-        help="Read every input file as npy, word2vec, word2vec-bin, fasttext (Facebook .bin), "
-        "kv (any gensim save(): .kv, .wv, .model) or parquet, whatever its suffix "
-        "[default: from each file's suffix].",
+        help="Read every input file as npy, word2vec, glove (word2vec text without the header line), "
+        "word2vec-bin, fasttext (Facebook .bin), kv (any gensim save(): .kv, .wv, .model) or parquet, whatever "
+        "its suffix; gzip, bzip2 and xz files are read as streams [default: from each file's suffix].",
     ),
 ]
 TrustPickle = Annotated[

@@ -9,19 +9,26 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from stabcli.cli.options import (
+    CorpusFormat,
     DownstreamModel,
     InputFormat,
+    ItemCol,
     JsonPath,
     KeyNames,
     Keys,
     KnnK,
     MarkdownPath,
+    MinRating,
+    ModelParam,
+    RatingCol,
     ReportForce,
     ReportFormat,
     SplitSeed,
     Task,
     TestSize,
+    TimeCol,
     TrustPickle,
+    UserCol,
     check_option,
     encoding_option,
     jobs_option,
@@ -50,6 +57,7 @@ from stabcli.inputs.textfile import check_encoding
 if TYPE_CHECKING:
     from stabcli.commands.audit import AuditOptions
     from stabcli.measure.downstream import DownstreamOptions
+    from stabcli.measure.downstream.nextitem import NextItemOptions
     from stabcli.reports.audit_report import AuditReport
 
 
@@ -81,6 +89,7 @@ def audit_and_render(
     encoding: str | None = None,
     force: bool = False,
     read: ReadOptions | None = None,
+    next_item: NextItemOptions | None = None,
 ) -> AuditReport:
     """Validate, load, compute, write every requested rendering; returns the report."""
     from stabcli.commands.audit import build_report, load_runs, validate_checks
@@ -88,7 +97,8 @@ def audit_and_render(
     from stabcli.reports.audit_render import render_markdown, render_terminal, require_plots, write_plots
     from stabcli.reports.schema import dumps
 
-    validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
+    # a typo fails before any input is read
+    validate_checks(checks, labels=downstream is not None, interactions=next_item is not None)
     if plots:
         require_plots()
     if per_key:
@@ -98,6 +108,8 @@ def audit_and_render(
         plan.add_input(read.keys_file)
     if options.eis_anchor is not None:
         plan.add_input(options.eis_anchor)
+    if next_item is not None:
+        plan.add_input(next_item.interactions)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
     names = read_key_names(key_names, encoding or "utf-8") if key_names else None
 
@@ -112,6 +124,7 @@ def audit_and_render(
             key_names=names,
             per_key=per_key is not None,
             on_warning=warn,
+            next_item=next_item,
         )
     text = dumps(report)
 
@@ -126,6 +139,7 @@ def audit_and_render(
             stats.relative_instability,
             stats.displacement,
             stats.knn_overlap,
+            report.downstream_keys.columns(stats.keys) if report.downstream_keys is not None else None,
         )
 
     write_report_outputs(
@@ -191,6 +205,7 @@ def audit_cmd(
     ] = None,
     task: Task = "auto",
     model: DownstreamModel = None,
+    model_param: ModelParam = [],  # noqa: B006
     test_size: TestSize = 0.2,
     split_seed: SplitSeed = 0,
     variants: Annotated[
@@ -252,6 +267,41 @@ def audit_cmd(
             "k-NN overlap (.csv, .tsv or .parquet)."
         ),
     ] = None,
+    interactions: Annotated[
+        Path | None,
+        typer.Option(
+            "--interactions",
+            metavar="FILE",
+            help="User-item interactions (pretrain's corpus formats and column options): adds the next-item "
+            "recommendation task, each user's last item held out.",
+        ),
+    ] = None,
+    k_list: Annotated[
+        str, typer.Option("--k-list", metavar="K,K,...", help="With --interactions: list lengths for Recall/NDCG@K.")
+    ] = "5,10,20",
+    profiles: Annotated[
+        str,
+        typer.Option(
+            "--profiles",
+            metavar="mean,last",
+            help="With --interactions: a user is the mean of her history's unit vectors, or her last item.",
+        ),
+    ] = "mean,last",
+    users: Annotated[
+        int,
+        typer.Option(
+            "--users",
+            min=0,
+            metavar="N",
+            help="With --interactions: score a seeded sample of N users (0: every user).",
+        ),
+    ] = 10_000,
+    corpus_format: CorpusFormat = "auto",
+    user_col: UserCol = None,
+    item_col: ItemCol = None,
+    time_col: TimeCol = None,
+    rating_col: RatingCol = None,
+    min_rating: MinRating = None,
     force: ReportForce = False,
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,
@@ -260,8 +310,9 @@ def audit_cmd(
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
     With --labels, also how much a downstream model fluctuates across runs (mean and std of
-    its test metric, churn, stale-model compatibility) for raw, averaged, aligned and
-    featurized variants, and which variant to use.
+    its test metric, churn, the test keys that flip, stale-model compatibility) for raw,
+    averaged, aligned and featurized variants, and which variant to use. With --interactions,
+    how much next-item recommendations fluctuate (Recall/NDCG@K, list churn, stale profiles).
 
     Examples:
 
@@ -274,6 +325,12 @@ def audit_cmd(
         stabcli audit runs/exp1 --labels item_genres.tsv --check 'downstream.variants.h.churn<=0.05'
 
         stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
+
+        stabcli audit runs/ml --labels ml-1m/movies.dat --task multilabel --model gbdt
+
+        stabcli audit runs/ml --labels genres.csv --model sklearn.svm:LinearSVC --model-param C=0.5
+
+        stabcli audit runs/ml --task next-item --interactions ml-1m/ratings.dat --k-list 5,10
     """
     from stabcli.commands.audit import AuditOptions
 
@@ -290,13 +347,35 @@ def audit_cmd(
         eis_alpha=eis_alpha,
         eis_anchor=eis_anchor,
     )
+    if task == "next-item" and (interactions is None or labels is not None):
+        raise UsageError("--task next-item needs --interactions FILE (and no --labels)")
+    next_item = None
+    if interactions is not None:
+        from stabcli.inputs.corpus import CorpusOptions
+        from stabcli.measure.downstream.nextitem import NextItemOptions
+
+        corpus = CorpusOptions(corpus_format, encoding or "utf-8", user_col, item_col, time_col, rating_col, min_rating)
+        next_item = NextItemOptions(
+            interactions,
+            corpus,
+            k_list=comma_list(k_list, int, "--k-list") or [],
+            profiles=comma_list(profiles, str, "--profiles") or [],
+            users=users,
+            seed=seed,
+            variants=comma_list(variants, str, "--variants") if labels is None else None,
+            featurize_dims=comma_list(featurize_dims, int, "--featurize-dims") or [] if labels is None else [],
+            sigmas=comma_list(sigmas, float, "--sigmas") or [] if labels is None else [],
+            phi_seed=seed,
+            reference=reference,
+        )
     downstream = None
     if labels is None:
         given = {
-            "--variants": variants,
-            "--featurize-dims": featurize_dims,
-            "--sigmas": sigmas,
+            "--variants": variants if interactions is None else None,
+            "--featurize-dims": featurize_dims if interactions is None else None,
+            "--sigmas": sigmas if interactions is None else None,
             "--model": model,
+            "--model-param": model_param or None,
             "--min-class-size": None if min_class_size == 5 else min_class_size,
             "--scheduler": scheduler,
         }
@@ -310,6 +389,7 @@ def audit_cmd(
             labels,
             task=task,
             model=model,
+            model_params=model_param,
             test_size=test_size,
             split_seed=split_seed,
             variants=comma_list(variants, str, "--variants"),
@@ -320,6 +400,7 @@ def audit_cmd(
             jobs=jobs,
             encoding=encoding,
             min_class_size=min_class_size,
+            top=top,
         )
     from stabcli.training.cluster import joblib_on, scheduler_address
 
@@ -342,6 +423,7 @@ def audit_cmd(
             encoding,
             force,
             read,
+            next_item,
         )
     if not report.passed:
         raise typer.Exit(EXIT_FAILED_CHECK)

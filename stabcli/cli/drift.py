@@ -16,6 +16,7 @@ from stabcli.cli.options import (
     Keys,
     KnnK,
     MarkdownPath,
+    ModelParam,
     ReportForce,
     ReportFormat,
     SplitSeed,
@@ -80,6 +81,7 @@ def drift_cmd(
     ] = None,
     task: Task = "auto",
     model: DownstreamModel = None,
+    model_param: ModelParam = [],  # noqa: B006
     test_size: TestSize = 0.2,
     split_seed: SplitSeed = 0,
     encoding: Annotated[str, encoding_option("Text encoding of --labels and --key-names.")] = "utf-8",
@@ -131,15 +133,23 @@ def drift_cmd(
     read = ReadOptions(input_format, trust_pickle, keys)
     downstream = None
     if labels is None:
-        given = {"--task": task if task != "auto" else None, "--model": model}
+        given = {"--task": task if task != "auto" else None, "--model": model, "--model-param": model_param or None}
         extra = [name for name, value in given.items() if value is not None]
         if extra:
             raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
     else:
         from stabcli.measure.downstream import DownstreamOptions
 
+        if task == "next-item":
+            raise OptionError("task", "next-item is an audit task (audit RUNS --task next-item --interactions FILE)")
         downstream = DownstreamOptions(
-            labels, task=task, model=model, test_size=test_size, split_seed=split_seed, encoding=encoding
+            labels,
+            task=task,
+            model=model,
+            model_params=model_param,
+            test_size=test_size,
+            split_seed=split_seed,
+            encoding=encoding,
         )
         if not 0 < test_size < 1:
             raise OptionError("test_size", f"{test_size:g} must be between 0 and 1")

@@ -11,7 +11,18 @@ import typer
 from rich.table import Table
 
 from stabcli import __version__
-from stabcli.cli.options import ReportFormat, jobs_option, scheduler_option, seed_option
+from stabcli.cli.options import (
+    CorpusFormat,
+    ItemCol,
+    MinRating,
+    RatingCol,
+    ReportFormat,
+    TimeCol,
+    UserCol,
+    jobs_option,
+    scheduler_option,
+    seed_option,
+)
 from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
 from stabcli.inputs.corpus import CorpusOptions
@@ -145,46 +156,15 @@ def pretrain_cmd(
     timeout: float | None = typer.Option(
         None, "--timeout", metavar="SECONDS", help="Seconds before a script run is killed [default: none]."
     ),
-    corpus_format: Literal["auto", "lines", "tagged", "movielens", "interactions"] = typer.Option(
-        "auto",
-        "--corpus-format",
-        metavar="FORMAT",
-        help="auto, lines, tagged, movielens or interactions (auto: "
-        "MovieLens names, doc2vec → tagged, a delimited table → interactions, else lines).",
-    ),
+    corpus_format: CorpusFormat = "auto",
     encoding: str = typer.Option(
         "utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides)."
     ),
-    user_col: str | None = typer.Option(
-        None,
-        "--user-col",
-        metavar="COL",
-        help="Tables: user column, header name or 0-based position "
-        "[default: a user/userId/uid… header, else column 0].",
-    ),
-    item_col: str | None = typer.Option(
-        None,
-        "--item-col",
-        metavar="COL",
-        help="Tables: item column, name or position [default: an item/itemId/movieId… header, else column 1].",
-    ),
-    time_col: str | None = typer.Option(
-        None,
-        "--time-col",
-        metavar="COL",
-        help="Tables: column ordering each user's items "
-        "[default: a timestamp/ts/time… header; no header: column 3 in the "
-        "MovieLens layout, else file order; none: file order].",
-    ),
-    rating_col: str | None = typer.Option(
-        None,
-        "--rating-col",
-        metavar="COL",
-        help="Tables: rating column for --min-rating [default: a rating/score… header; MovieLens layout: column 2].",
-    ),
-    min_rating: float | None = typer.Option(
-        None, "--min-rating", metavar="RATING", help="Tables: keep ratings >= this [default: keep all]."
-    ),
+    user_col: UserCol = None,
+    item_col: ItemCol = None,
+    time_col: TimeCol = None,
+    rating_col: RatingCol = None,
+    min_rating: MinRating = None,
     fmt: ReportFormat = "table",
 ) -> None:
     """Train N independent runs of an embedding into a run set.

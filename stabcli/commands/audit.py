@@ -29,6 +29,7 @@ from stabcli.reports.audit_report import (
     EpochRow,
     Histogram,
     InputSection,
+    NextItemSection,
     PairSpread,
     Quantiles,
     RepresentationSection,
@@ -40,6 +41,7 @@ from stabcli.runset import RunSet, is_runset
 
 if TYPE_CHECKING:  # downstream imports scikit-learn (seconds); only an audit with labels needs it
     from stabcli.measure.downstream import DownstreamOptions
+    from stabcli.measure.downstream.nextitem import NextItemOptions
 
 HISTOGRAM_BINS = 10
 
@@ -487,9 +489,11 @@ def build_report(
     key_names: Mapping[str, str] | None = None,
     per_key: bool = False,
     on_warning: Callable[[str], None] | None = None,
+    next_item: NextItemOptions | None = None,
 ) -> AuditReport:
     """The whole audit report; ``downstream`` (label options) adds the downstream section,
-    ``checks`` (expressions) its check results, ``per_key`` the per-key displacement."""
+    ``next_item`` (interaction options) the next-item section, ``checks`` (expressions) its
+    check results, ``per_key`` the per-key displacement."""
     step = on_step or (lambda _: None)
     for expression in checks:
         parse_check(expression)  # a malformed expression fails before any work
@@ -499,6 +503,11 @@ def build_report(
         from stabcli.measure.downstream import plan_downstream
 
         plan = plan_downstream(downstream, runs.keys, len(runs.arrays), runs.dim, on_warning)
+    planned = None
+    if next_item:  # the interactions are read and split before the Gram pass too
+        from stabcli.measure.downstream.nextitem import plan_next_item
+
+        planned = plan_next_item(next_item, runs.keys, len(runs.arrays), runs.dim)
     given_anchor = read_anchor(options.eis_anchor, runs, options.normalize) if options.eis_anchor else None
     frame = _frame(runs, options, step)
     labelled = flips = None
@@ -517,6 +526,12 @@ def build_report(
             frequency=_frequencies(runs),
         )
         labelled = DownstreamSection.from_dict(raw)
+    recommended = None
+    if next_item:
+        from stabcli.measure.downstream.nextitem import next_item_report
+
+        section = next_item_report(frame.arrays, runs.keys, frame.rotations, next_item, runs.names, step, planned)
+        recommended = NextItemSection.from_dict(section)
     representation, stats = representation_report(runs, frame, options, step, key_names, per_key)
     step("EIS, weighted eigenspace overlap, debiased CKA")
     representation = replace(representation, **spectral_fields(runs, frame, options, given_anchor))
@@ -536,6 +551,7 @@ def build_report(
         representation=representation,
         training=training_report(runs, options),
         downstream=labelled,
+        next_item=recommended,
         key_stats=stats,
         downstream_keys=flips,
     )
@@ -555,16 +571,22 @@ def _finite(value: float) -> float | None:
 # ---------------------------------------------------------------- CI checks
 
 
-def validate_checks(expressions: Sequence[str], labels: bool) -> list[tuple[str, str, float]]:
+def validate_checks(
+    expressions: Sequence[str], labels: bool, interactions: bool = False
+) -> list[tuple[str, str, float]]:
     """Parse every expression and resolve its path against the report's types, before any
-    input is read: a typo or a ``downstream`` path without ``--labels`` fails at once."""
-    return schema.validate_checks(
-        AuditReport,
-        expressions,
-        lambda path: (
-            "the downstream section needs --labels FILE" if path.split(".")[0] == "downstream" and not labels else None
-        ),
-    )
+    input is read: a typo, a ``downstream`` path without ``--labels`` or a ``next_item`` path
+    without ``--interactions`` fails at once."""
+
+    def needs(path: str) -> str | None:
+        section = path.split(".")[0]
+        if section == "downstream" and not labels:
+            return "the downstream section needs --labels FILE"
+        if section == "next_item" and not interactions:
+            return "the next_item section needs --interactions FILE"
+        return None
+
+    return schema.validate_checks(AuditReport, expressions, needs)
 
 
 def resolve(report: Any, path: str) -> float | None:

@@ -331,12 +331,69 @@ class DownstreamSection:
 
 
 @dataclass(frozen=True)
+class NextItemAtK:
+    recall_mean: float = doc("Recall@K: share of users whose held-out item is in the top K, mean over runs")
+    recall_std: float | None = doc("its std over runs (ddof=1; null for one run)")
+    recall_by_run: list[float] = doc("per run")
+    ndcg_mean: float = doc("NDCG@K: mean of 1/log2(1 + rank) of the held-out item (0 outside the top K)")
+    ndcg_std: float | None = doc("its std over runs (ddof=1; null for one run)")
+    ndcg_by_run: list[float] = doc("per run")
+    jaccard: float | None = doc(
+        "list churn: Jaccard overlap of a user's two top-K lists, mean over users and run pairs"
+    )
+    rbo: float | None = doc("rank-biased overlap (p = rbo_p) of the same lists, truncated at K and normalized")
+    jaccard_chance: float = doc("the Jaccard overlap of two unrelated top-K lists (hypergeometric)")
+    rbo_chance: float = doc("the rank-biased overlap of two unrelated rankings")
+    stale_recall_raw: float | None = doc(
+        "h only: the reference run's user profiles against the other runs' raw item vectors, mean Recall@K"
+    )
+    stale_recall_aligned: float | None = doc("the same against item vectors rotated into the reference frame")
+    stale_ndcg_raw: float | None = doc("h only: the same in NDCG@K, raw")
+    stale_ndcg_aligned: float | None = doc("the same in NDCG@K, aligned")
+
+
+@dataclass(frozen=True)
+class NextItemSection:
+    interactions: str = doc("the `--interactions` file")
+    corpus: dict[str, Any] = doc("how it was read (pretrain's corpus summary: format, delimiter, columns, …)")
+    users: int = doc("users in the file")
+    evaluable_users: int = doc("users with a held-out item and a history that have vectors")
+    evaluated_users: int = doc("users scored (a seeded sample of `--users` when more are evaluable)")
+    sampled: bool = doc("whether the evaluated users are a sample")
+    user_seed: int = doc("seed of the user sample")
+    skipped_users: dict[str, int] = doc(
+        "users left out: `one_interaction`, `no_vector` (held-out or every history item), `repeat` (held-out "
+        "item already in the history)"
+    )
+    items: int = doc("items ranked (the runs' common keys)")
+    history_mean: float = doc("mean history length of the evaluated users")
+    k_list: list[int] = doc("`--k-list`")
+    rbo_p: float = doc("persistence p of the rank-biased overlap")
+    reference: str = doc("the run whose user profiles are used stale")
+    variants: dict[str, dict[str, dict[str, NextItemAtK]]] = doc(
+        "variant → profile (`mean`, `last`) → K → metrics, e.g. `next_item.variants.h.mean.10.recall_mean`"
+    )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NextItemSection:
+        """The section from ``nextitem.next_item_report``'s dict."""
+        variants = {
+            name: {kind: {k: NextItemAtK(**m) for k, m in per_k.items()} for kind, per_k in by_kind.items()}
+            for name, by_kind in data["variants"].items()
+        }
+        return cls(**{**data, "variants": variants})
+
+
+@dataclass(frozen=True)
 class AuditReport:
     stabcli_version: str = doc("version that wrote the report")
     input: InputSection = doc("what was compared")
     representation: RepresentationSection = doc("stability of the vectors themselves")
     training: TrainingSection = doc("training losses and per-epoch stability (run sets only)")
     downstream: DownstreamSection | None = doc("downstream fluctuation across runs; null without `--labels`")
+    next_item: NextItemSection | None = doc(
+        "next-item recommendation across runs; null without `--interactions`", default=None
+    )
     checks: list[Check] = doc("the `--check` results, in the order given", default_factory=list)
     passed: bool = doc("true when every check passed (true without checks)", default=True)
     downstream_keys: Any = doc(

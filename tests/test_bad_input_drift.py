@@ -188,7 +188,7 @@ CASES = {
             "--model",
             "forest",
         ],
-        "'--model': 'forest' is not one of 'logreg', 'knn', 'ridge'",
+        "--model: 'forest' is not one of logreg, knn, ridge, gbdt, mlp or module:Class",
     ),
     "model without labels": (lambda t: [*base(t), "--model", "ridge"], "--model only apply with --labels"),
     "task without labels": (lambda t: [*base(t), "--task", "regression"], "--task only apply with --labels"),

@@ -21,6 +21,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from stabcli import __version__
 from stabcli.errors import MESSAGE_LIMIT, Interrupted, OptionError, StabcliError, UsageError, one_line, shorten
+from stabcli.fs.atomic import cannot_write
 from stabcli.inputs.corpus import CorpusOptions
 from stabcli.inputs.embeddings import ReadOptions
 from stabcli.inputs.textfile import check_encoding
@@ -144,7 +145,13 @@ class _Group(_ReadableHelp, TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
         previous = _handle_stop_signals()
         try:
-            return super().invoke(ctx)
+            try:
+                result = super().invoke(ctx)
+            except typer.Exit:  # a failed check (exit 1) still has a report to deliver
+                STDOUT.flush()
+                raise
+            STDOUT.flush()  # a full device fails here, as one line, not at interpreter exit
+            return result
         except StabcliError as exc:
             if _debug_enabled(ctx):
                 raise
@@ -182,6 +189,34 @@ def _quiet_broken_pipe() -> None:
     raise SystemExit(EXIT_BROKEN_PIPE)
 
 
+class _Stdout:
+    """``sys.stdout`` (whatever it is at the moment, for tests' captures), except that a write
+    that fails for any reason but a closed pipe (``> /dev/full``, a file-size limit) is a
+    ``WriteError`` naming stdout: one line and exit 2, never a traceback or exit 1."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stdout.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise cannot_write("stdout", exc) from None
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise cannot_write("stdout", exc) from None
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: rich asks
+        return getattr(sys.stdout, name)
+
+
+STDOUT = _Stdout()
+
+
 class _Console(Console):
     """rich's console, but a closed pipe ends stabcli with ``EXIT_BROKEN_PIPE``, not 1 (the
     code of a failed check)."""
@@ -203,7 +238,7 @@ def _console(stream: Any, stderr: bool = False) -> Console:
         width = None  # rich asks the terminal
     else:
         width = PIPE_WIDTH
-    return plain_console(_Console, stderr=stderr, width=width)
+    return plain_console(_Console, stderr=stderr, width=width, file=None if stderr else STDOUT)
 
 
 PIPE_WIDTH = 10_000
@@ -313,7 +348,7 @@ def _report_pretrain(result: PretrainResult, fmt: str) -> None:
             "runs": [r.__dict__ for r in result.runs],
             "failed": len(result.failed),
         }
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        STDOUT.write(json.dumps(payload, indent=2) + "\n")
     else:
         out.print(_summary_table(result))
         if result.corpus:
@@ -619,8 +654,8 @@ def _audit_and_render(
         frame,
     )
     if fmt == "json":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        STDOUT.write(text)
+        STDOUT.flush()
     else:
         render_terminal(report, out)
     return report
@@ -1329,8 +1364,8 @@ def drift_cmd(
         lambda: table.frame(compact=per_key_csv),
     )
     if fmt == "json":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        STDOUT.write(text)
+        STDOUT.flush()
     else:
         render_terminal(report, out)
     if not report.passed:

@@ -318,11 +318,7 @@ def _report_pretrain(result: PretrainResult, fmt: str) -> None:
         out.print(_summary_table(result))
         if result.corpus:
             c = result.corpus
-            out.print(
-                f"corpus read as {c['format']}: {c['sequences']:,} sequences, {c['tokens']:,} tokens, "
-                f"{c['distinct_keys']:,} distinct keys",
-                highlight=False,
-            )
+            out.print(f"corpus read as {c['description']}", highlight=False)
     for r in result.failed:
         print_line(err, "failed:", "bold red", shorten(one_line(r.error or ""), MESSAGE_LIMIT))
     if result.failed:
@@ -578,7 +574,7 @@ def _audit_and_render(
     if read is not None and read.keys_file is not None:
         plan.add_input(read.keys_file)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
-    names = read_key_names(key_names, encoding or "utf-8") if key_names else None
+    names = read_key_names(key_names, encoding) if key_names else None
 
     def warn(msg: str) -> None:
         print_line(err, "warning:", "yellow", shorten(one_line(msg), MESSAGE_LIMIT))
@@ -1216,8 +1212,12 @@ def drift_cmd(
     model: str | None = MODEL_OPTION,
     test_size: float = TEST_SIZE_OPTION,
     split_seed: int = SPLIT_SEED_OPTION,
-    encoding: str = typer.Option(
-        "utf-8", "--encoding", metavar="ENCODING", help="Text encoding of --labels and --key-names."
+    encoding: str | None = typer.Option(
+        None,
+        "--encoding",
+        metavar="ENCODING",
+        help="Text encoding of --labels and --key-names [default: utf-8; latin-1 for MovieLens u.item and "
+        "movies.dat; a byte-order mark decides].",
     ),
     per_key: Path | None = typer.Option(
         None, "--per-key", metavar="FILE", help="Every key's measures, noise band and verdict (.csv, .tsv or .parquet)."

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stabcli.errors import UsageError
-from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow
+from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow, PairSpread
 from stabcli.reports.text import literal, md_code, md_text
 
 _BARS = " ▁▂▃▄▅▆▇█"
@@ -96,7 +96,41 @@ def metric_rows(report: AuditReport) -> list[tuple[str, str, str]]:
         ("linear CKA", _num(rep.cka, 4), "1 = same representation up to rotation and scale"),
         ("eigenspace overlap", _num(rep.eigenspace_overlap, 4), "overlap of left singular spaces; 1 = same span"),
         ("semantic displacement", _num(rep.semantic_displacement, 3), "mean cosine distance after pairwise Procrustes"),
+        *spectral_rows(report),
     ]
+
+
+def spread_text(spread: PairSpread | None, digits: int = 4) -> str:
+    """``mean ± std`` over run pairs (the mean alone for one pair)."""
+    if spread is None or spread.mean is None:
+        return "n/a"
+    return _num(spread.mean, digits) + ("" if spread.std is None else f" ± {_num(spread.std, 2)}")
+
+
+def spectral_rows(report: AuditReport) -> list[tuple[str, str, str]]:
+    """EIS, weighted eigenspace overlap and debiased CKA rows (absent from older reports)."""
+    rep = report.representation
+    if rep.eis is None:
+        return []
+    anchor = "the runs' consensus" if rep.eis_anchor == "consensus" else "the --eis-anchor embedding"
+    rows = [
+        (
+            "EIS",
+            spread_text(rep.eis),
+            f"eigenspace instability vs {anchor} (alpha = {_num(rep.eis_alpha, 3)}); 0 = same span, mean ± std over pairs",
+        ),
+    ]
+    if rep.weighted_eigenspace_overlap is not None:
+        rows.append(
+            (
+                "weighted eigenspace overlap",
+                spread_text(rep.weighted_eigenspace_overlap),
+                "overlap of singular spaces weighted by the spectrum; 1 = same span",
+            )
+        )
+    if rep.cka_debiased is not None:
+        rows.append(("debiased CKA", spread_text(rep.cka_debiased), "unbiased HSIC: ≈ 0 for unrelated runs at any n"))
+    return rows
 
 
 def sparkline(counts: list[int]) -> str:

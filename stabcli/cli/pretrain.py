@@ -84,11 +84,7 @@ def report_pretrain(result: PretrainResult, fmt: str) -> None:
         out.print(_summary_table(result))
         if result.corpus:
             c = result.corpus
-            out.print(
-                f"corpus read as {c['format']}: {c['sequences']:,} sequences, {c['tokens']:,} tokens, "
-                f"{c['distinct_keys']:,} distinct keys",
-                highlight=False,
-            )
+            out.print(f"corpus read as {c['description']}", highlight=False)
     for r in result.failed:
         print_line(err, "failed:", "bold red", shorten(one_line(r.error or ""), MESSAGE_LIMIT))
     if result.failed:

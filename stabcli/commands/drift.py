@@ -192,7 +192,7 @@ def _cover(emb: Embedding, keys: list[str], noise: Path) -> np.ndarray | None:
     return rows
 
 
-def read_key_names(path: str | Path, known: set[str], encoding: str = "utf-8") -> dict[str, str]:
+def read_key_names(path: str | Path, known: set[str], encoding: str | None = None) -> dict[str, str]:
     """Display names (``keytable.read_key_names``, the reader audit uses: ``key,name`` or
     ``key<TAB>name``, MovieLens ``u.item`` / ``movies.dat`` / ``movies.csv``); InputError when
     none of its keys is a compared key."""

@@ -123,4 +123,3 @@ def test_generalized_procrustes_reaches_the_direct_iteration():
     got = [h @ q for h, q in zip(runs, rotations, strict=False)]
     np.testing.assert_allclose(np.mean(got, axis=0), np.mean(aligned, axis=0), atol=1e-6)
     assert 1 <= iterations < 500
-

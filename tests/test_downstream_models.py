@@ -8,9 +8,10 @@ from sklearn.model_selection import train_test_split
 from sklearn.multiclass import OneVsRestClassifier
 
 from stabcli.errors import InputError, OptionError
+from stabcli.measure.align import generalized_procrustes
 from stabcli.measure.downstream import DownstreamOptions, downstream_audit, make_model, parse_model_params
 from stabcli.measure.downstream.flips import flips_summary, frequency_bands, key_flips
-from stabcli.measure.metrics import generalized_procrustes, gram_blocks
+from stabcli.measure.metrics import gram_blocks
 
 N, D = 600, 8
 
@@ -158,7 +159,7 @@ def test_multilabel_metrics_equal_scikit_learn_on_the_same_predictions(tmp_path)
     keys = [f"k{i}" for i in range(N)]
     rotations, _ = generalized_procrustes(gram_blocks(arrays))
     options = DownstreamOptions(path, jobs=1, variants=["h"])
-    ds, flips = downstream_audit(arrays, keys, rotations, options, ["a", "b", "c"], on_warning=warnings.append)
+    ds, _ = downstream_audit(arrays, keys, rotations, options, ["a", "b", "c"], on_warning=warnings.append)
     assert ds["task"] == "multilabel" and ds["classes"] == 4 and any("multi-label" in w for w in warnings)
     labeled = np.flatnonzero(y.sum(axis=1) > 0)  # "(no genres listed)" is no label
     target = y[labeled]
@@ -239,7 +240,9 @@ def test_mean_flip_rate_is_the_churn_and_the_per_key_columns_cover_the_test_keys
         assert v["flips"]["flip_rate_mean"] == pytest.approx(v["churn"], abs=1e-12) and v["churn"] > 0
         assert len(v["flips"]["most_unstable"]) == 3
         values = [k["value"] for k in v["flips"]["most_unstable"]]
-        assert values == sorted(values, reverse=True) and values[0] == pytest.approx(flips.by_variant[name].flip_rate.max())
+        assert values == sorted(values, reverse=True) and values[0] == pytest.approx(
+            flips.by_variant[name].flip_rate.max()
+        )
     keys = [f"k{i}" for i in range(N)]
     columns = flips.columns(keys)
     assert set(columns) == {"flip_rate[h]", "flip_rate[aligned]"}

@@ -7,6 +7,7 @@ import pytest
 from scipy.stats import ortho_group
 
 from stabcli.errors import InputError, OptionError
+from stabcli.measure.align import generalized_procrustes
 from stabcli.measure.downstream.nextitem import (
     NextItemOptions,
     chance_overlap,
@@ -17,7 +18,7 @@ from stabcli.measure.downstream.nextitem import (
     profiles,
     top_k,
 )
-from stabcli.measure.metrics import generalized_procrustes, gram_blocks, unit_rows
+from stabcli.measure.metrics import gram_blocks, unit_rows
 
 
 def brute_force(items, history, target, kind, k):
@@ -36,9 +37,7 @@ def brute_force(items, history, target, kind, k):
 
 
 def sessions(n_users, n_items, rng, length=(2, 7)):
-    return [
-        [f"i{j}" for j in rng.choice(n_items, size=rng.integers(*length), replace=False)] for _ in range(n_users)
-    ]
+    return [[f"i{j}" for j in rng.choice(n_items, size=rng.integers(*length), replace=False)] for _ in range(n_users)]
 
 
 @pytest.mark.parametrize("kind", ["mean", "last"])

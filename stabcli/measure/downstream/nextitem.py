@@ -274,7 +274,7 @@ def next_item_report(
     planned: tuple[Holdout, list[Variant], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The ``next_item`` section of the audit report (schema in docs/json.md)."""
-    from stabcli.commands.featurize import draw_directions, fourier_features
+    from stabcli.measure.fourier import draw_directions, fourier_features
 
     step = on_step or (lambda _: None)
     R, dim = len(arrays), int(arrays[0].shape[1])

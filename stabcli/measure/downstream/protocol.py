@@ -27,7 +27,6 @@ from joblib import Parallel, delayed
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import accuracy_score, f1_score, mean_squared_error, r2_score
 
-from stabcli.commands.featurize import draw_directions, fourier_features
 from stabcli.errors import InputError, OptionError
 from stabcli.fs.resources import available_memory, human_bytes
 from stabcli.measure.downstream.flips import KeyFlips, PerKeyFlips, flips_summary, key_flips
@@ -35,6 +34,7 @@ from stabcli.measure.downstream.models import KNN_NEIGHBOURS, is_costly, make_mo
 from stabcli.measure.downstream.options import DownstreamOptions, Variant, parse_variants
 from stabcli.measure.downstream.recommend import recommend
 from stabcli.measure.downstream.targets import Targets, split, targets_for
+from stabcli.measure.fourier import draw_directions, fourier_features
 from stabcli.measure.metrics import peak, rescaled
 from stabcli.training.processes import cpu_count
 

@@ -189,7 +189,7 @@ def top_k(items: np.ndarray, users: np.ndarray, split: Holdout, k: int, block_by
         lo, hi = split.indptr[start], split.indptr[stop]
         rows = np.repeat(np.arange(stop - start), np.diff(split.indptr[start : stop + 1]))
         scores[rows, split.indices[lo:hi]] = -np.inf
-        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        part = np.argpartition(scores, n - k, axis=1)[:, n - k :]  # the k largest, unordered (no negated copy)
         chosen = np.take_along_axis(scores, part, axis=1)
         # best first; ties by item row, so equal scores give one order on every machine
         order = np.lexsort((part, -chosen), axis=1)

@@ -308,23 +308,10 @@ def _jobs(
 # ------------------------------------------------------------------ the audit section
 
 
-def downstream_report(
-    arrays: Sequence[np.ndarray],
-    keys: Sequence[str],
-    rotations: Sequence[np.ndarray],
-    options: DownstreamOptions,
-    run_names: Sequence[str],
-    on_step: Callable[[str], None] | None = None,
-    plan: Plan | None = None,
-    on_warning: Callable[[str], None] | None = None,
-    key_names: Mapping[str, str] | None = None,
-    frequency: np.ndarray | None = None,
-) -> dict[str, Any]:
-    """The ``downstream`` section of the audit report (schema in docs/json.md); the section of
-    ``downstream_audit``, without the per-key table."""
-    return downstream_audit(
-        arrays, keys, rotations, options, run_names, on_step, plan, on_warning, key_names, frequency
-    )[0]
+def downstream_report(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The ``downstream`` section of the audit report (schema in docs/json.md): the section of
+    ``downstream_audit`` (same arguments), without the per-key table."""
+    return downstream_audit(*args, **kwargs)[0]
 
 
 def downstream_audit(

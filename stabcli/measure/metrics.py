@@ -16,6 +16,8 @@ from itertools import combinations
 import numpy as np
 from scipy.linalg import orthogonal_procrustes
 
+from stabcli.measure.threads import small_linalg
+
 CHUNK_ELEMENTS = 1 << 22  # float64 elements per run-stacked chunk (32 MiB)
 
 
@@ -237,12 +239,14 @@ def _pip_loss_scaled(grams: Grams, r: int, s: int) -> float:
     return rescaled(math.sqrt(max(value, 0.0)), c)
 
 
+@small_linalg
 def pip_loss(grams: Grams, r: int, s: int) -> float:
     """PIP loss ``‖H_r H_rᵀ − H_s H_sᵀ‖_F`` (Yin & Shen 2018) via
     ``sqrt(‖H_rᵀH_r‖² + ‖H_sᵀH_s‖² − 2‖H_rᵀH_s‖²)``; inf when beyond float64's range."""
     return rescaled(_pip_loss_scaled(grams, r, s), grams.scale, 2)
 
 
+@small_linalg
 def relative_pip_loss(grams: Grams) -> float | None:
     """Mean PIP loss over run pairs divided by the mean ``‖H_r H_rᵀ‖_F`` over runs: scale
     invariant, so finite for any finite input; None when every run is zero."""
@@ -252,6 +256,7 @@ def relative_pip_loss(grams: Grams) -> float | None:
     return pip / norm if norm > 0 else None
 
 
+@small_linalg
 def linear_cka(grams: Grams, r: int, s: int) -> float:
     """Linear CKA on column-centred matrices: ``‖XᵀY‖_F² / (‖XᵀX‖_F ‖YᵀY‖_F)`` (Kornblith et al. 2019)."""
     blocks = grams.centered(r, r), grams.centered(s, s), grams.centered(r, s)
@@ -261,6 +266,7 @@ def linear_cka(grams: Grams, r: int, s: int) -> float:
     return float(frobenius_sq(rs) / denom) if denom > 0 else 0.0
 
 
+@small_linalg
 def _left_basis(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """From ``HᵀH = V Σ² Vᵀ``: (V, 1/Σ) restricted to numerically non-zero singular values,
     so that ``U = H V Σ⁻¹`` are the left singular vectors."""
@@ -269,6 +275,7 @@ def _left_basis(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return eigvec[:, keep], 1.0 / np.sqrt(eigval[keep])
 
 
+@small_linalg
 def eigenspace_overlap(grams: Grams, r: int, s: int) -> float:
     """Eigenspace overlap ``‖UᵀŨ‖_F² / max(d, d̃)`` with U, Ũ the left singular vectors
     (May et al. 2019, anchor-stability); computed as ``Σ_r⁻¹ V_rᵀ G_rs V_s Σ_s⁻¹``."""
@@ -281,6 +288,7 @@ def eigenspace_overlap(grams: Grams, r: int, s: int) -> float:
     return frobenius_sq(cross) / max(len(inv_r), len(inv_s))
 
 
+@small_linalg
 def procrustes_rotation(cross: np.ndarray) -> np.ndarray:
     """Orthogonal Q minimizing ``‖H Q − M‖_F`` given only ``cross = Hᵀ M`` (d×d).
 
@@ -291,6 +299,7 @@ def procrustes_rotation(cross: np.ndarray) -> np.ndarray:
     return rotation
 
 
+@small_linalg
 def generalized_procrustes(grams: Grams, max_iter: int = 100, tol: float = 1e-7) -> tuple[list[np.ndarray], int]:
     """Rotations aligning every run to their consensus (generalized orthogonal Procrustes).
 
@@ -324,13 +333,17 @@ def semantic_displacement(runs: Sequence[np.ndarray], grams: Grams) -> float:
     after orthogonal Procrustes of run s onto run r (Hamilton et al. 2016, HistWords)."""
     pairs = list(combinations(range(len(runs)), 2))
     rotations = {(r, s): procrustes_rotation(grams.G[s, r]) for r, s in pairs}
-    total = 0.0
+    # Σ_i u_r(i)·(u_s(i) Q) = tr(U_rᵀ U_s Q) for the unit rows U: the cross-Gram blocks of the
+    # unit rows (one symmetric product per chunk) replace a row-by-row product per run pair
+    R, d = len(runs), runs[0].shape[1]
+    joint = np.zeros((R * d, R * d))
     for _, stack in _chunks(runs):
         units = unit_rows(stack)  # cosines are per-row scale invariant: safe for any finite magnitude
-        for r, s in pairs:
-            cos = np.einsum("cd,cd->c", units[r], units[s] @ rotations[r, s])
-            total += float((1.0 - cos).sum())
-    return total / (len(pairs) * runs[0].shape[0])
+        wide = np.ascontiguousarray(units.transpose(1, 0, 2)).reshape(-1, R * d)
+        joint += wide.T @ wide
+    unit_grams = joint.reshape(R, d, R, d)
+    cosines = sum(float(np.einsum("ab,ba->", unit_grams[r, :, s, :], rotations[r, s])) for r, s in pairs)
+    return 1.0 - cosines / (len(pairs) * runs[0].shape[0])
 
 
 def sample_pairs(n: int, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@
   the child's anonymous resident memory (``RssAnon`` in /proc/PID/status, sampled every
   50 ms: the page cache of the mapped inputs is not in it) at its peak, and its time.
 
+``BENCH_STABCLI=DIR`` times the ``stabcli`` package of another checkout (before/after).
 The machine's load average (``os.getloadavg``) is recorded before each measurement:
 numbers from a shared machine carry it. Writes benchmarks/results/load.json.
 """
@@ -35,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_audit import make_runset  # noqa: E402  (the same synthetic run sets)
+
+CODE = Path(os.environ.get("BENCH_STABCLI", ROOT))  # the checkout whose stabcli the children run
 
 FLOOR = r"""
 import sys, time, numpy as np
@@ -60,7 +63,7 @@ def audit_argv(root: Path) -> list[str]:
 def timed(argv: list[str], env: dict[str, str] | None = None, sample_anon: bool = False) -> tuple[float, int]:
     """Wall seconds of a child process and (with ``sample_anon``) its peak RssAnon in bytes."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=CODE, env=env)
     peak = 0
     if sample_anon:
         while proc.poll() is None:

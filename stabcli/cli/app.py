@@ -560,10 +560,11 @@ def _audit_and_render(
     encoding: str | None = None,
     force: bool = False,
     read: ReadOptions | None = None,
+    frequencies: Path | None = None,
 ) -> AuditReport:
     """Validate, load, compute, write every requested rendering; returns the report."""
     from stabcli.commands.audit import build_report, load_runs, validate_checks
-    from stabcli.inputs.keytable import per_key_format, per_key_frame, read_key_names
+    from stabcli.inputs.keytable import per_key_format, per_key_frame, read_frequencies, read_key_names
     from stabcli.reports.audit_render import render_markdown, render_terminal, require_plots, write_plots
     from stabcli.reports.schema import dumps
 
@@ -575,8 +576,11 @@ def _audit_and_render(
     plan = _report_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
     if read is not None and read.keys_file is not None:
         plan.add_input(read.keys_file)
+    if frequencies is not None:
+        plan.add_input(frequencies)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
     names = read_key_names(key_names, encoding or "utf-8") if key_names else None
+    counts = read_frequencies(frequencies, encoding or "utf-8") if frequencies else None
 
     def warn(msg: str) -> None:
         err.print(f"[yellow]warning:[/] {escape(one_line(msg))}", highlight=False, soft_wrap=True)
@@ -592,6 +596,7 @@ def _audit_and_render(
             key_names=names,
             per_key=per_key is not None,
             on_warning=warn,
+            frequencies=counts,
         )
     text = dumps(report)
 
@@ -704,11 +709,29 @@ def audit(
         10_000, "--pairs", min=1, metavar="N", help="Key pairs sampled for the inner-product noise share."
     ),
     knn_k: int = typer.Option(10, "--knn-k", min=1, metavar="K", help="Neighbours per query for k-NN overlap."),
-    knn_queries: int = typer.Option(
-        1_000, "--knn-queries", min=1, metavar="N", help="Sampled query keys for k-NN overlap."
+    knn_queries: int | None = typer.Option(
+        None,
+        "--knn-queries",
+        min=1,
+        metavar="N",
+        help="Sampled query keys for k-NN overlap [default: every key up to 10,000 keys, else 1,000].",
     ),
     seed: int = typer.Option(0, "--seed", min=0, metavar="SEED", help="Seed for the sampled pairs and queries."),
-    top: int = typer.Option(20, "--top", min=0, metavar="N", help="Least stable keys to list."),
+    top: int = typer.Option(20, "--top", min=0, metavar="N", help="Least stable keys to list (lowest k-NN overlap)."),
+    min_frequency: int | None = typer.Option(
+        None,
+        "--min-frequency",
+        min=1,
+        metavar="N",
+        help="List only keys that occur at least N times in the training corpus (needs frequencies).",
+    ),
+    frequencies: Path | None = typer.Option(
+        None,
+        "--frequencies",
+        metavar="FILE",
+        help="Key and count per line (tab, comma or space separated): the stability-by-frequency table "
+        "for inputs without recorded counts [default: the run set's key_counts.txt].",
+    ),
     check: list[str] = typer.Option(
         [],
         "--check",
@@ -821,7 +844,15 @@ def audit(
     if encoding is not None:
         check_encoding("encoding", encoding)
     read = ReadOptions(input_format, trust_pickle, keys)
-    options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
+    options = AuditOptions(
+        normalize=normalize,
+        pairs=pairs,
+        knn_k=knn_k,
+        knn_queries=knn_queries,
+        seed=seed,
+        top=top,
+        min_frequency=min_frequency,
+    )
     downstream = None
     if labels is None:
         given = {
@@ -874,6 +905,7 @@ def audit(
             encoding,
             force,
             read,
+            frequencies,
         )
     if not report.passed:
         raise typer.Exit(EXIT_FAILED_CHECK)

@@ -51,7 +51,7 @@ from stabcli.measure.fourier import (
     rahimi_recht_dimension,
 )
 from stabcli.measure.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
-from stabcli.runset.store import KEY_COUNTS, KEYS, MANIFEST, RunSet, is_runset
+from stabcli.runset.store import CORPUS_COUNTS, KEY_COUNTS, KEYS, MANIFEST, RunSet, is_runset
 
 DEFAULT_DIM = 128
 SIDECAR_SUFFIX = ".featurize.json"
@@ -523,7 +523,7 @@ def _featurize_runset(
     on_run: Callable[[str], None] | None,
 ) -> None:
     """Write the featurized run set into ``building`` (the output's temporary directory)."""
-    for name in (KEYS, KEY_COUNTS):
+    for name in (KEYS, KEY_COUNTS, CORPUS_COUNTS):
         if (runset.root / name).is_file():
             shutil.copyfile(runset.root / name, building / name)
     for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments, strict=True):

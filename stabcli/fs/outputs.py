@@ -63,7 +63,7 @@ def runset_owned(rel: PurePosixPath, is_dir: bool) -> bool:
     if len(parts) == 1:
         if is_dir:
             return bool(re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", top))
-        return top in ("stabcli.json", "keys.txt", "key_counts.txt", "stabcli.lock", ".corpus.txt")
+        return top in ("stabcli.json", "keys.txt", "key_counts.txt", "corpus_counts.tsv", "stabcli.lock", ".corpus.txt")
     if not re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", top):
         return False
     if len(parts) == 2:

@@ -34,7 +34,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -52,6 +52,7 @@ MANIFEST = "stabcli.json"
 KEYS = "keys.txt"
 LOCK = "stabcli.lock"
 KEY_COUNTS = "key_counts.txt"  # per-key token counts of the training corpus, one per line in keys.txt order
+CORPUS_COUNTS = "corpus_counts.tsv"  # --script run sets: "count<TAB>key" for every key of the corpus stabcli parsed
 CORPUS_COPY = ".corpus.txt"
 VECTORS = "vectors.npy"
 LOSSES = "losses.json"
@@ -62,7 +63,7 @@ PROGRESS = "progress"  # epochs done so far, written by a training run into its 
 _RUN_RE = re.compile(r"^run-(\d{3,})$")
 _PARTIAL_RE = re.compile(r"^\.run-(\d{3,})\.partial(-[0-9a-z]+)?$")
 _FAILED_RE = re.compile(r"^run-(\d{3,})\.failed$")
-_TOP_FILES = {MANIFEST, KEYS, KEY_COUNTS, CORPUS_COPY}
+_TOP_FILES = {MANIFEST, KEYS, KEY_COUNTS, CORPUS_COUNTS, CORPUS_COPY}
 
 
 # ---------------------------------------------------------------- layout
@@ -347,10 +348,11 @@ class RunSet:
 
     def key_counts(self) -> dict[str, int] | None:
         """Training frequency of every key (``key_counts.txt`` beside ``keys.txt``), or None
-        when the run set does not record it (script runs, older run sets)."""
+        when the run set does not record it (older run sets). A ``--script`` run set records
+        the counts of every key of its corpus (``corpus_counts.tsv``) instead."""
         path = self.root / KEY_COUNTS
         if not path.is_file():
-            return None
+            return self._corpus_counts()
         keys = read_keys(self.root / KEYS)
         try:
             counts = [int(line) for line in path.read_text(encoding="utf-8").split()]
@@ -359,6 +361,19 @@ class RunSet:
         if len(counts) != len(keys) or any(c < 0 for c in counts):
             raise InputError(f"{path}: {len(counts)} counts for {len(keys)} keys in {self.root / KEYS}")
         return dict(zip(keys, counts, strict=False))
+
+    def _corpus_counts(self) -> dict[str, int] | None:
+        path = self.root / CORPUS_COUNTS
+        if not path.is_file():
+            return None
+        counts = {}
+        try:
+            for line in path.read_text(encoding="utf-8").splitlines():
+                count, key = line.split("\t", 1)
+                counts[key] = int(count)
+        except (UnicodeDecodeError, ValueError):
+            raise InputError(f"{path}: expected 'count<TAB>key' lines") from None
+        return counts
 
     def checkpoints(self, index: int) -> list[Path]:
         """Per-epoch snapshot files of run ``index``, in epoch order."""
@@ -511,6 +526,10 @@ class RunSetWriter:
         write_text_atomic(self.root / KEYS, keys_text(list(keys)))
         if counts is not None:
             write_text_atomic(self.root / KEY_COUNTS, "".join(f"{c}\n" for c in counts))
+
+    def write_corpus_counts(self, counts: Mapping[str, int]) -> None:
+        """Every corpus key's count (``--script`` run sets, whose runs bring their own keys)."""
+        write_text_atomic(self.root / CORPUS_COUNTS, "".join(f"{c}\t{k}\n" for k, c in counts.items()))
 
     def write_corpus_copy(self, data: bytes) -> Path:
         """The prepared corpus every run reads: written once atomically, never rewritten

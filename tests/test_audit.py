@@ -344,7 +344,7 @@ def test_pairwise_measures_report_their_spread_over_run_pairs(tmp_path):
     report = build_report(load_runs(files(tmp_path, runs)), replace(SMALL, knn_queries=None))
     rep = report.representation
     spreads = rep.by_pair
-    assert spreads.pairs == 6
+    assert spreads.cka.pairs == 6
     arrays = [np.asarray(r, dtype=np.float32) for r in runs]
     grams = metrics.gram_blocks(arrays)
     for name, values in (
@@ -361,7 +361,7 @@ def test_pairwise_measures_report_their_spread_over_run_pairs(tmp_path):
         assert spread.min < spread.max
         assert spread.min <= getattr(rep, name) <= spread.max
     data = to_json(report)["representation"]["by_pair"]
-    assert set(data["cka"]) == {"min", "median", "max"}
+    assert set(data["cka"]) == {"mean", "std", "min", "median", "max", "pairs"}
 
 
 # ---------------------------------------------------------------- stability by frequency

@@ -38,21 +38,23 @@ class Histogram:
 
 
 @dataclass(frozen=True)
-class Spread:
-    min: float | None = doc("smallest value over run pairs (null beyond float64's range)")
+class PairSpread:
+    mean: float | None = doc("mean over run pairs (null when no pair gives a finite value)")
+    std: float | None = doc("standard deviation over run pairs (ddof=1; null for a single pair)")
+    min: float | None = doc("smallest value over run pairs")
     median: float | None = doc("median over run pairs")
     max: float | None = doc("largest value over run pairs")
+    pairs: int = doc("run pairs with a finite value")
 
 
 @dataclass(frozen=True)
-class PairSpreads:
-    pairs: int = doc("run pairs R(R−1)/2 the spreads are taken over")
-    knn_overlap: Spread = doc("k-NN overlap@k of each run pair (mean over the queries)")
-    cka: Spread = doc("linear CKA of each run pair")
-    eigenspace_overlap: Spread = doc("eigenspace overlap of each run pair")
-    pip_loss: Spread = doc("PIP loss of each run pair")
-    pip_loss_relative: Spread = doc("PIP loss of each run pair divided by the mean ‖HHᵀ‖_F")
-    semantic_displacement: Spread = doc("mean cosine distance after Procrustes, of each run pair")
+class ByPair:
+    knn_overlap: PairSpread = doc("k-NN overlap@k of each run pair (mean over the queries)")
+    cka: PairSpread = doc("linear CKA of each run pair")
+    eigenspace_overlap: PairSpread = doc("eigenspace overlap of each run pair")
+    pip_loss: PairSpread = doc("PIP loss of each run pair")
+    pip_loss_relative: PairSpread = doc("PIP loss of each run pair divided by the mean ‖HHᵀ‖_F")
+    semantic_displacement: PairSpread = doc("mean cosine distance after Procrustes, of each run pair")
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ class RepresentationSection:
     cka: float = doc("mean linear CKA over run pairs")
     eigenspace_overlap: float = doc("mean eigenspace overlap over run pairs")
     semantic_displacement: float = doc("mean cosine distance after pairwise Procrustes")
-    by_pair: PairSpreads = doc("min / median / max over run pairs of every pairwise measure")
+    by_pair: ByPair = doc("min / median / max over run pairs of every pairwise measure")
     least_stable: list[UnstableKey] = doc(
         "the `--top` keys of lowest k-NN overlap (ties: highest relative instability), least stable first"
     )
@@ -140,6 +142,25 @@ class RepresentationSection:
     )
     by_frequency: list[FrequencyBand] = doc(
         "stability per frequency band (empty without frequencies)", default_factory=list
+    )
+    eis: PairSpread | None = doc(
+        "eigenspace instability score (Leszczynski et al. 2020) over run pairs: 0 = the runs span the same "
+        "space weighted by the anchor's spectrum, 1 = orthogonal spans",
+        default=None,
+    )
+    eis_alpha: float | None = doc("`--eis-alpha`, the exponent alpha of the anchor's spectrum", default=None)
+    eis_anchor: str | None = doc(
+        "`consensus` (the runs' generalized-Procrustes mean) or the `--eis-anchor` file", default=None
+    )
+    eis_keys: int | None = doc("keys EIS was computed on (the common keys the anchor has)", default=None)
+    weighted_eigenspace_overlap: PairSpread | None = doc(
+        "‖U_rᵀU_s S_s‖²/tr(S_s²) over ordered run pairs (anchor-stability's weighted eigen_overlap, exp 1, "
+        "normalized); 1 = same span",
+        default=None,
+    )
+    cka_debiased: PairSpread | None = doc(
+        "debiased linear CKA (unbiased HSIC, Song et al. 2012) over run pairs: near 0 for unrelated runs at any n",
+        default=None,
     )
 
 

@@ -87,8 +87,9 @@ def metric_rows(report: AuditReport) -> list[tuple[str, str, str]]:
         (
             "noise share (coordinates)",
             _pct(rep.noise_share),
-            "share of coordinate energy that is run-to-run variance; 0 = identical runs, "
-            f"{pure_noise_text(report)} (runs turned by random rotations, ± 2 std)",
+            "run-to-run share of coordinate energy; 0 = identical runs; runs turned by random rotations give "
+            f"{_pct(rep.noise_share_independent)} ± {_pct(2 * rep.noise_share_independent_std)} (2 std)"
+            + ("; at the pure-noise level" if rep.at_pure_noise_level else ""),
         ),
         (
             "aligned noise share",

@@ -262,6 +262,7 @@ def test_audit_json_markdown_plots_and_step_summary(runset, tmp_path, monkeypatc
             "fig1b_loss_by_epoch.png",
             "fig1c_noise_by_epoch.png",
             "fig1d_coordinate_vs_inner_product.png",
+            "by_frequency.png",
         )
     ]
 

@@ -102,7 +102,7 @@ def audit_and_render(
     if frequencies is not None:
         plan.add_input(frequencies)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
-    names = read_key_names(key_names, encoding or "utf-8") if key_names else None
+    names = read_key_names(key_names, encoding) if key_names else None
     counts = read_frequencies(frequencies, encoding or "utf-8") if frequencies else None
 
     runs = load_runs(inputs, on_warning=warn, read=read)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -12,7 +11,7 @@ from rich.table import Table
 
 from stabcli import __version__
 from stabcli.cli.options import ReportFormat, jobs_option, scheduler_option, seed_option
-from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress
+from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress, write_json_stdout
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
 from stabcli.inputs.corpus import CorpusOptions
 from stabcli.reports.text import literal
@@ -80,7 +79,7 @@ def report_pretrain(result: PretrainResult, fmt: str) -> None:
             "runs": [r.__dict__ for r in result.runs],
             "failed": len(result.failed),
         }
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        write_json_stdout(json.dumps(payload, indent=2) + "\n")
     else:
         out.print(_summary_table(result))
         if result.corpus:

@@ -16,8 +16,8 @@ from itertools import combinations
 import numpy as np
 
 from stabcli.measure.align import rotation_from_cross
-from stabcli.measure.threads import small_linalg
 from stabcli.measure.numerics import CHUNK_ELEMENTS, block_scale, peak, row_chunks
+from stabcli.measure.threads import small_linalg
 
 # Values whose magnitude lies in [2^-SAFE_EXPONENT, 2^SAFE_EXPONENT] are used as they are:
 # their squares, and sums of up to 2^200 squares, stay normal float64 numbers. Every

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stabcli.environment import describe
 from stabcli.errors import UsageError
 from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow
 
@@ -204,6 +205,9 @@ def render_terminal(report: AuditReport, console: Console) -> None:
     rep, tr = report.representation, report.training
     console.print(Text(verdict(report), style="bold"), soft_wrap=True)
     console.print(input_line(report), highlight=False, soft_wrap=True)
+    environment = describe(report.input.environment)
+    if environment:
+        console.print(Text(environment, style="yellow"), soft_wrap=True)
 
     table = Table()
     table.add_column("metric")
@@ -367,6 +371,7 @@ def render_markdown(report: AuditReport) -> str:
         "",
         input_line(report, markdown=True),
         "",
+        *([f"**{describe(report.input.environment)}**", ""] if report.input.environment else []),
         "| metric | value | reading |",
         "| --- | ---: | --- |",
     ]

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stabcli.commands.drift import DriftReport, PerKey
+from stabcli.environment import describe
 from stabcli.reports.audit_render import _num, _pct, require_plots
 
 PLOT_NAMES = ("drift_vs_noise.png", "drift_distribution.png")
@@ -173,6 +174,9 @@ def render_terminal(report: DriftReport, console: Console) -> None:
         highlight=False,
         soft_wrap=True,
     )
+    environment = describe(inp.environment)
+    if environment:
+        console.print(Text(environment, style="yellow"), soft_wrap=True)
     table = Table(title="Drift", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right", no_wrap=True)
@@ -216,6 +220,7 @@ def render_markdown(report: DriftReport) -> str:
         f"`{inp.before}` → `{inp.after}`: {inp.keys_compared:,} keys × {inp.dim} dims"
         + (f"; noise: `{inp.noise}` ({inp.noise_runs} runs)" if inp.noise else ""),
         "",
+        *([f"**{describe(inp.environment)}**", ""] if inp.environment else []),
         "| measure | value | reading |",
         "| --- | ---: | --- |",
     ]

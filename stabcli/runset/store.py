@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from stabcli.environment import read_recorded
 from stabcli.errors import InputError, RunSetError, UsageError
 from stabcli.fs.atomic import atomic_path, is_temp_name, write_json_atomic, write_text_atomic
 from stabcli.inputs.embeddings import Embedding, keys_text, load_npy, read_keys, require_real_dtype
@@ -359,6 +360,12 @@ class RunSet:
         if len(counts) != len(keys) or any(c < 0 for c in counts):
             raise InputError(f"{path}: {len(counts)} counts for {len(keys)} keys in {self.root / KEYS}")
         return dict(zip(keys, counts, strict=False))
+
+    def environment(self, index: int) -> dict[str, str] | None:
+        """The environment run ``index`` was trained in (``stabcli.environment.capture`` in the
+        training process), or None when the manifest does not record one (older run sets)."""
+        entry = (self.manifest.get("runs") or {}).get(run_name(index))
+        return read_recorded(entry.get("environment")) if isinstance(entry, dict) else None
 
     def checkpoints(self, index: int) -> list[Path]:
         """Per-epoch snapshot files of run ``index``, in epoch order."""

@@ -369,7 +369,8 @@ def test_audit_names_the_runs_of_another_environment_and_is_silent_when_they_agr
         terminal.split()
     )
     cli(["audit", str(tmp_path / "rs"), "--markdown", str(tmp_path / "report.md")])
-    assert "**environment differs: gensim" in (tmp_path / "report.md").read_text()
+    assert "**environment differs" in (tmp_path / "report.md").read_text()
+    assert "4.3.3 (run-002, run-003)" in (tmp_path / "report.md").read_text()
 
 
 def agree_version() -> str:

@@ -29,7 +29,8 @@ from stabcli.measure import drift_stats as dm
 from stabcli.measure import metrics as m
 from stabcli.reports import schema
 from stabcli.reports.schema import Check, doc, to_json
-from stabcli.runset.store import RunSet, is_runset, run_name
+from stabcli.runset import RunSet, is_runset
+from stabcli.runset.layout import run_name
 
 if TYPE_CHECKING:
     from stabcli.measure.downstream import DownstreamOptions
@@ -159,6 +160,7 @@ def load_inputs(
                 f"{noise}: {len(arrays)} finished run(s); a noise band needs at least {minimum} "
                 f"({'BEFORE is one of them' if member else '4 when BEFORE is not one of them, 3 when it is'})"
             )
+        refuse_same_noise_runs(noise, [f"run-{i:03d}" for i in runset.runs], arrays)
         inputs.noise, inputs.noise_runs, inputs.before_in_noise = str(noise), arrays, member
         inputs.environments.update({f"noise/{run_name(i)}": runset.environment(i) for i in runset.runs})
         frequency_set = runset
@@ -180,6 +182,19 @@ def recorded_environment(path: Path, runset: RunSet | None, index: int | None) -
         return read_recorded(json.loads(sidecar.read_text(encoding="utf-8")).get("environment"))
     except (OSError, ValueError, AttributeError):  # no sidecar, or not one stabcli wrote: nothing recorded
         return None
+
+
+def refuse_same_noise_runs(noise: Path, names: list[str], arrays: list[np.ndarray]) -> None:
+    """InputError when two noise runs are identical or exact rotations of each other: their
+    noise band has zero width, and every key would look moved."""
+    from stabcli.measure.degenerate import describe_same, same_runs
+
+    pairs = same_runs(arrays)
+    if pairs:
+        raise InputError(
+            f"{noise}: {describe_same(pairs, names, len(arrays))}, so the noise band has zero width and "
+            "every key would look moved; train the noise runs with different seeds (a --script must use {seed})"
+        )
 
 
 def _noise_runset(noise: Path) -> RunSet:

@@ -17,7 +17,8 @@ from rich.text import Text
 
 from stabcli.environment import describe
 from stabcli.errors import UsageError
-from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow
+from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow, PairSpread
+from stabcli.reports.text import literal, md_code, md_text
 
 _BARS = " ▁▂▃▄▅▆▇█"
 PLOTS_INSTALL = "pip install 'stabcli[plots]'"
@@ -96,7 +97,41 @@ def metric_rows(report: AuditReport) -> list[tuple[str, str, str]]:
         ("linear CKA", _num(rep.cka, 4), "1 = same representation up to rotation and scale"),
         ("eigenspace overlap", _num(rep.eigenspace_overlap, 4), "overlap of left singular spaces; 1 = same span"),
         ("semantic displacement", _num(rep.semantic_displacement, 3), "mean cosine distance after pairwise Procrustes"),
+        *spectral_rows(report),
     ]
+
+
+def spread_text(spread: PairSpread | None, digits: int = 4) -> str:
+    """``mean ± std`` over run pairs (the mean alone for one pair)."""
+    if spread is None or spread.mean is None:
+        return "n/a"
+    return _num(spread.mean, digits) + ("" if spread.std is None else f" ± {_num(spread.std, 2)}")
+
+
+def spectral_rows(report: AuditReport) -> list[tuple[str, str, str]]:
+    """EIS, weighted eigenspace overlap and debiased CKA rows (absent from older reports)."""
+    rep = report.representation
+    if rep.eis is None:
+        return []
+    anchor = "the runs' consensus" if rep.eis_anchor == "consensus" else "the --eis-anchor embedding"
+    rows = [
+        (
+            "EIS",
+            spread_text(rep.eis),
+            f"eigenspace instability vs {anchor} (alpha = {_num(rep.eis_alpha, 3)}); 0 = same span, mean ± std over pairs",
+        ),
+    ]
+    if rep.weighted_eigenspace_overlap is not None:
+        rows.append(
+            (
+                "weighted eigenspace overlap",
+                spread_text(rep.weighted_eigenspace_overlap),
+                "overlap of singular spaces weighted by the spectrum; 1 = same span",
+            )
+        )
+    if rep.cka_debiased is not None:
+        rows.append(("debiased CKA", spread_text(rep.cka_debiased), "unbiased HSIC: ≈ 0 for unrelated runs at any n"))
+    return rows
 
 
 def sparkline(counts: list[int]) -> str:
@@ -178,7 +213,7 @@ def convergence_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
 
 def _print_titled(console: Console, title: str, table: Table) -> None:
     """The title on its own line (whole, never wrapped to the table's width), then the table."""
-    console.print(Text(title, style="italic"), soft_wrap=True)
+    console.print(literal(title, "italic"), soft_wrap=True)
     console.print(table)
 
 
@@ -197,17 +232,17 @@ def _rich_table(
 
 
 def _plain(cells: list[str]) -> list[Text]:
-    """Cells as literal text: a key like ``[b]`` is not rich markup."""
-    return [Text(cell) for cell in cells]
+    """Cells as literal text: a key like ``[b]`` or ``sku:new:35`` is not rich markup or an emoji code."""
+    return [literal(cell) for cell in cells]
 
 
 def render_terminal(report: AuditReport, console: Console) -> None:
     rep, tr = report.representation, report.training
-    console.print(Text(verdict(report), style="bold"), soft_wrap=True)
-    console.print(input_line(report), highlight=False, soft_wrap=True)
+    console.print(literal(verdict(report), "bold"), soft_wrap=True)
+    console.print(literal(input_line(report)), soft_wrap=True)
     environment = describe(report.input.environment)
     if environment:
-        console.print(Text(environment, style="yellow"), soft_wrap=True)
+        console.print(literal(environment, "yellow"), soft_wrap=True)
 
     table = Table()
     table.add_column("metric")
@@ -218,8 +253,9 @@ def render_terminal(report: AuditReport, console: Console) -> None:
     _print_titled(console, "Representation stability", table)
     hist = rep.noise_share_histogram
     console.print(
-        f"per-dimension noise share, 0 → 1: [bold]{sparkline(hist.counts)}[/]  counts {hist.counts}",
-        highlight=False,
+        Text.assemble(
+            "per-dimension noise share, 0 → 1: ", (sparkline(hist.counts), "bold"), f"  counts {hist.counts}"
+        ),
         soft_wrap=True,
     )
 
@@ -236,13 +272,14 @@ def render_terminal(report: AuditReport, console: Console) -> None:
         _print_titled(console, "Training convergence", _rich_table(headers, rows, right_from=0))
     if tr.final_loss_mean is not None:
         console.print(
-            f"final loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
-            f"CV {_num(tr.final_loss_cv, 3)}",
-            highlight=False,
+            literal(
+                f"final loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
+                f"CV {_num(tr.final_loss_cv, 3)}"
+            ),
             soft_wrap=True,
         )
     elif report.input.source is not None and not tr.reports_loss:
-        console.print(NO_LOSS, style="dim", highlight=False)
+        console.print(literal(NO_LOSS, "dim"))
     if report.downstream:
         render_downstream(report.downstream, console)
     render_checks(report, console)
@@ -260,8 +297,8 @@ def render_downstream(ds: DownstreamSection, console: Console) -> None:
         table.add_row(*_plain(row), style="bold green" if row[0] == chosen else None)
     console.print(table)
     for note in downstream_notes(ds):
-        console.print(note, style="yellow" if note.startswith("warning") else "dim", highlight=False, soft_wrap=True)
-    console.print(Text(f"recommendation: {ds.recommendation.reason}", style="bold"), soft_wrap=True)
+        console.print(literal(note, "yellow" if note.startswith("warning") else "dim"), soft_wrap=True)
+    console.print(literal(f"recommendation: {ds.recommendation.reason}", "bold"), soft_wrap=True)
 
 
 def _mean_std(entry: Any, metric: str) -> str:
@@ -339,7 +376,7 @@ def comparison_table(reports: dict[str, AuditReport]) -> Table:
     table = Table(title="Raw vs featurized, same runs", title_justify="left")
     table.add_column("metric")
     for name in reports:
-        table.add_column(name, justify="right")
+        table.add_column(literal(name), justify="right")
     for key, label, fmt in COMPARED:
         table.add_row(*_plain([label, *[fmt(getattr(r.representation, key)) for r in reports.values()]]))
     return table
@@ -348,17 +385,15 @@ def comparison_table(reports: dict[str, AuditReport]) -> Table:
 def render_checks(report: AuditReport, console: Console) -> None:
     """Checks last, failed ones in red, so CI logs end with what failed."""
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
-        mark = Text("PASS", style="green") if check.passed else Text("FAIL", style="bold red")
-        console.print(
-            Text.assemble(mark, f" {check.name} (value {_num(check.value)})"), highlight=False, soft_wrap=True
-        )
+        mark = literal("PASS", "green") if check.passed else literal("FAIL", "bold red")
+        console.print(mark + literal(f" {check.name} (value {_num(check.value)})"), soft_wrap=True)
 
 
 def _md_table(headers: list[str], rows: list[list[str]], code_first: bool = True) -> list[str]:
     lines = ["| " + " | ".join(headers) + " |", "| --- " + "| ---: " * (len(headers) - 1) + "|"]
     for row in rows:
-        cells = [cell.replace("|", "\\|") for cell in row]  # a title like "a|b" stays in its cell
-        lines.append("| " + " | ".join([f"`{cells[0]}`" if code_first else cells[0], *cells[1:]]) + " |")
+        cells = [md_text(cell) for cell in row]  # a title like "a|b" stays in its cell, "*x*" stays literal
+        lines.append("| " + " | ".join([md_code(row[0]) if code_first else cells[0], *cells[1:]]) + " |")
     return lines
 
 
@@ -371,7 +406,7 @@ def render_markdown(report: AuditReport) -> str:
         "",
         input_line(report, markdown=True),
         "",
-        *([f"**{describe(report.input.environment)}**", ""] if report.input.environment else []),
+        *([f"**{md_text(describe(report.input.environment) or '')}**", ""] if report.input.environment else []),
         "| metric | value | reading |",
         "| --- | ---: | --- |",
     ]
@@ -394,11 +429,13 @@ def render_markdown(report: AuditReport) -> str:
         ds = report.downstream
         headers, rows = downstream_table(ds)
         lines += ["", "### Downstream fluctuation across runs", ""] + _md_table(headers, rows)
-        lines += [""] + [f"- {note}" for note in downstream_notes(ds)]
-        lines += ["", f"**Recommendation:** {ds.recommendation.reason}"]
+        lines += [""] + [f"- {md_text(note)}" for note in downstream_notes(ds)]
+        lines += ["", f"**Recommendation:** {md_text(ds.recommendation.reason)}"]
     if report.checks:
         lines += ["", "| check | value | result |", "| --- | ---: | --- |"]
-        lines += [f"| `{c.name}` | {_num(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in report.checks]
+        lines += [
+            f"| {md_code(c.name)} | {_num(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in report.checks
+        ]
     return "\n".join(lines) + "\n"
 
 

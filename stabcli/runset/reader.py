@@ -22,6 +22,7 @@ from stabcli.runset.layout import (
     is_runset,
     run_dir,
     run_index,
+    run_name,
 )
 from stabcli.runset.manifest import read_losses, read_manifest
 

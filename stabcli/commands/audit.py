@@ -19,9 +19,10 @@ from stabcli import __version__
 from stabcli.environment import EnvironmentDifference, differences
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.resources import require_memory
-from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
 from stabcli.measure import anchor as spectral
 from stabcli.measure import metrics as m
+from stabcli.measure.align import generalized_procrustes, match_keys, matched_vectors
 from stabcli.measure.anchor import DEFAULT_EIS_ALPHA
 from stabcli.reports import schema
 from stabcli.reports.audit_report import (
@@ -130,17 +131,13 @@ def load_runs(
     for emb in embeddings[1:]:
         if emb.dim != first.dim:
             raise InputError(f"{emb.source}: dimension {emb.dim}, but {first.source} has {first.dim}")
-    keys, rows, dropped = _common_keys(embeddings)
+    match = match_keys([e.keys for e in embeddings])
+    keys, rows, dropped = match.keys, match.rows, match.dropped
     if not keys:
         raise InputError(f"{embeddings[1].source}: no keys in common with {first.source}")
     if first.dim == 0:
         raise InputError(f"{first.source}: vectors have 0 dimensions; there is nothing to compare")
-    arrays = [
-        emb.vectors if idx is None else np.asarray(emb.vectors[idx], dtype=np.float32)
-        for emb, idx in zip(embeddings, rows, strict=False)
-    ]
-    for emb, arr in zip(embeddings, arrays, strict=False):
-        _check_finite(emb, arr, keys)
+    arrays = [matched_vectors(emb, idx, keys) for emb, idx in zip(embeddings, rows, strict=True)]
     if dropped and on_warning:  # after the checks: a bad input is one error line, not a warning and an error
         on_warning(f"{dropped} keys are not in every run and were left out; comparing {len(keys)} common keys")
     if on_warning:
@@ -159,29 +156,6 @@ def warn_same_runs(names: list[str], arrays: list[np.ndarray], on_warning: Calla
             f"{describe_same(pairs, names, len(arrays))}: the noise measured between them is zero by "
             "construction; were they trained with the same seed? (a --script must use {seed})"
         )
-
-
-def _common_keys(embeddings: list[Embedding]) -> tuple[list[str], list[np.ndarray | None], int]:
-    first = embeddings[0].keys
-    if all(e.keys == first for e in embeddings[1:]):
-        return first, [None] * len(embeddings), 0
-    common = set(first)
-    union = set(first)
-    for e in embeddings[1:]:
-        common &= set(e.keys)
-        union |= set(e.keys)
-    keys = [k for k in first if k in common]
-    rows: list[np.ndarray | None] = []
-    for e in embeddings:
-        position = {k: i for i, k in enumerate(e.keys)}
-        rows.append(np.fromiter((position[k] for k in keys), dtype=np.int64, count=len(keys)))
-    return keys, rows, len(union) - len(keys)
-
-
-def _check_finite(emb: Embedding, arr: np.ndarray, keys: list[str]) -> None:
-    step = 1 << 16
-    for start in range(0, arr.shape[0], step):
-        require_finite(emb.source, keys, arr[start : start + step], start)
 
 
 def _normalized(arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -210,7 +184,7 @@ def _frame(runs: Runs, options: AuditOptions, step: Callable[[str], None]) -> _F
             + (f" ({len(zero)} such runs)" if len(zero) > 1 else "")
         )
     step("Procrustes alignment")
-    rotations, iterations = m.generalized_procrustes(grams)
+    rotations, iterations = generalized_procrustes(grams)
     return _Frame(arrays, grams, rotations, iterations)
 
 
@@ -351,13 +325,12 @@ def read_anchor(path: Path, runs: Runs, normalize: bool) -> tuple[np.ndarray, np
     from stabcli.inputs.embeddings import read_embedding
 
     emb = read_embedding(path)
-    position = {k: i for i, k in enumerate(emb.keys)}
-    where = np.fromiter((i for i, k in enumerate(runs.keys) if k in position), dtype=np.int64)
-    if len(where) < 2:
-        raise InputError(f"{path}: shares {len(where)} key(s) with the runs; EIS needs at least 2")
-    rows = np.fromiter((position[runs.keys[i]] for i in where), dtype=np.int64, count=len(where))
-    vectors = np.asarray(emb.vectors[rows])
-    _check_finite(Embedding([runs.keys[i] for i in where], vectors, Path(path)), vectors, [runs.keys[i] for i in where])
+    match = match_keys([runs.keys, emb.keys])
+    common = match.keys
+    if len(common) < 2:
+        raise InputError(f"{path}: shares {len(common)} key(s) with the runs; EIS needs at least 2")
+    where = np.arange(len(common)) if match.rows[0] is None else match.rows[0]
+    vectors = matched_vectors(emb, match.rows[1], common, dtype=None)
     if vectors.shape[1] == 0:
         raise InputError(f"{path}: vectors have 0 dimensions")
     return (m.unit_rows(vectors) if normalize else vectors), where
@@ -466,10 +439,9 @@ def _epoch_noise(runs: Runs, epoch: int, normalize: bool) -> m.NoiseShare | None
                 f"{path}: checkpoint of shape {snapshot.shape} and type {snapshot.dtype} does not "
                 f"match the run's float vectors of dimension {runs.dim}"
             )
-        array = snapshot if rows is None else np.asarray(snapshot[rows], dtype=np.float32)
-        if array.shape[0] != len(runs.keys):
-            raise InputError(f"{path}: {array.shape[0]} rows, but the run has {len(runs.keys)} keys")
-        _check_finite(Embedding(runs.keys, array, path), array, runs.keys)
+        if (snapshot.shape[0] if rows is None else len(rows)) != len(runs.keys):
+            raise InputError(f"{path}: {snapshot.shape[0]} rows, but the run has {len(runs.keys)} keys")
+        array = matched_vectors(Embedding(runs.keys, snapshot, path), rows, runs.keys)
         arrays.append(array)
     return m.noise_share(_normalized(arrays) if normalize else arrays)
 

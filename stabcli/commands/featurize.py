@@ -511,6 +511,8 @@ def _featurize_runset(
         if shared is not None:
             counts = runset.key_counts()
             writer.write_keys(shared, None if counts is None else [counts[k] for k in shared])
+        elif (counts := runset.key_counts()) is not None:  # a --script run set: its corpus's counts
+            writer.write_corpus_counts(counts)
         for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments, strict=True):
             partial = writer.new_partial(index)
 

@@ -28,7 +28,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _threadpools() -> Any:
     global _controller
     if _controller is None:
-        from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+        from threadpoolctl import ThreadpoolController
 
         _controller = ThreadpoolController()  # inspects the loaded BLAS libraries once
     return _controller

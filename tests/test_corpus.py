@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from stabcli.errors import InputError, OptionError
-from stabcli.inputs.corpus import CorpusOptions, detect_format, file_sha256, read_corpus
+from stabcli.inputs.corpus import CorpusOptions, detect_format, read_corpus
 
 
 def write(tmp_path: Path, name: str, data: str | bytes) -> Path:
@@ -159,14 +159,6 @@ def test_missing_file_and_unknown_format(tmp_path):
         read_corpus(tmp_path / "nope.txt")
     with pytest.raises(OptionError, match="corpus_format: unknown corpus format 'xml'"):
         read_corpus(write(tmp_path, "c.txt", "a"), options=CorpusOptions(format="xml"))
-
-
-def test_file_sha256_matches_hashlib(tmp_path):
-    import hashlib
-
-    data = b"x" * (3 << 20)
-    path = write(tmp_path, "big.txt", data)
-    assert file_sha256(path) == hashlib.sha256(data).hexdigest()
 
 
 # ---- fixtures shaped like real interaction files (generated, never copies of MovieLens)

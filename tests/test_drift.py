@@ -27,7 +27,7 @@ from stabcli.errors import OptionError, UsageError
 from stabcli.inputs.corpus import CorpusOptions
 from stabcli.inputs.embeddings import write_embedding
 from stabcli.measure import drift_stats as dm
-from stabcli.runset.store import RunSet
+from stabcli.runset import RunSet
 from stabcli.training.pretrain import TrainConfig, pretrain
 
 runner = CliRunner()

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from conftest import REPO, start_slow_featurize, wait_for
 from conftest import SUBPROCESS_ENV as ENV
 from stabcli.cli.app import app
-from stabcli.runset.store import RunSet
+from stabcli.runset import RunSet
 from stabcli.training import trainers
 from stabcli.training.pretrain import TrainConfig, pretrain
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from stabcli.errors import UsageError
-from stabcli.fs.outputs import OutputPlan, foreign_entry, plots_owned, runset_owned
+from stabcli.fs.outputs import OutputPlan, foreign_entry, plots_owned
+from stabcli.runset import owned as runset_owned
 
 
 def make_runset(root: Path) -> Path:

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import EXAMPLE_SCRIPT, REPO
 from stabcli.errors import OptionError, RunSetError, UsageError
-from stabcli.runset.store import RunSet
+from stabcli.runset import RunSet
 from stabcli.training.pretrain import TrainConfig, parse_params, pretrain, script_argv
 
 SMALL = TrainConfig(dim=8, window=2, negative=2, epochs=3)
@@ -432,7 +432,7 @@ def test_the_json_summary_names_the_corpus_reading(tmp_path, sessions_file):
 def test_a_worker_never_publishes_only_the_lock_holder_does(tmp_path, sessions_file):
     """An orphaned worker of a killed pretrain runs `execute` to the end: its run stays in its
     own partial directory, which the next pretrain (the lock holder) discards."""
-    from stabcli.runset.store import partial_dir
+    from stabcli.runset.layout import partial_dir
     from stabcli.training.trainers import RunTask, execute
 
     root = tmp_path / "r"

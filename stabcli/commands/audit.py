@@ -36,7 +36,7 @@ from stabcli.reports.audit_report import (
     UnstableKey,
 )
 from stabcli.reports.schema import Check, parse_check
-from stabcli.runset.store import RunSet, is_runset
+from stabcli.runset import RunSet, is_runset
 
 if TYPE_CHECKING:  # downstream imports scikit-learn (seconds); only an audit with labels needs it
     from stabcli.measure.downstream import DownstreamOptions

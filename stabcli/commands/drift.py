@@ -26,7 +26,7 @@ from stabcli.measure import drift_stats as dm
 from stabcli.measure import metrics as m
 from stabcli.reports import schema
 from stabcli.reports.schema import Check, doc, to_json
-from stabcli.runset.store import RunSet, is_runset
+from stabcli.runset import RunSet, is_runset
 
 if TYPE_CHECKING:
     from stabcli.measure.downstream import DownstreamOptions

@@ -12,7 +12,6 @@ import hashlib
 import io
 import json
 import math
-import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,9 +23,9 @@ import numpy as np
 
 from stabcli import __version__
 from stabcli.errors import InputError, OptionError, UsageError
-from stabcli.fs.outputs import OutputPlan, runset_owned, with_companions
+from stabcli.fs.atomic import file_sha256
+from stabcli.fs.outputs import OutputPlan, with_companions
 from stabcli.fs.resources import require_memory
-from stabcli.inputs.corpus import file_sha256
 from stabcli.inputs.embeddings import (
     WRITE_FORMATS,
     Embedding,
@@ -51,7 +50,7 @@ from stabcli.measure.fourier import (
     rahimi_recht_dimension,
 )
 from stabcli.measure.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
-from stabcli.runset.store import KEY_COUNTS, KEYS, MANIFEST, RunSet, is_runset
+from stabcli.runset import VECTORS, RunSet, RunSetWriter, owned, run_name, write_run
 
 DEFAULT_DIM = 128
 SIDECAR_SUFFIX = ".featurize.json"
@@ -370,14 +369,7 @@ def _output_format(output: Path, fmt: str | None, runset: bool) -> str:
 
 
 def _open_runset(path: Path) -> RunSet | None:
-    if not path.is_dir():
-        return None
-    if not is_runset(path):
-        raise InputError(f"{path}: a directory but not a run set (no {MANIFEST})")
-    runset = RunSet.open(path)
-    if not runset.runs:
-        raise InputError(f"{path}: run set has no complete runs")
-    return runset
+    return RunSet.open_finished(path) if path.is_dir() else None
 
 
 def _load_reference(options: FeaturizeOptions, read: ReadOptions) -> tuple[Embedding | None, Path | None]:
@@ -395,7 +387,7 @@ def _load_reference(options: FeaturizeOptions, read: ReadOptions) -> tuple[Embed
             f"(positions 0 to {len(runset.runs) - 1})",
         )
     index = runset.runs[options.reference]
-    return runset.load(index), runset.run_dir(index) / "vectors.npy"
+    return runset.load(index), runset.run_dir(index) / VECTORS
 
 
 def featurize(
@@ -427,7 +419,7 @@ def featurize(
         force=force,
     )
     if runset is not None:
-        plan.add(output, "--out", kind="dir", owned=runset_owned)
+        plan.add(output, "--out", kind="dir", owned=owned)
     else:
         plan.add(output, "--out")
         if (options.fmt or format_for(output)) == "npy":
@@ -522,24 +514,25 @@ def _featurize_runset(
     sidecar: dict,
     on_run: Callable[[str], None] | None,
 ) -> None:
-    """Write the featurized run set into ``building`` (the output's temporary directory)."""
-    for name in (KEYS, KEY_COUNTS):
-        if (runset.root / name).is_file():
-            shutil.copyfile(runset.root / name, building / name)
-    for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments, strict=True):
-        src, dst = runset.run_dir(index), building / runset.run_dir(index).name
-        dst.mkdir()
-        for name in (KEYS, "losses.json", "log.txt"):
-            if (src / name).is_file():
-                shutil.copyfile(src / name, dst / name)
-        with open(dst / "vectors.npy", "wb") as file:
-            _write_npy(emb, file, rotation, directions, options)
-        if on_run:
-            on_run(dst.name)
-    manifest = dict(runset.manifest)
-    manifest["featurize"] = sidecar
-    manifest["source_run_set"] = str(runset.root.resolve())
-    (building / MANIFEST).write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    """Write the featurized run set into ``building`` (the output's temporary directory)
+    through the run-set writer: the source's manifest with the sidecar, its shared keys and
+    key counts, and per run the features, keys, losses and log."""
+    with RunSetWriter(building) as writer:
+        writer.create({**runset.manifest, "featurize": sidecar, "source_run_set": str(runset.root.resolve())})
+        shared = runset.shared_keys()
+        if shared is not None:
+            counts = runset.key_counts()
+            writer.write_keys(shared, None if counts is None else [counts[k] for k in shared])
+        for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments, strict=True):
+            partial = writer.new_partial(index)
+
+            def stream(file: BinaryIO, emb: Embedding = emb, rotation: np.ndarray | None = rotation) -> None:
+                _write_npy(emb, file, rotation, directions, options)
+
+            write_run(partial, stream, emb.keys, shared_keys=shared, losses=runset.losses(index), log=runset.log(index))
+            writer.publish(index, partial)
+            if on_run:
+                on_run(run_name(index))
 
 
 def _save_transform(

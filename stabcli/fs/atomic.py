@@ -1,12 +1,17 @@
-"""Atomic file writes: the one place that spells the ``.NAME.tmp-PID`` pattern.
+"""Atomic file writes, and the one place that spells stabcli's temporary names and hashes files.
 
 A writer writes into a temporary name in the target's directory, fsyncs it and renames it
 over the target, so a reader sees the old file or the new one, never half of one. A
 failure (or Ctrl-C) removes the temporary file.
+
+Temporary names are ``.NAME.tmp-PID`` (a file being written), ``.NAME.partial-PID`` (a
+directory being built) and ``.NAME.old-PID`` (a directory moved aside while its
+replacement is renamed in), optionally followed by a suffix such as ``.npz``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -15,17 +20,30 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-_TEMP_RE = re.compile(r"^\..+\.tmp-\d+.*$")
+TEMP_KINDS = ("tmp", "partial", "old")
+_TEMP_RE = re.compile(r"^\..+\.(tmp|partial|old)-\d+(\..*)?$")
 
 
-def temp_path(path: Path, suffix: str = "") -> Path:
-    """The temporary name this process writes ``path`` under (``.NAME.tmp-PID`` + suffix)."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}{suffix}")
+def temp_path(path: Path, suffix: str = "", *, kind: str = "tmp") -> Path:
+    """The temporary name this process writes ``path`` under: ``.NAME.KIND-PID`` + ``suffix``,
+    ``kind`` one of :data:`TEMP_KINDS`."""
+    if kind not in TEMP_KINDS:
+        raise ValueError(f"kind {kind!r}: expected one of {', '.join(TEMP_KINDS)}")
+    return path.with_name(f".{path.name}.{kind}-{os.getpid()}{suffix}")
 
 
 def is_temp_name(name: str) -> bool:
-    """Whether ``name`` is a temporary name of some stabcli process's atomic write."""
+    """Whether ``name`` is a temporary name of some stabcli process (:func:`temp_path`)."""
     return bool(_TEMP_RE.match(name))
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @contextmanager

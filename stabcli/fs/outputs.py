@@ -37,7 +37,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import shutil
 import stat
 from collections.abc import Callable, Iterable
@@ -46,34 +45,18 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from stabcli.errors import UsageError
+from stabcli.fs.atomic import is_temp_name, temp_path
+from stabcli.inputs.embeddings import keys_path_for
+from stabcli.runset.layout import enclosing_runset
 
 Owned = Callable[[PurePosixPath, bool], bool]
-"""``owned(relative_path, is_dir)``: whether stabcli writes this entry of a directory output."""
-
-_RUN = r"run-\d{3,}"
-_TMP = re.compile(r"^\..+\.(tmp|partial|old)-\d+(\..*)?$")
-
-
-def runset_owned(rel: PurePosixPath, is_dir: bool) -> bool:
-    """The entries of a run set that stabcli writes (``runset.py``'s layout)."""
-    parts = rel.parts
-    if _TMP.match(parts[-1]):
-        return True
-    top = parts[0]
-    if len(parts) == 1:
-        if is_dir:
-            return bool(re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", top))
-        return top in ("stabcli.json", "keys.txt", "key_counts.txt", "stabcli.lock", ".corpus.txt")
-    if not re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", top):
-        return False
-    if len(parts) == 2:
-        return (parts[1] == "epochs") if is_dir else parts[1] in ("vectors.npy", "keys.txt", "losses.json", "log.txt")
-    return len(parts) == 3 and parts[1] == "epochs" and not is_dir and bool(re.fullmatch(r"\d+\.npy", parts[2]))
+"""``owned(relative_path, is_dir)``: whether stabcli writes this entry of a directory output
+(``stabcli.runset.owned`` for a run set, :func:`plots_owned` for ``--plots``)."""
 
 
 def plots_owned(rel: PurePosixPath, is_dir: bool) -> bool:
     """The PNG figures ``audit --plots`` writes."""
-    return len(rel.parts) == 1 and not is_dir and (rel.name.endswith(".png") or bool(_TMP.match(rel.name)))
+    return len(rel.parts) == 1 and not is_dir and (rel.name.endswith(".png") or is_temp_name(rel.name))
 
 
 def foreign_entry(root: Path, owned: Owned) -> Path | None:
@@ -94,26 +77,12 @@ def with_companions(path: str | Path) -> list[Path]:
     declare them all as inputs. A directory input covers everything inside it already."""
     path = Path(path)
     if path.suffix.lower() == ".npy":
-        return [path, path.with_name(path.stem + ".keys.txt")]
+        return [path, keys_path_for(path)]
     return [path]
 
 
 def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
-
-
-def enclosing_runset(path: str | Path) -> Path | None:
-    """The run set holding ``path`` (a run's vectors, checkpoint, keys or losses), resolved,
-    or None: the directory above a ``run-NNN/`` (or partial, failed) folder that holds a
-    manifest ``stabcli.json``. Reading one run's file makes its whole run set an input."""
-    real = _real(Path(path))
-    for folder in real.parents:
-        if (
-            re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", folder.name)
-            and (folder.parent / "stabcli.json").is_file()
-        ):
-            return folder.parent
-    return None
 
 
 def _shown(path: Path) -> str:
@@ -181,8 +150,7 @@ class _Output:
         return f"{self.label} {self.path}" if self.label else str(self.path)
 
     def temporary(self) -> Path:
-        suffix = "partial" if self.kind == "dir" else "tmp"
-        return self.path.with_name(f".{self.path.name}.{suffix}-{os.getpid()}")
+        return temp_path(self.path, kind="partial" if self.kind == "dir" else "tmp")
 
 
 def _append(path: Path, data: bytes) -> None:
@@ -408,7 +376,7 @@ class OutputPlan:
         assert output.staged is not None
         existed = os.path.lexists(output.path)
         if output.kind == "dir" and existed:
-            aside = output.path.with_name(f".{output.path.name}.old-{os.getpid()}")
+            aside = temp_path(output.path, kind="old")
             os.rename(output.path, aside)
             os.rename(output.staged, output.path)
             shutil.rmtree(aside)

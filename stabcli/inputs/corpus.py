@@ -23,7 +23,6 @@ an undecodable byte is an error naming the file and line, never silently replace
 from __future__ import annotations
 
 import csv
-import hashlib
 import math
 import re
 from array import array
@@ -291,15 +290,6 @@ class Corpus:
         return (
             f"{how}: {self.n_sequences:,} sequences, {self.n_tokens:,} tokens, {self.n_keys:,} distinct keys{skipped}"
         )
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def detect_format(path: Path, model: str, options: CorpusOptions) -> str:

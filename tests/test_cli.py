@@ -415,7 +415,7 @@ def test_audit_bad_label_options_exit_2(runset, genre_labels, tmp_path, args, me
 
 # ---- --help: readable names, defaults, choices, examples that run (issue 14 §3)
 
-COMMANDS = ["pretrain", "audit", "featurize", "drift", "demo"]
+COMMANDS = ["pretrain", "audit", "featurize", "drift", "demo", "sweep"]
 INTERNAL_TYPE = re.compile(r"<(?:bool|int|float|str|path|text|list\[[^\]]*\]|[a-z]+ range)>")
 
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,14 +34,17 @@ import numpy as np
 from stabcli import __version__
 from stabcli.commands.audit import AuditOptions, build_report, load_runs
 from stabcli.errors import InputError, RunSetError, UsageError
-from stabcli.fs.atomic import atomic_path, write_json_atomic
-from stabcli.inputs.corpus import Corpus, CorpusOptions, file_sha256, read_corpus
+from stabcli.fs.atomic import atomic_path, file_sha256, write_json_atomic
+from stabcli.inputs.corpus import Corpus, CorpusOptions, read_corpus
 from stabcli.measure import curves
 from stabcli.measure import metrics as m
 from stabcli.reports import schema
 from stabcli.reports.audit_report import AuditReport
 from stabcli.reports.sweep_report import Pareto, PowerLaw, SizePoint, SwapOne, SweepCell, SweepReport, Target
-from stabcli.runset.store import RunSet, RunSetLock, _load_json, is_runset, remove_runset
+from stabcli.runset.layout import check_removable_runset, is_runset, remove_stabcli_entries
+from stabcli.runset.manifest import load_json
+from stabcli.runset.reader import RunSet
+from stabcli.runset.writer import RunSetLock
 from stabcli.training import sweep_plan as plan
 from stabcli.training.pretrain import Backend, TrainConfig, _prepared_corpus, local_backend, pretrain
 
@@ -125,13 +130,14 @@ def sweep(
     config: TrainConfig,
     options: SweepOptions,
     *,
-    audit: AuditOptions = AuditOptions(),
+    audit: AuditOptions | None = None,
     downstream: DownstreamOptions | None = None,
     corpus_options: CorpusOptions = CorpusOptions(),
     jobs: int | None = None,
     force: bool = False,
     checks: Sequence[str] = (),
     backend: Backend = local_backend,
+    timeout: float | None = None,
     on_step: Callable[[str], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> SweepReport:
@@ -162,23 +168,16 @@ def sweep(
     if plan.sample_indices(order, options.sizes[0]).size < 2:
         raise UsageError(f"--sizes {options.sizes[0]:g}: {n} sequences give a sample of 1; use larger sizes")
     trained: dict[str, _Trained] = {}
+    train = partial(_train, jobs=jobs, force=force, tagged=corpus.tags is not None, backend=backend, timeout=timeout)
     with _SweepDir(root, identity, force) as directory:
         prepared = _prepared_lines(corpus)
         for size in options.sizes:
             directory.write_corpus(plan.size_label(size), _sample(prepared, plan.sample_indices(order, size)))
         for i, cell in enumerate(cells, 1):
             step(f"training cell {i}/{len(cells)}: {cell.name}")
-            trained[cell.name] = _train(
-                directory.cell(cell.name),
-                directory.corpus(plan.size_label(cell.size)),
-                cell.config,
-                options.runs,
-                options.seed,
-                jobs,
-                force,
-                corpus.tags is not None,
-                backend,
-                cell.name,
+            corpus_file = directory.corpus(plan.size_label(cell.size))
+            trained[cell.name] = train(
+                directory.cell(cell.name), corpus_file, cell.config, options.runs, options.seed, cell.name
             )
         swap_sets: dict[float, tuple[Path, list[Path]]] = {}
         if options.swap_one:
@@ -188,14 +187,14 @@ def sweep(
                 inside = plan.sample_indices(order, size)
                 base = directory.swap(label) / "base"
                 step(f"swap-one {label}: base run")
-                _train(base, directory.corpus(label), swap_config, 1, options.seed, jobs, force, corpus.tags is not None, backend, f"swap {label} base")
+                train(base, directory.corpus(label), swap_config, 1, options.seed, f"swap {label} base")
                 pairs = []
                 for j, swap in enumerate(plan.swaps(order, size, options.swap_one, options.seed)):
                     text = directory.swap(label) / f"pair-{j:03d}.txt"
                     directory.write_file(text, _sample(prepared, plan.swapped(inside, swap)))
                     step(f"swap-one {label}: pair {j + 1}/{options.swap_one}")
                     pair = directory.swap(label) / f"pair-{j:03d}"
-                    _train(pair, text, swap_config, 1, options.seed, jobs, force, corpus.tags is not None, backend, f"swap {label} pair {j}")
+                    train(pair, text, swap_config, 1, options.seed, f"swap {label} pair {j}")
                     pairs.append(pair)
                 swap_sets[size] = (base, pairs)
     audits: dict[str, AuditReport] = {}
@@ -203,7 +202,9 @@ def sweep(
     for i, cell in enumerate(cells, 1):
         step(f"auditing cell {i}/{len(cells)}: {cell.name}")
         runs = load_runs([root / CELLS / cell.name], on_warning=None)
-        audits[cell.name] = build_report(runs, audit, downstream=cell_downstream, on_warning=on_warning)
+        audits[cell.name] = build_report(
+            runs, audit or AuditOptions(), downstream=cell_downstream, on_warning=on_warning
+        )
     sizes_m = {size: int(plan.sample_indices(order, size).size) for size in options.sizes}
     report = _report(corpus_path, root, config, options, cells, audits, trained, sizes_m, n, swap_sets, step)
     results = schema.evaluate_checks(report, checks, SweepReport)
@@ -223,6 +224,23 @@ def validate_checks(expressions: Sequence[str], labels: bool, target: bool) -> N
     schema.validate_checks(SweepReport, expressions, needs)
 
 
+def check_outputs(out: str | Path, inputs: Sequence[str | Path], outputs: Sequence[str | Path]) -> None:
+    """UsageError when an input or a report output lies where the sweep writes (its samples,
+    cells, swap-one runs, manifest): training would overwrite or delete it. Anything else
+    inside ``out`` is fine (``--json OUT/report.json``)."""
+    real = Path(os.path.realpath(out))
+    for kind, paths in (("input", inputs), ("output", outputs)):
+        for path in paths:
+            try:
+                relative = Path(os.path.realpath(path)).relative_to(real)
+            except ValueError:
+                continue
+            if not relative.parts or _OWNED_TOP.match(relative.parts[0]):
+                raise UsageError(
+                    f"{path}: the {kind} lies where the sweep writes in --out {out}; move it or choose another --out"
+                )
+
+
 # ---------------------------------------------------------------- training
 
 
@@ -232,14 +250,27 @@ def _train(
     config: TrainConfig,
     runs: int,
     seed: int,
+    what: str,
+    *,
     jobs: int | None,
     force: bool,
     tagged: bool,
     backend: Backend,
-    what: str,
+    timeout: float | None,
 ) -> _Trained:
-    options = CorpusOptions(format="tagged" if tagged else "lines")
-    result = pretrain(root, corpus, config, runs=runs, seed=seed, jobs=jobs, force=force, corpus_options=options, backend=backend)
+    """One cell (or swap-one run) through pretrain: resumed, or replaced with ``force``."""
+    result = pretrain(
+        root,
+        corpus,
+        config,
+        runs=runs,
+        seed=seed,
+        jobs=jobs,
+        force=force,
+        corpus_options=CorpusOptions(format="tagged" if tagged else "lines"),
+        timeout=timeout,
+        backend=backend,
+    )
     if result.failed:
         first = result.failed[0]
         raise RunSetError(f"{what}: {len(result.failed)} run(s) failed; {first.error}")
@@ -287,7 +318,7 @@ class _SweepDir:
         path = self.root / MANIFEST
         if path.is_file():
             try:
-                old = _load_json(path)
+                old = load_json(path)
             except (OSError, ValueError) as exc:
                 raise RunSetError(f"{path}: unreadable sweep manifest ({exc})") from None
             if old != self.identity:
@@ -304,7 +335,9 @@ class _SweepDir:
         """Everything an earlier sweep wrote here, refusing a run set holding a user's file."""
         for group in (CELLS, SWAP):
             for runset in sorted(p for p in (self.root / group).rglob("*") if is_runset(p)):
-                remove_runset(runset)
+                check_removable_runset(runset)  # a user's file inside: refused, nothing removed
+                remove_stabcli_entries(runset)
+                runset.rmdir()
         for sample in sorted((self.root / SWAP).glob("size-*/pair-*.txt")):
             sample.unlink()
         if (self.root / CORPORA).is_dir():
@@ -331,7 +364,7 @@ class _SweepDir:
 
     def write_file(self, path: Path, data: bytes) -> None:
         """Written atomically, and only when its bytes change (a resumed cell keeps its input)."""
-        if path.is_file() and hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(data).digest():
+        if path.is_file() and file_sha256(path) == hashlib.sha256(data).hexdigest():
             return
         with atomic_path(path) as tmp:
             tmp.write_bytes(data)
@@ -399,9 +432,9 @@ def size_curve(points: list[tuple[float, int, list[float | None]]]) -> tuple[Pow
     ms = [float(r.sequences) for r in rows if r.median is not None]
     medians = [r.median for r in rows if r.median is not None]
     maxima = [r.max for r in rows if r.max is not None]
-    fit = curves.fit_power_law(ms, medians)  # type: ignore[arg-type]
-    fit_max = curves.fit_power_law(ms, maxima)  # type: ignore[arg-type]
-    rising = curves.rises(ms, medians)  # type: ignore[arg-type]
+    fit = curves.fit_power_law(ms, medians)
+    fit_max = curves.fit_power_law(ms, maxima)
+    rising = curves.rises(ms, medians)
     warnings = [
         f"rises from {int(lo):,} to {int(hi):,} sequences (median {_at(rows, lo):.4g} → {_at(rows, hi):.4g}): "
         "not monotone; more data did not make it more stable there"
@@ -431,12 +464,11 @@ def target_size(name: str, value: float, law: PowerLaw | None, corpus_sequences:
     curve = TARGETS[name]
     instability = 1.0 - value if curve != name else value
     sequences = None
-    if law is not None and law.a is not None and law.b is not None:
+    if law is not None and law.a is not None and law.b is not None and law.b < 0:
         sequences = curves.PowerLawFit(law.a, law.b, law.r2, 0).size_for(instability)
     if sequences is None:
-        note = (
-            f"{name} = {value:g} cannot be read off the fit"
-            + (f" (b = {law.b:.3g}: the instability does not fall with data)" if law and law.b is not None else "")
+        note = f"{name} = {value:g} cannot be read off the fit" + (
+            f" (b = {law.b:.3g}: the instability does not fall with data)" if law and law.b is not None else ""
         )
         return Target(name, value, instability, None, None, False, note)
     beyond = sequences > largest
@@ -498,7 +530,10 @@ def _report(
     swap_one = None
     if options.swap_one:
         step("swap-one distances")
-        points = [(size, sizes_m[size], [swap_distance(base, pair) for pair in pairs]) for size, (base, pairs) in swap_sets.items()]
+        points = [
+            (size, sizes_m[size], [swap_distance(base, pair) for pair in pairs])
+            for size, (base, pairs) in swap_sets.items()
+        ]
         law, notes = size_curve(points)
         swap_one = SwapOne(pairs=options.swap_one, seed=options.seed, curve=law)
         warnings += [f"swap-one: {note}" for note in notes]

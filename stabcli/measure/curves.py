@@ -49,7 +49,7 @@ def fit_power_law(m: Sequence[float], g: Sequence[float]) -> PowerLawFit | None:
     residual = y - (log_a + b * x)
     spread = float(np.sum((y - y.mean()) ** 2))
     r2 = None if len(x) < 3 else (1.0 - float(np.sum(residual**2)) / spread if spread > 0 else 1.0)
-    return PowerLawFit(a=float(np.exp(log_a)), b=float(b), r2=r2, points=int(len(x)))
+    return PowerLawFit(a=float(np.exp(log_a)), b=float(b), r2=r2, points=len(x))
 
 
 def rises(m: Sequence[float], g: Sequence[float], tolerance: float = 0.0) -> list[tuple[float, float]]:

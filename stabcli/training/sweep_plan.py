@@ -198,7 +198,7 @@ def swaps(order: np.ndarray, size: float, count: int, seed: int) -> list[Swap]:
     one outside it in (a copy of another sample sequence when the sample is everything)."""
     inside = sample_indices(order, size)
     outside = np.setdiff1d(order, inside)
-    rng = np.random.default_rng([seed, 0x5A9, int(round(size * 1e6))])
+    rng = np.random.default_rng([seed, 0x5A9, round(size * 1e6)])
     result = []
     for _ in range(count):
         removed = int(inside[rng.integers(len(inside))])

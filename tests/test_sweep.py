@@ -99,7 +99,7 @@ def test_bad_cell_values_and_sizes():
         with pytest.raises(UsageError, match="--sizes"):
             plan.parse_sizes(text)
     assert plan.parse_sizes("1,0.1,0.4") == [0.1, 0.4, 1.0]
-    with pytest.raises(UsageError, match="no {w} field"):
+    with pytest.raises(UsageError, match=r"no \{w\} field"):
         plan.parse_grid("w=1", script="python t.py {out}")
     with pytest.raises(UsageError, match="script values"):
         plan.parse_grid("w=a;b", script="python t.py {w} {out}")

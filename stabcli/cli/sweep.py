@@ -9,13 +9,22 @@ from typing import Annotated, Any, Literal
 import typer
 
 from stabcli.cli.options import (
+    Dim,
+    EmbeddingModel,
+    Epochs,
     JsonPath,
     KnnK,
     MarkdownPath,
+    MinCount,
+    Negative,
+    Params,
     ReportFormat,
+    SkipGram,
     SplitSeed,
     Task,
     TestSize,
+    Timeout,
+    Window,
     check_option,
     jobs_option,
     knn_queries_option,
@@ -65,23 +74,21 @@ def sweep_cmd(
     stability: Literal["knn_overlap", "cka_debiased", "cka", "eis", "aligned_noise_share"] = typer.Option(
         "knn_overlap", "--stability", metavar="MEASURE", help="Stability axis of the Pareto front (with --labels)."
     ),
-    model: Literal["word2vec", "doc2vec"] = typer.Option("word2vec", "--model", metavar="word2vec|doc2vec"),
-    dim: int = typer.Option(32, "--dim", min=1, metavar="N", help="Embedding dimension (unless in --grid)."),
-    window: int = typer.Option(3, "--window", min=1, metavar="N", help="Context window (unless in --grid)."),
-    negative: int = typer.Option(3, "--negative", min=0, metavar="N", help="Negative samples (unless in --grid)."),
-    epochs: int = typer.Option(10, "--epochs", min=1, metavar="N", help="Training epochs (unless in --grid)."),
-    sg: bool = typer.Option(True, "--sg/--cbow", help="Skip-gram (doc2vec: PV-DBOW) or CBOW (PV-DM)."),
-    min_count: int = typer.Option(1, "--min-count", min=1, metavar="N", help="Ignore tokens seen fewer times."),
-    param: list[str] = typer.Option([], "--param", metavar="KEY=VALUE", help="Fixed gensim argument (repeatable)."),
+    model: EmbeddingModel = "word2vec",
+    dim: Dim = 32,
+    window: Window = 3,
+    negative: Negative = 3,
+    epochs: Epochs = 10,
+    sg: SkipGram = True,
+    min_count: MinCount = 1,
+    param: Params = [],  # noqa: B006 (typer reads the default)
     script: str | None = typer.Option(
         None,
         "--script",
         metavar="COMMAND",
         help="Train with your own command: {seed} {out} {run} {corpus} (a token-lines sample) and the --grid fields.",
     ),
-    timeout: float | None = typer.Option(
-        None, "--timeout", metavar="SECONDS", help="Seconds before a script run is killed."
-    ),
+    timeout: Timeout = None,
     corpus_format: Literal["auto", "lines", "tagged", "movielens", "interactions"] = typer.Option(
         "auto", "--corpus-format", metavar="FORMAT", help="How to read CORPUS (as pretrain)."
     ),

@@ -1,5 +1,5 @@
 """``stabcli sweep``: retrain over a grid of settings and data sizes, audit every cell, and
-read off what makes the embedding stable (docs/sweep.md).
+read off what makes the embedding stable (docs/commands.md, stabcli sweep).
 
 ::
 

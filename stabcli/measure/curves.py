@@ -1,4 +1,4 @@
-"""Learning curves of stability: power-law fits over data size and Pareto fronts (docs/sweep.md).
+"""Learning curves of stability: power-law fits over data size and Pareto fronts (docs/commands.md, stabcli sweep).
 
 The seed thesis measures an instability ``g`` at several training-set sizes ``m`` and fits
 ``g(m) = a·m^b`` by least squares on log-log axes, to the per-size maximum and median

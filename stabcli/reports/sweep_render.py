@@ -1,4 +1,4 @@
-"""Renderers of the sweep report: terminal (rich), Markdown and PNG plots (docs/sweep.md)."""
+"""Renderers of the sweep report: terminal (rich), Markdown and PNG plots (docs/commands.md, stabcli sweep)."""
 
 from __future__ import annotations
 

@@ -221,19 +221,23 @@ def test_key_names_with_an_empty_name_are_accepted(work):
 
 
 @pytest.mark.bad_input
-def test_key_names_in_latin1_need_the_encoding(work):
+def test_key_names_follow_the_movielens_encoding_rule(work):
     root, _ = work
-    names = root / "u.item"
-    names.write_bytes("1|Café (1995)|01-Jan-1995\n".encode("latin-1"))
-    bad(work, "u.item: not valid utf-8 text (MovieLens item files need --encoding latin-1)", "--key-names", names)
+    names = root / "u.item"  # MovieLens item files are latin-1 without --encoding, as for --labels
+    names.write_bytes("k1|Café (1995)|01-Jan-1995\n".encode("latin-1"))
+    assert invoke("audit", work[1], "--knn-k", "3", "--key-names", names).exit_code == 0
+    other = root / "names.csv"  # any other file is UTF-8 unless --encoding says otherwise
+    other.write_bytes("k1,Café\n".encode("latin-1"))
+    bad(work, "names.csv:1: not valid utf-8 (byte 0xe9 at column 7)", "--key-names", other)
+    assert invoke("audit", work[1], "--knn-k", "3", "--key-names", other, "--encoding", "latin-1").exit_code == 0
     bad(work, "--encoding: unknown encoding 'no-such-codec'", "--key-names", names, "--encoding", "no-such-codec")
 
 
 @pytest.mark.bad_input
 def test_key_names_missing_or_a_directory(work):
     root, _ = work
-    bad(work, "missing.tsv: cannot read", "--key-names", root / "missing.tsv")
-    bad(work, "cannot read", "--key-names", root)
+    bad(work, "missing.tsv: no such file", "--key-names", root / "missing.tsv")
+    bad(work, "is a directory, not a key-name file", "--key-names", root)
 
 
 @pytest.mark.bad_input

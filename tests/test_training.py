@@ -325,7 +325,14 @@ def test_key_counts_and_the_corpus_summary_are_recorded(tmp_path, sessions_file)
 
     result = pretrain(tmp_path / "r", sessions_file, SMALL, runs=1, jobs=1)
     tokens = sessions_file.read_text().split()
-    assert result.corpus == {"format": "lines", "sequences": 120, "tokens": len(tokens), "distinct_keys": 40}
+    assert {k: result.corpus[k] for k in ("format", "sequences", "tokens", "distinct_keys", "columns")} == {
+        "format": "lines",
+        "sequences": 120,
+        "tokens": len(tokens),
+        "distinct_keys": 40,
+        "columns": None,
+    }
+    assert result.corpus["description"] == f"lines: 120 sequences, {len(tokens):,} tokens, 40 distinct keys"
     assert RunSet.open(tmp_path / "r").key_counts() == dict(Counter(tokens))
 
 
@@ -402,11 +409,12 @@ def test_the_json_summary_names_the_corpus_reading(tmp_path, sessions_file):
     )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
-    assert payload["corpus"] == {
+    assert {k: payload["corpus"][k] for k in ("format", "sequences", "distinct_keys", "delimiter", "header")} == {
         "format": "lines",
         "sequences": 120,
-        "tokens": payload["corpus"]["tokens"],
         "distinct_keys": 40,
+        "delimiter": None,
+        "header": None,
     }
     assert payload["keys"] == 40 and result.stderr == ""
     table = CliRunner().invoke(

@@ -99,7 +99,7 @@ def audit_and_render(
     if options.eis_anchor is not None:
         plan.add_input(options.eis_anchor)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
-    names = read_key_names(key_names, encoding or "utf-8") if key_names else None
+    names = read_key_names(key_names, encoding) if key_names else None
 
     runs = load_runs(inputs, on_warning=warn, read=read)
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:

@@ -224,7 +224,7 @@ def _rows(emb: Embedding, rows: np.ndarray | None, keys: list[str]) -> np.ndarra
     return arr
 
 
-def read_key_names(path: str | Path, known: set[str], encoding: str = "utf-8") -> dict[str, str]:
+def read_key_names(path: str | Path, known: set[str], encoding: str | None = None) -> dict[str, str]:
     """Display names (``keytable.read_key_names``, the reader audit uses: ``key,name`` or
     ``key<TAB>name``, MovieLens ``u.item`` / ``movies.dat`` / ``movies.csv``); InputError when
     none of its keys is a compared key."""

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from stabcli.errors import InputError, UsageError
+from stabcli.inputs.labels import encoding_for
+from stabcli.inputs.textfile import check_encoding, sniff_encoding, text_lines
 
 if TYPE_CHECKING:  # pandas is imported where a table is read or built: a suffix check needs none of its 60 MB
     import pandas as pd
@@ -26,9 +28,12 @@ PER_KEY_COLUMNS = [
 ]
 
 
-def read_key_names(path: Path, encoding: str = "utf-8") -> dict[str, str]:
+def read_key_names(path: Path, encoding: str | None = None) -> dict[str, str]:
     """Key → display name from a MovieLens item file (``id|title|…``, as ``u.item``) or a
     table whose first two columns are key and name (CSV, TSV; a header row is harmless).
+    gzip, bzip2 and xz files are read as streams. ``encoding`` None follows the rule of
+    label files (``labels.encoding_for``: latin-1 for MovieLens ``u.item`` and ``movies.dat``,
+    else UTF-8); a byte-order mark decides.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "u.item"
@@ -36,16 +41,11 @@ def read_key_names(path: Path, encoding: str = "utf-8") -> dict[str, str]:
     >>> read_key_names(p)
     {'1': 'Toy Story (1995)', '2': 'GoldenEye (1995)'}
     """
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        text = raw.decode(encoding)
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not valid {encoding} text (MovieLens item files need --encoding latin-1)") from None
-    except LookupError:
-        raise UsageError(f"--encoding {encoding}: unknown text encoding") from None
+    if encoding is not None:
+        check_encoding("encoding", encoding)
+    sniff_encoding(path, encoding or "utf-8", "key-name file")  # a directory, FIFO, device or archive
+    encoding = encoding_for(path, encoding)
+    text = "\n".join(line for _, line in text_lines(path, encoding))
     import pandas as pd
 
     text = text.lstrip("\ufeff")

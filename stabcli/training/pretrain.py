@@ -335,12 +335,7 @@ def pretrain(
     if corpus_path is not None:
         corpus = read_corpus(corpus_path, config.model, corpus_options)
         key_counts = _key_counts(corpus)
-        summary = {
-            "format": corpus.format,
-            "sequences": len(corpus.sequences),
-            "tokens": corpus.n_tokens,
-            "distinct_keys": len(key_counts),
-        }
+        summary = {**corpus.summary(), "distinct_keys": len(key_counts), "description": corpus.describe()}
         if config.script is None:
             vocabulary = corpus.vocabulary(config.min_count)
             if len(vocabulary) < 2:
@@ -357,6 +352,9 @@ def pretrain(
             "options": asdict(corpus_options),
             "sequences": len(corpus.sequences),
             "tokens": corpus.n_tokens,
+            "delimiter": summary["delimiter"],
+            "header": summary["header"],
+            "columns": summary["columns"],
         }
     words = len(vocabulary)
     if corpus is not None and corpus.tags is not None and config.script is None:  # doc2vec: the keys are tags

@@ -449,6 +449,7 @@ def test_usage_lines_name_arguments_in_capitals(monkeypatch):
         "featurize": "Usage: root featurize [OPTIONS] INPUT",
         "drift": "Usage: root drift [OPTIONS] BEFORE AFTER",
         "demo": "Usage: root demo [OPTIONS]",
+        "sweep": "Usage: root sweep [OPTIONS] CORPUS",
     }
 
 

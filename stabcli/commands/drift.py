@@ -11,6 +11,7 @@ validated against the types before anything is loaded (``schema.validate_checks`
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,13 +21,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stabcli import __version__
+from stabcli.commands.featurize import SIDECAR_SUFFIX
+from stabcli.environment import EnvironmentDifference, differences, read_recorded
 from stabcli.errors import InputError, OptionError
-from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
 from stabcli.measure import drift_stats as dm
 from stabcli.measure import metrics as m
+from stabcli.measure.align import match_keys, matched_vectors, procrustes_rotation, rows_of
 from stabcli.reports import schema
 from stabcli.reports.schema import Check, doc, to_json
 from stabcli.runset import RunSet, is_runset
+from stabcli.runset.layout import run_name
 
 if TYPE_CHECKING:
     from stabcli.measure.downstream import DownstreamOptions
@@ -78,6 +83,7 @@ class DriftInputs:
     before_in_noise: bool | None = None
     frequency: np.ndarray | None = None
     input_paths: list[Path] = field(default_factory=list)
+    environments: dict[str, dict[str, str] | None] = field(default_factory=dict)  # recorded, by source
 
     @property
     def dim(self) -> int:
@@ -87,11 +93,7 @@ class DriftInputs:
 def _load_side(path: Path, reference: int, read: ReadOptions) -> tuple[Embedding, RunSet | None, int | None]:
     """An embedding file, or the ``reference`` run of a run set."""
     if path.is_dir():
-        if not is_runset(path):
-            raise InputError(f"{path}: a directory but not a run set (no stabcli.json)")
-        runset = RunSet.open(path)
-        if not runset.runs:
-            raise InputError(f"{path}: the run set has no finished run")
+        runset = RunSet.open_finished(path)
         if reference >= len(runset.runs):
             raise OptionError(
                 "reference", f"{reference}: {path} has {len(runset.runs)} finished run(s) (0 to {len(runset.runs) - 1})"
@@ -118,19 +120,23 @@ def load_inputs(
     before, after = Path(before), Path(after)
     read = read or ReadOptions()
     b_emb, b_set, b_index = _load_side(before, reference, read)
-    a_emb, _a_set, _ = _load_side(after, reference, read)
+    a_emb, _a_set, _a_index = _load_side(after, reference, read)
     if a_emb.dim != b_emb.dim:
         raise InputError(f"{a_emb.source}: dimension {a_emb.dim}, but {b_emb.source} has {b_emb.dim}")
     b_emb, a_emb = match_inputs([b_emb, a_emb], read.keys_file)
     b_keyless = b_emb.keyless
-    keys, b_rows, a_rows, added, removed = _match(b_emb.keys, a_emb.keys)
+    match = match_keys([b_emb.keys, a_emb.keys])
+    keys, removed, added = match.keys, match.only_in(0), match.only_in(1)
     if not keys:
         raise InputError(f"{a_emb.source}: no keys in common with {b_emb.source}")
     if len(keys) < 2:
         raise InputError(f"{a_emb.source}: only 1 key in common with {b_emb.source}; drift needs at least 2")
-    b = _rows(b_emb, b_rows, keys)
-    a = _rows(a_emb, a_rows, keys)
+    b, a = (matched_vectors(emb, rows, keys) for emb, rows in zip((b_emb, a_emb), match.rows, strict=True))
     inputs = DriftInputs(str(before), str(after), keys, b, a, added, removed, b_keyless)
+    inputs.environments = {
+        "before": recorded_environment(before, b_set, b_index),
+        "after": recorded_environment(after, _a_set, _a_index),
+    }
     frequency_set = b_set
     if noise is not None:
         noise = Path(noise)
@@ -143,7 +149,7 @@ def load_inputs(
         for emb in runs:
             if emb.dim != b_emb.dim:
                 raise InputError(f"{emb.source}: dimension {emb.dim}, but {b_emb.source} has {b_emb.dim}")
-            arrays.append(_rows(emb, _cover(emb, keys, noise), keys))
+            arrays.append(matched_vectors(emb, _cover(emb, keys, noise), keys))
         member = member_by_path or any(np.array_equal(arr, b) for arr in arrays)
         minimum = 3 if member else 4
         if len(arrays) < minimum:
@@ -153,6 +159,7 @@ def load_inputs(
             )
         refuse_same_noise_runs(noise, [f"run-{i:03d}" for i in runset.runs], arrays)
         inputs.noise, inputs.noise_runs, inputs.before_in_noise = str(noise), arrays, member
+        inputs.environments.update({f"noise/{run_name(i)}": runset.environment(i) for i in runset.runs})
         frequency_set = runset
     if frequency_set is not None:
         counts = frequency_set.key_counts()
@@ -160,6 +167,18 @@ def load_inputs(
             inputs.frequency = np.array([counts.get(k, -1) for k in keys], dtype=np.float64)
             inputs.frequency[inputs.frequency < 0] = np.nan
     return inputs
+
+
+def recorded_environment(path: Path, runset: RunSet | None, index: int | None) -> dict[str, str] | None:
+    """The environment a side was computed in: its run's training environment for a run set,
+    the featurize sidecar's for a file ``stabcli featurize`` wrote, else None (not recorded)."""
+    if runset is not None and index is not None:
+        return runset.environment(index)
+    sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+    try:
+        return read_recorded(json.loads(sidecar.read_text(encoding="utf-8")).get("environment"))
+    except (OSError, ValueError, AttributeError):  # no sidecar, or not one stabcli wrote: nothing recorded
+        return None
 
 
 def refuse_same_noise_runs(noise: Path, names: list[str], arrays: list[np.ndarray]) -> None:
@@ -183,45 +202,16 @@ def _noise_runset(noise: Path) -> RunSet:
     return RunSet.open(noise)
 
 
-def _match(
-    b_keys: list[str], a_keys: list[str]
-) -> tuple[list[str], np.ndarray | None, np.ndarray | None, list[str], list[str]]:
-    if b_keys == a_keys:
-        return b_keys, None, None, [], []
-    a_pos = {k: i for i, k in enumerate(a_keys)}
-    keys = [k for k in b_keys if k in a_pos]
-    b_set = set(b_keys)
-    b_pos = {k: i for i, k in enumerate(b_keys)}
-    b_rows = np.fromiter((b_pos[k] for k in keys), dtype=np.int64, count=len(keys))
-    a_rows = np.fromiter((a_pos[k] for k in keys), dtype=np.int64, count=len(keys))
-    added = [k for k in a_keys if k not in b_set]
-    removed = [k for k in b_keys if k not in a_pos]
-    return keys, b_rows, a_rows, added, removed
-
-
 def _cover(emb: Embedding, keys: list[str], noise: Path) -> np.ndarray | None:
     """Row indices of ``keys`` in a noise run; InputError when some are missing."""
-    if emb.keys == keys:
-        return None
-    pos = {k: i for i, k in enumerate(emb.keys)}
-    missing = [k for k in keys if k not in pos]
+    rows, missing = rows_of(keys, emb.keys)
     if missing:
         raise InputError(
             f"{noise}: {len(missing):,} of the {len(keys):,} compared keys are not in its run "
             f"{emb.source.parent.name} (e.g. {missing[0]!r}); the noise run set must be trained on "
             "BEFORE's data"
         )
-    return np.fromiter((pos[k] for k in keys), dtype=np.int64, count=len(keys))
-
-
-def _rows(emb: Embedding, rows: np.ndarray | None, keys: list[str]) -> np.ndarray:
-    arr = emb.vectors if rows is None else np.asarray(emb.vectors[rows], dtype=np.float32)
-    if arr.dtype.kind != "f":
-        arr = np.asarray(arr, dtype=np.float64)
-    step = 1 << 16
-    for start in range(0, arr.shape[0], step):
-        require_finite(emb.source, keys, arr[start : start + step], start)
-    return arr
+    return rows
 
 
 def read_key_names(path: str | Path, known: set[str], encoding: str | None = None) -> dict[str, str]:
@@ -277,6 +267,11 @@ class InputSection:
     alignment_residual: float | None = doc("‖AFTER·Q − BEFORE‖_F / ‖BEFORE‖_F, or null with --no-align")
     keyless: bool = doc("rows matched by position (keyless arrays)")
     key_names: str | None = doc("the --key-names file, or null")
+    environment: list[EnvironmentDifference] = doc(
+        "the environment fields (package versions, BLAS kernel, CPU) on which BEFORE, AFTER and the noise runs "
+        "differ, as recorded by pretrain (per run) or featurize (sidecar); empty when they agree or are not recorded",
+        default_factory=list,
+    )
 
 
 NEEDS_NOISE = ("noise", "drift.moved_count", "drift.moved_share", "drift.expected_false_positives", "drift.discoveries")
@@ -429,7 +424,7 @@ def compute_drift(
         train, test = split(targets, downstream.test_size, downstream.split_seed)
 
     step("alignment")
-    rotation = dm.alignment_rotation(inputs.b, inputs.a) if options.align else None
+    rotation = procrustes_rotation(inputs.a, inputs.b) if options.align else None
     change = dm.key_change(inputs.b, inputs.a, rotation)
     residual = None
     if rotation is not None:
@@ -585,6 +580,7 @@ def compute_drift(
         alignment_residual=residual,
         keyless=inputs.keyless,
         key_names=key_names_path,
+        environment=differences(inputs.environments),
     )
     report = DriftReport(__version__, input_section, drift_section, noise_section, downstream_section)
     return report, PerKey(columns)

@@ -7,10 +7,11 @@ from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import train_test_split
 from sklearn.multiclass import OneVsRestClassifier
 
+from stabcli.commands.audit import band_label, frequency_bands
 from stabcli.errors import InputError, OptionError
 from stabcli.measure.align import generalized_procrustes
 from stabcli.measure.downstream import DownstreamOptions, downstream_audit, make_model, parse_model_params
-from stabcli.measure.downstream.flips import flips_summary, frequency_bands, key_flips
+from stabcli.measure.downstream.flips import flips_summary, key_flips
 from stabcli.measure.metrics import gram_blocks
 
 N, D = 600, 8
@@ -225,11 +226,17 @@ def test_key_flips_known_answers():
     assert flips.positive_to_negative == pytest.approx(0.5) and flips.positive_class == "b"
     regression = key_flips("regression", [np.array([1.0, 2.0]), np.array([1.5, 2.0]), np.array([0.5, 2.0])], 4.0, 0, [])
     assert regression.prediction_range.tolist() == [4.0, 0.0]  # (1.5 − 0.5) × 4 label units
-    summary = flips_summary(regression, ["x", "y"], {"x": "Ex"}, np.array([12, -1]), top=5)
+
+    def bands(f):
+        return [(band_label(lo, hi), lo, hi, m) for lo, hi, m in frequency_bands(f)]
+
+    summary = flips_summary(regression, ["x", "y"], {"x": "Ex"}, np.array([12, -1]), 5, bands)
     assert summary["most_unstable"] == [{"key": "x", "name": "Ex", "frequency": 12, "value": 4.0}]
     assert summary["unstable_keys"] == 1 and summary["flip_rate_mean"] is None
-    assert summary["by_frequency"] == [{"low": 10, "high": 100, "keys": 1, "mean": 4.0, "unstable_share": 1.0}]
-    assert frequency_bands(np.array([1, 5, 300, -1])) == [(1, 10), (100, 1000)]
+    assert summary["by_frequency"] == [
+        {"band": "6–20", "low": 6, "high": 20, "keys": 1, "mean": 4.0, "unstable_share": 1.0}
+    ]
+    assert flips_summary(regression, ["x", "y"], None, None, 5, bands)["by_frequency"] is None
 
 
 def test_mean_flip_rate_is_the_churn_and_the_per_key_columns_cover_the_test_keys(tmp_path):

@@ -15,8 +15,7 @@ For a test key and R runs of the same model on R embeddings (the same split and 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
@@ -108,14 +107,8 @@ def _directional(predictions: Sequence[np.ndarray], reference: int, positive: An
     return (float(np.mean(up)) if up else None, float(np.mean(down)) if down else None)
 
 
-def frequency_bands(frequency: np.ndarray) -> list[tuple[int, int]]:
-    """Decade bands [10^k, 10^(k+1)) that hold at least one key (counts ≥ 1; -1 is unknown)."""
-    known = frequency[frequency >= 1]
-    if not len(known):
-        return []
-    top = math.floor(math.log10(float(known.max())))
-    bands = [(10**k, 10 ** (k + 1)) for k in range(top + 1)]
-    return [(lo, hi) for lo, hi in bands if np.any((known >= lo) & (known < hi))]
+Bands = Callable[[np.ndarray], list[tuple[str, int, int | None, np.ndarray]]]
+"""Frequencies → (label, low, high, member positions) of every non-empty band (the audit's bands)."""
 
 
 def flips_summary(
@@ -124,26 +117,27 @@ def flips_summary(
     names: Mapping[str, str] | None,
     frequency: np.ndarray | None,
     top: int,
+    bands: Bands | None = None,
 ) -> dict[str, Any]:
     """The JSON summary of one variant's ``KeyFlips``: totals, directional rates, the ``top``
-    most unstable test keys, and the mean instability per frequency band (null without counts)."""
+    most unstable test keys, and the mean instability per frequency band (``bands`` of the
+    test keys' ``frequency``; null without either)."""
     value = flips.instability
     shown = [int(i) for i in np.argsort(-value, kind="stable")[:top] if value[i] > 0]
     classification = flips.flip_rate is not None
     by_band = None
-    if frequency is not None and np.any(frequency >= 1):
-        by_band = []
-        for lo, hi in frequency_bands(frequency):
-            inside = (frequency >= lo) & (frequency < hi)
-            by_band.append(
-                {
-                    "low": lo,
-                    "high": hi,
-                    "keys": int(inside.sum()),
-                    "mean": float(np.mean(value[inside])),
-                    "unstable_share": float(np.mean(value[inside] > 0)),
-                }
-            )
+    if frequency is not None and bands is not None and np.any(frequency >= 0):
+        by_band = [
+            {
+                "band": label,
+                "low": low,
+                "high": high,
+                "keys": len(members),
+                "mean": float(np.mean(value[members])),
+                "unstable_share": float(np.mean(value[members] > 0)),
+            }
+            for label, low, high, members in bands(frequency)
+        ]
     return {
         "keys": len(keys),
         "unstable_keys": int(np.count_nonzero(value > 0)),

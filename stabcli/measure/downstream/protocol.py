@@ -29,7 +29,7 @@ from sklearn.metrics import accuracy_score, f1_score, mean_squared_error, r2_sco
 
 from stabcli.errors import InputError, OptionError
 from stabcli.fs.resources import available_memory, human_bytes
-from stabcli.measure.downstream.flips import KeyFlips, PerKeyFlips, flips_summary, key_flips
+from stabcli.measure.downstream.flips import Bands, KeyFlips, PerKeyFlips, flips_summary, key_flips
 from stabcli.measure.downstream.models import KNN_NEIGHBOURS, is_costly, make_model, parse_model_params
 from stabcli.measure.downstream.options import DownstreamOptions, Variant, parse_variants
 from stabcli.measure.downstream.recommend import recommend
@@ -325,12 +325,13 @@ def downstream_audit(
     on_warning: Callable[[str], None] | None = None,
     key_names: Mapping[str, str] | None = None,
     frequency: np.ndarray | None = None,
+    bands: Bands | None = None,
 ) -> tuple[dict[str, Any], PerKeyFlips]:
     """The ``downstream`` section of the audit report and every variant's per-key flip rates.
 
     ``plan`` (from ``plan_downstream``, called before the Gram pass) is made here if not given.
     ``key_names`` and ``frequency`` (training counts in ``keys`` order, -1 unknown) describe
-    the keys whose decisions flip most.
+    the keys whose decisions flip most; ``bands`` groups the test keys by frequency.
     """
     step = on_step or (lambda _: None)
     R, dim = len(arrays), int(arrays[0].shape[1])
@@ -361,7 +362,7 @@ def downstream_audit(
         if len(predictions) > 1:
             flips = key_flips(targets.task, predictions, targets.scale, options.reference, targets.classes)
             per_key[v.name] = flips
-            entry["flips"] = flips_summary(flips, test_keys, key_names, test_frequency, options.top)
+            entry["flips"] = flips_summary(flips, test_keys, key_names, test_frequency, options.top, bands)
         results[v.name] = _json_safe(entry)
     report: dict[str, Any] = {
         "labels": str(options.labels),

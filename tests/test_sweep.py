@@ -262,3 +262,20 @@ def test_sweep_refuses_a_directory_that_is_not_a_sweep_and_inputs_inside_it(tmp_
     assert_bad_input(result, "the input lies where the sweep writes", tmp_path, before)
     result = runner.invoke(app, ["sweep", str(corpus), "--out", str(tmp_path / "sw"), "--json", str(corpus)])
     assert_bad_input(result, "--json", tmp_path, before)
+
+
+def test_a_script_trainer_gets_the_grid_values_as_template_fields(tmp_path):
+    from conftest import EXAMPLE_SCRIPT
+
+    corpus = tmp_path / "sessions.txt"
+    corpus.write_text(make_sessions(100, 24), encoding="utf-8")
+    template = f"python {EXAMPLE_SCRIPT} --corpus {{corpus}} --seed {{seed}} --out {{out}} --dim 6 --window {{w}}"
+    config = TrainConfig(script=template)
+    options = SweepOptions(grid=plan.parse_grid("w=1,3", script=template), sizes=[0.5, 1.0], runs=2)
+    report = sweep(corpus, tmp_path / "sw", config, options, audit=AUDIT, jobs=2)
+    assert set(report.cells) == {"size-0.5_w-1", "size-0.5_w-3", "size-1_w-1", "size-1_w-3"}
+    log = (tmp_path / "sw" / "cells" / "size-0.5_w-3" / "run-001" / "log.txt").read_text()
+    assert "--window 3" in log and "corpora/size-0.5.txt" in log and "--seed 1" in log
+    assert report.model == "script" and report.cells["size-1_w-3"].keys == 24
+    with pytest.raises(UsageError, match=r"needs \{corpus\}"):
+        sweep(corpus, tmp_path / "sw2", TrainConfig(script="python x.py --out {out}"), SweepOptions(runs=2), jobs=1)

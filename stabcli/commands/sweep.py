@@ -38,6 +38,7 @@ from stabcli.fs.atomic import atomic_path, file_sha256, write_json_atomic
 from stabcli.inputs.corpus import Corpus, CorpusOptions, read_corpus
 from stabcli.measure import curves
 from stabcli.measure import metrics as m
+from stabcli.measure.align import match_keys, matched_vectors
 from stabcli.reports import schema
 from stabcli.reports.audit_report import AuditReport
 from stabcli.reports.sweep_report import Pareto, PowerLaw, SizePoint, SwapOne, SweepCell, SweepReport, Target
@@ -573,10 +574,8 @@ def swap_distance(base: Path, pair: Path) -> float:
     the swapped run onto the base run (one run each): the per-key change one swapped
     sequence causes."""
     a, b = RunSet.open(base).load(0), RunSet.open(pair).load(0)
-    position = {k: i for i, k in enumerate(b.keys)}
-    rows_a = np.array([i for i, k in enumerate(a.keys) if k in position], dtype=np.int64)
-    if len(rows_a) < 2:
+    match = match_keys([a.keys, b.keys])
+    if len(match.keys) < 2:
         raise InputError(f"{pair}: shares fewer than 2 keys with {base}")
-    rows_b = np.array([position[a.keys[i]] for i in rows_a], dtype=np.int64)
-    runs = [np.asarray(a.vectors[rows_a], dtype=np.float64), np.asarray(b.vectors[rows_b], dtype=np.float64)]
+    runs = [matched_vectors(emb, rows, match.keys, np.float64) for emb, rows in zip((a, b), match.rows, strict=True)]
     return float(m.per_key_displacement(runs, m.gram_blocks(runs)).mean())

@@ -18,7 +18,7 @@ import numpy as np
 from stabcli import __version__
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.resources import require_memory
-from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli.inputs.embeddings import Embedding, ReadOptions, fits_float32, match_inputs, require_finite
 from stabcli.measure import anchor as spectral
 from stabcli.measure import metrics as m
 from stabcli.measure.anchor import DEFAULT_EIS_ALPHA
@@ -135,7 +135,7 @@ def load_runs(
     if first.dim == 0:
         raise InputError(f"{first.source}: vectors have 0 dimensions; there is nothing to compare")
     arrays = [
-        emb.vectors if idx is None else np.asarray(emb.vectors[idx], dtype=np.float32)
+        emb.vectors if idx is None else _float32_if_it_fits(emb.vectors[idx])
         for emb, idx in zip(embeddings, rows, strict=False)
     ]
     for emb, arr in zip(embeddings, arrays, strict=False):
@@ -145,6 +145,14 @@ def load_runs(
     if on_warning:
         warn_same_runs(names, arrays, on_warning)
     return Runs(names, keys, arrays, rows, dropped, runset, list(indices))
+
+
+def _float32_if_it_fits(rows: np.ndarray) -> np.ndarray:
+    """float32 rows, unless that would turn finite values into inf or 0 (a float64 file
+    holding 1e300): then as they are, with no overflow warning from the cast."""
+    if rows.dtype == np.float32 or fits_float32(rows):
+        return np.asarray(rows, dtype=np.float32)
+    return rows
 
 
 def warn_same_runs(names: list[str], arrays: list[np.ndarray], on_warning: Callable[[str], None]) -> None:

@@ -21,7 +21,8 @@ import numpy as np
 
 from stabcli import __version__
 from stabcli.errors import InputError, OptionError
-from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
+from stabcli.inputs.embeddings.core import require_float32_range
 from stabcli.measure import drift_stats as dm
 from stabcli.measure import metrics as m
 from stabcli.reports import schema
@@ -162,6 +163,9 @@ def load_inputs(
     return inputs
 
 
+DRIFT_RANGE = "drift compares distances and noise bands in float32 magnitudes"
+
+
 def refuse_same_noise_runs(noise: Path, names: list[str], arrays: list[np.ndarray]) -> None:
     """InputError when two noise runs are identical or exact rotations of each other: their
     noise band has zero width, and every key would look moved."""
@@ -215,13 +219,11 @@ def _cover(emb: Embedding, keys: list[str], noise: Path) -> np.ndarray | None:
 
 
 def _rows(emb: Embedding, rows: np.ndarray | None, keys: list[str]) -> np.ndarray:
-    arr = emb.vectors if rows is None else np.asarray(emb.vectors[rows], dtype=np.float32)
-    if arr.dtype.kind != "f":
-        arr = np.asarray(arr, dtype=np.float64)
-    step = 1 << 16
-    for start in range(0, arr.shape[0], step):
-        require_finite(emb.source, keys, arr[start : start + step], start)
-    return arr
+    arr = emb.vectors if rows is None else emb.vectors[rows]
+    require_float32_range(emb.source, keys, arr, DRIFT_RANGE)  # before the cast: no overflow warning
+    if rows is not None:
+        return np.asarray(arr, dtype=np.float32)
+    return arr if arr.dtype.kind == "f" else np.asarray(arr, dtype=np.float64)
 
 
 def read_key_names(path: str | Path, known: set[str], encoding: str | None = None) -> dict[str, str]:

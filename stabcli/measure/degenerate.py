@@ -25,6 +25,9 @@ def rotation_residual(a: np.ndarray, b: np.ndarray) -> float:
     """``min_Q ‖A − B·Q‖_F / max(‖A‖_F, ‖B‖_F)`` over orthogonal Q (orthogonal Procrustes,
     Schönemann 1966): ``‖A‖² + ‖B‖² − 2·Σσ(BᵀA)``, from d×d products in float64."""
     a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    peak = max(float(np.max(np.abs(a64), initial=0.0)), float(np.max(np.abs(b64), initial=0.0)))
+    if peak > 0.0:  # the ratio is scale-free: rows of 1e300 must not overflow the squares
+        a64, b64 = a64 / peak, b64 / peak
     na, nb = float(np.sum(a64 * a64)), float(np.sum(b64 * b64))
     scale = max(na, nb)
     if scale == 0.0:
@@ -43,11 +46,15 @@ def same_runs(runs: Sequence[np.ndarray], tolerance: float = SAME_UP_TO_ROTATION
     n, dim = runs[0].shape
     rows = _sample(n, dim)
     sampled = [np.asarray(run[rows], dtype=np.float64) for run in runs]
+    peak = max(float(np.max(np.abs(x), initial=0.0)) for x in sampled)
+    if peak > 0.0:  # one scale for all runs (the test is scale-free): rows of 1e300 or 1e-300 stay in range
+        sampled = [x / peak for x in sampled]
     norms = [float(np.linalg.norm(x)) for x in sampled]  # a rotation keeps the norm: most pairs end here
     return [
         (r, s)
         for r, s in combinations(range(len(runs)), 2)
-        if abs(norms[r] - norms[s]) <= tolerance * max(norms[r], norms[s])
+        if min(norms[r], norms[s]) > 0.0  # an all-zero run is refused elsewhere, not "the same"
+        and abs(norms[r] - norms[s]) <= tolerance * max(norms[r], norms[s])
         and rotation_residual(sampled[r], sampled[s]) < tolerance
     ]
 

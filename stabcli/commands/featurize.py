@@ -40,6 +40,7 @@ from stabcli.inputs.embeddings import (
     write_embedding,
 )
 from stabcli.inputs.embeddings.core import require_float32_range
+from stabcli.measure.align import alignment_residuals, match_keys, procrustes_rotation
 from stabcli.measure.fourier import (
     check_output_dim,
     check_seed,
@@ -47,7 +48,6 @@ from stabcli.measure.fourier import (
     choose_dimension,
     draw_directions,
     fourier_features,
-    procrustes_rotation,
     rahimi_recht_dimension,
 )
 from stabcli.measure.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
@@ -150,35 +150,20 @@ def _sha256_array(a: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(a, dtype="<f8").tobytes()).hexdigest()
 
 
-def is_keyless(emb: Embedding) -> bool:
-    """Whether ``emb``'s keys are only row numbers (an ``.npy`` read without a keys file)."""
-    return emb.keyless
-
-
 def _alignment(emb: Embedding, reference: Embedding) -> tuple[np.ndarray, float, float]:
-    """Rotation of ``emb`` onto ``reference`` over shared keys (by position when both are
-    keyless), with relative residuals before/after."""
+    """Rotation of ``emb`` onto ``reference`` over shared keys, with relative residuals
+    before/after. Keyless inputs were matched by position already (``match_inputs``: their
+    keys are the same row numbers)."""
     if reference.dim != emb.dim:
         raise InputError(f"{reference.source}: dimension {reference.dim}, but {emb.source} has {emb.dim}")
-    if is_keyless(emb) != is_keyless(reference):
-        keyless, keyed = (emb, reference) if is_keyless(emb) else (reference, emb)
-        raise UsageError(
-            f"{keyless.source} has no keys file ({keys_path_for(keyless.source).name}) but {keyed.source} "
-            f"has keys: rows cannot be matched; give both keys or neither"
-        )
-    if is_keyless(emb):
-        if len(emb.keys) != len(reference.keys):
-            raise InputError(
-                f"{reference.source}: {len(reference.keys)} rows, but {emb.source} has {len(emb.keys)}; "
-                f"keyless arrays are aligned row by row and need the same number of rows"
-            )
-        return procrustes_rotation(emb.vectors, reference.vectors)
-    position = {k: i for i, k in enumerate(reference.keys)}
-    mine = [i for i, k in enumerate(emb.keys) if k in position]
-    if not mine:
+    match = match_keys([emb.keys, reference.keys])
+    if not match.keys:
         raise InputError(f"{reference.source}: no keys in common with {emb.source}")
-    theirs = [position[emb.keys[i]] for i in mine]
-    return procrustes_rotation(emb.vectors[mine], reference.vectors[theirs])
+    mine, theirs = match.rows
+    X = emb.vectors if mine is None else emb.vectors[mine]
+    R = reference.vectors if theirs is None else reference.vectors[theirs]
+    rotation = procrustes_rotation(X, R)
+    return (rotation, *alignment_residuals(X, R, rotation))
 
 
 # Output bytes per chunk by default: the chunk's buffers stay in a core's L2 cache. On the
@@ -532,6 +517,8 @@ def _featurize_runset(
         if shared is not None:
             counts = runset.key_counts()
             writer.write_keys(shared, None if counts is None else [counts[k] for k in shared])
+        elif (counts := runset.key_counts()) is not None:  # a --script run set: its corpus's counts
+            writer.write_corpus_counts(counts)
         for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments, strict=True):
             partial = writer.new_partial(index)
 

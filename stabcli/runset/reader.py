@@ -9,6 +9,7 @@ from typing import Any
 from stabcli.errors import InputError
 from stabcli.inputs.embeddings import Embedding, load_npy, read_keys, require_real_dtype
 from stabcli.runset.layout import (
+    CORPUS_COUNTS,
     EPOCHS,
     KEY_COUNTS,
     KEYS,
@@ -92,10 +93,11 @@ class RunSet:
 
     def key_counts(self) -> dict[str, int] | None:
         """Training frequency of every key (``key_counts.txt`` beside ``keys.txt``), or None
-        when the run set does not record it (script runs, older run sets)."""
+        when the run set does not record it (older run sets). A ``--script`` run set records
+        the counts of every key of its corpus (``corpus_counts.tsv``) instead."""
         path = self.root / KEY_COUNTS
         if not path.is_file():
-            return None
+            return self._corpus_counts()
         keys = read_keys(self.root / KEYS)
         try:
             counts = [int(line) for line in path.read_text(encoding="utf-8").split()]
@@ -104,6 +106,19 @@ class RunSet:
         if len(counts) != len(keys) or any(c < 0 for c in counts):
             raise InputError(f"{path}: {len(counts)} counts for {len(keys)} keys in {self.root / KEYS}")
         return dict(zip(keys, counts, strict=False))
+
+    def _corpus_counts(self) -> dict[str, int] | None:
+        path = self.root / CORPUS_COUNTS
+        if not path.is_file():
+            return None
+        counts = {}
+        try:
+            for line in path.read_text(encoding="utf-8").splitlines():
+                count, key = line.split("\t", 1)
+                counts[key] = int(count)
+        except (UnicodeDecodeError, ValueError):
+            raise InputError(f"{path}: expected 'count<TAB>key' lines") from None
+        return counts
 
     def checkpoints(self, index: int) -> list[Path]:
         """Per-epoch snapshot files of run ``index``, in epoch order."""

@@ -374,6 +374,8 @@ def pretrain(
         if vocabulary and corpus is not None:  # no vocabulary when a script trains: each run brings its own keys
             writer.write_keys(vocabulary, counts)
             corpus_copy = writer.write_corpus_copy(_prepared_corpus(corpus))
+        elif corpus is not None:  # a script's keys are its own: record every corpus key's count
+            writer.write_corpus_counts(key_counts)
         done = set(complete_runs(root))
         results: dict[int, RunResult] = {}
         for index in sorted(done):

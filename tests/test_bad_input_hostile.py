@@ -206,49 +206,25 @@ def text_rows(path: Path, value: str, row: int = 2) -> Path:
     return path
 
 
+def align_to(t: Path, reference: Path) -> list:
+    return ["featurize", embedding(t / "a.npy", 1), "--out", t / "o.npy", "--align-to", reference]
+
+
 HUGE_CASES = {
     "align-to float64 1e300": (
-        lambda t: [
-            "featurize",
-            embedding(t / "a.npy", 1),
-            "--out",
-            t / "o.npy",
-            "--align-to",
-            float64_rows(t / "r.npy", 1e300),
-        ],
+        lambda t: align_to(t, float64_rows(t / "r.npy", 1e300)),
         "r.npy: key 'k3' has values beyond float32's range (up to 1e+300)",
     ),
     "align-to NaN": (
-        lambda t: [
-            "featurize",
-            embedding(t / "a.npy", 1),
-            "--out",
-            t / "o.npy",
-            "--align-to",
-            float64_rows(t / "r.npy", np.nan),
-        ],
+        lambda t: align_to(t, float64_rows(t / "r.npy", np.nan)),
         "r.npy: key 'k3' has NaN or infinite values",
     ),
     "align-to text 1e300": (
-        lambda t: [
-            "featurize",
-            embedding(t / "a.npy", 1),
-            "--out",
-            t / "o.npy",
-            "--align-to",
-            text_rows(t / "r.vec", "1e300"),
-        ],
+        lambda t: align_to(t, text_rows(t / "r.vec", "1e300")),
         "r.vec: key 'k2' has values beyond float32's range",
     ),
     "align-to text -inf": (
-        lambda t: [
-            "featurize",
-            embedding(t / "a.npy", 1),
-            "--out",
-            t / "o.npy",
-            "--align-to",
-            text_rows(t / "r.vec", "-inf"),
-        ],
+        lambda t: align_to(t, text_rows(t / "r.vec", "-inf")),
         "r.vec: key 'k2' has NaN or infinite values",
     ),
     "drift after 1e300": (

@@ -184,8 +184,8 @@ def pretrain_cmd(
 ) -> None:
     """Train N independent runs of an embedding into a run set.
 
-    Run i uses seed SEED+i with one gensim worker, so the same command gives bitwise
-    identical vectors whatever --jobs is. Rerunning resumes: finished runs are kept.
+    Run i uses seed SEED+i with one gensim worker, so on one machine the same command gives
+    bitwise identical vectors whatever --jobs is. Rerunning resumes: finished runs are kept.
 
     Examples:
 

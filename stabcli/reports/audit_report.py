@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from stabcli.reports.schema import Check, doc
+from stabcli.reports.schema import Check, JsonReport, doc
 
 
 @dataclass(frozen=True)
@@ -247,7 +247,7 @@ class DownstreamSection:
 
 
 @dataclass(frozen=True)
-class AuditReport:
+class AuditReport(JsonReport):
     stabcli_version: str = doc("version that wrote the report")
     input: InputSection = doc("what was compared")
     representation: RepresentationSection = doc("stability of the vectors themselves")

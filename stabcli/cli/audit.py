@@ -60,9 +60,30 @@ def audit_cmd(
         int, typer.Option("--pairs", min=1, metavar="N", help="Key pairs sampled for the inner-product noise share.")
     ] = 10_000,
     knn_k: KnnK = 10,
-    knn_queries: Annotated[int, knn_queries_option("Sampled query keys for k-NN overlap.")] = 1_000,
+    knn_queries: Annotated[
+        int | None,
+        knn_queries_option("Sampled query keys for k-NN overlap [default: every key up to 10,000 keys, else 1,000]."),
+    ] = None,
     seed: Annotated[int, seed_option("Seed for the sampled pairs and queries.")] = 0,
-    top: Annotated[int, top_option("Least stable keys to list.")] = 20,
+    top: Annotated[int, top_option("Least stable keys to list (lowest k-NN overlap first).")] = 20,
+    min_frequency: Annotated[
+        int | None,
+        typer.Option(
+            "--min-frequency",
+            min=1,
+            metavar="N",
+            help="List only keys that occur at least N times in the training corpus (needs frequencies).",
+        ),
+    ] = None,
+    frequencies: Annotated[
+        Path | None,
+        typer.Option(
+            "--frequencies",
+            metavar="FILE",
+            help="Key and count per line (tab, comma or space separated) for the stability-by-frequency table "
+            "[default: the counts the run set recorded].",
+        ),
+    ] = None,
     eis_anchor: Annotated[
         Path | None,
         typer.Option(
@@ -179,6 +200,8 @@ def audit_cmd(
         stabcli audit runs/exp1 --labels item_genres.tsv --check 'downstream.variants.h.churn<=0.05'
 
         stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
+
+        stabcli audit a.vec b.vec c.vec --frequencies counts.tsv --min-frequency 5
     """
     from stabcli.commands.audit import audit
 
@@ -191,6 +214,8 @@ def audit_cmd(
             knn_queries=knn_queries,
             seed=seed,
             top=top,
+            min_frequency=min_frequency,
+            frequencies=frequencies,
             eis_anchor=eis_anchor,
             eis_alpha=eis_alpha,
             checks=check,

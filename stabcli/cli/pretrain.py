@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -11,7 +10,7 @@ import typer
 from rich.table import Table
 
 from stabcli.cli.options import ReportFormat, jobs_option, scheduler_option, seed_option
-from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress
+from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress, write_json_stdout
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
 from stabcli.reports.text import literal
 from stabcli.training.pretrain import PretrainResult
@@ -54,16 +53,12 @@ def _summary_table(result: PretrainResult) -> Table:
 
 def report_pretrain(result: PretrainResult, fmt: str) -> None:
     if fmt == "json":
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        write_json_stdout(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
         out.print(_summary_table(result))
         if result.corpus:
             c = result.corpus
-            out.print(
-                f"corpus read as {c['format']}: {c['sequences']:,} sequences, {c['tokens']:,} tokens, "
-                f"{c['distinct_keys']:,} distinct keys",
-                highlight=False,
-            )
+            out.print(f"corpus read as {c['description']}", highlight=False)
     exit_on_failures(result)
 
 

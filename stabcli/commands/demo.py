@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from stabcli.commands.pretrain import pretrain
 from stabcli.errors import UsageError
-from stabcli.runset.store import check_removable_runset
+from stabcli.runset import check_removable_runset
 
 if TYPE_CHECKING:
     from stabcli.commands.drift import DriftReport

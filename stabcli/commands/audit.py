@@ -24,6 +24,7 @@ from stabcli.measure import anchor as spectral
 from stabcli.measure import metrics as m
 from stabcli.measure.align import generalized_procrustes, match_keys, matched_vectors
 from stabcli.measure.anchor import DEFAULT_EIS_ALPHA
+from stabcli.measure.threads import one_blas_thread
 from stabcli.reports import schema
 from stabcli.reports.audit_report import (
     AuditReport,
@@ -501,7 +502,8 @@ def spectral_fields(
     grams, arrays = frame.grams, frame.arrays
     keys = len(runs.keys)
     if given is None:
-        anchor = spectral.consensus_anchor(grams, frame.rotations)
+        with one_blas_thread():  # d×d work
+            anchor = spectral.consensus_anchor(grams, frame.rotations)
         eis_grams = grams
     else:
         vectors, where = given
@@ -513,12 +515,15 @@ def spectral_fields(
             eis_grams = grams
         anchor = spectral.file_anchor(arrays, vectors, eis_grams.scale, str(options.eis_anchor))
         keys = len(where)
+    with one_blas_thread():  # d×d blocks and bases: one BLAS thread (stabcli.measure.threads)
+        eis = spectral.eis_pairs(eis_grams, anchor, options.eis_alpha)
+        overlap = spectral.weighted_overlap_pairs(grams)
     return {
-        "eis": pair_spread(spectral.eis_pairs(eis_grams, anchor, options.eis_alpha)),
+        "eis": pair_spread(eis),
         "eis_alpha": float(options.eis_alpha),
         "eis_anchor": anchor.source,
         "eis_keys": keys,
-        "weighted_eigenspace_overlap": pair_spread(spectral.weighted_overlap_pairs(grams)),
+        "weighted_eigenspace_overlap": pair_spread(overlap),
         "cka_debiased": pair_spread(spectral.debiased_cka_pairs(frame.arrays, grams)),
     }
 

@@ -17,6 +17,7 @@ from scipy.linalg import orthogonal_procrustes
 
 from stabcli.inputs.embeddings import Embedding, require_finite
 from stabcli.measure.numerics import block_scale, row_chunks
+from stabcli.measure.threads import small_linalg
 
 if TYPE_CHECKING:
     from stabcli.measure.metrics import Grams
@@ -92,6 +93,7 @@ def matched_vectors(
 # ------------------------------------------------------------------ Procrustes
 
 
+@small_linalg
 def rotation_from_cross(cross: np.ndarray) -> np.ndarray:
     """Orthogonal Q minimizing ``‖H Q − M‖_F`` given only ``cross = Hᵀ M`` (d×d).
 
@@ -140,6 +142,7 @@ def procrustes_residual(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sqrt(max(na + nb - 2.0 * float(singular.sum()), 0.0) / scale))
 
 
+@small_linalg
 def generalized_procrustes(grams: Grams, max_iter: int = 100, tol: float = 1e-7) -> tuple[list[np.ndarray], int]:
     """Rotations aligning every run to their consensus (generalized orthogonal Procrustes).
 

@@ -63,6 +63,8 @@ def bad(work, fragment, *args):
         (["--no-such-option"], "No such option: --no-such-option"),
         (["--normalize=3"], "--normalize"),
         (["--json"], "Option '--json' requires an argument"),
+        (["--min-frequency", "0"], "'--min-frequency': Input should be greater than or equal to 1"),
+        (["--min-frequency", "3"], "--min-frequency: needs key frequencies"),
     ],
 )
 def test_bad_option_values(work, args, fragment):
@@ -107,7 +109,7 @@ def test_bad_check_paths(work, check, fragment):
 @pytest.mark.parametrize(
     "check, fragment",
     [
-        ("representation.least_stable.999.knn_overlap<1", "representation.least_stable has 20 entries, no '999'"),
+        ("representation.least_stable.999.knn_overlap<1", "representation.least_stable has 5 entries, no '999'"),
         ("representation.noise_share_per_dim.99<1", f"representation.noise_share_per_dim has {DIM} entries, no '99'"),
         ("training.by_epoch.7.noise_share<1", "training.by_epoch has 2 entries, no '7'"),
     ],
@@ -367,3 +369,27 @@ def _anchor(root, keys, nan_row=None):
         + "".join(k + " " + " ".join(str(float(v)) for v in row) + "\n" for k, row in zip(keys, values, strict=True))
     )
     return path
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("key\tcount\nk1\t3\nk2\tmany\n", "counts.tsv line 3: count 'many' is not a non-negative integer"),
+        ("k1,3\nk2,-4\n", "counts.tsv line 2: count '-4' is not a non-negative integer"),
+        ("k1\t3\nk1\t4\n", "counts.tsv line 2: key 'k1' appears twice"),
+        ("only-a-key\n", "counts.tsv line 1: expected a key and a count, found 'only-a-key'"),
+        ("", "counts.tsv: no key and count found"),
+        ("x1\t3\nx2\t5\n", "--frequencies: none of the 30 compared keys has a count in the file"),
+        (b"k1\t3\n\xff\xfe\t2\n", "counts.tsv: not valid utf-8 text"),
+    ],
+)
+def test_bad_frequencies_file(work, content, fragment):
+    path = work[0] / "counts.tsv"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    bad(work, fragment, "--frequencies", path)
+
+
+@pytest.mark.bad_input
+def test_frequencies_file_missing(work):
+    bad(work, "counts.tsv: cannot read", "--frequencies", work[0] / "counts.tsv")

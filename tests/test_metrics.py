@@ -371,3 +371,52 @@ def test_the_largest_float64_values_scale_without_overflow():
     runs[0][0, 0] = big / 2
     share = m.noise_share(runs)
     assert np.isfinite(share.overall) and 0 <= share.overall <= 1
+
+
+def _structured_runs(R=5, n=400, d=8, noise=0.4, seed=1):
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((n, d)) * np.linspace(3, 0.2, d)
+    return [(base + noise * rng.standard_normal((n, d))).astype(np.float32) for _ in range(R)]
+
+
+def test_rotated_noise_share_from_grams_equals_the_direct_share():
+    runs = _structured_runs()
+    grams = m.gram_blocks(runs)
+    rng = np.random.default_rng(7)
+    rotations = [m.random_rotation(8, rng) for _ in runs]
+    assert all(np.allclose(q @ q.T, np.eye(8), atol=1e-12) for q in rotations)
+    assert m.rotated_noise_share(grams, rotations) == pytest.approx(m.noise_share(runs, rotations).overall, abs=1e-10)
+
+
+def test_pure_noise_spread_matches_seeded_random_rotations():
+    """Mean (R−1)/R and the closed-form std against 400 seeded Haar rotations of every run."""
+    runs = _structured_runs()
+    grams = m.gram_blocks(runs)
+    rng = np.random.default_rng(0)
+    shares = [m.rotated_noise_share(grams, [m.random_rotation(8, rng) for _ in runs]) for _ in range(400)]
+    std = m.pure_noise_share_std(grams)
+    assert np.mean(shares) == pytest.approx(4 / 5, abs=3 * std / np.sqrt(400))
+    assert np.std(shares) == pytest.approx(std, rel=0.15)
+    assert m.noise_share(runs).overall < 4 / 5 - 2 * std  # shared structure: far below pure noise
+
+
+def test_per_pair_values_average_to_the_reported_means():
+    runs = _structured_runs(R=4, n=120)
+    grams = m.gram_blocks(runs)
+    pairs = list(combinations(range(4), 2))
+    by_pair = m.knn_overlap_by_pair(runs, np.arange(30), 5)
+    assert by_pair.shape == (6, 30)
+    np.testing.assert_allclose(by_pair.mean(axis=0), m.knn_overlap(runs, np.arange(30), 5), atol=1e-12)
+    for p, (r, s) in enumerate(pairs):  # one pair alone gives the same value as its row
+        np.testing.assert_allclose(by_pair[p], m.knn_overlap([runs[r], runs[s]], np.arange(30), 5), atol=1e-12)
+        assert m.displacement_by_pair(runs, grams)[p] == pytest.approx(
+            m.semantic_displacement([runs[r], runs[s]], m.gram_blocks([runs[r], runs[s]])), rel=1e-9
+        )
+    assert np.mean(m.displacement_by_pair(runs, grams)) == pytest.approx(m.semantic_displacement(runs, grams))
+    relative = m.relative_pip_loss_by_pair(grams)
+    assert relative is not None and np.mean(relative) == pytest.approx(m.relative_pip_loss(grams))
+    direct_cka = []
+    for r, s in pairs:
+        x, y = (runs[i].astype(np.float64) - runs[i].mean(axis=0) for i in (r, s))
+        direct_cka.append(np.linalg.norm(x.T @ y) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)))
+    np.testing.assert_allclose(m.pairwise_values(grams, m.linear_cka), direct_cka, rtol=1e-9)

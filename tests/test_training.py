@@ -226,6 +226,8 @@ def test_script_mode_with_the_example_trainer(tmp_path, sessions_file):
     assert "--seed 1" in (root / "run-001" / "log.txt").read_text()
     assert not (root / "run-001" / "output").exists()
     assert not np.allclose(runset.load(0).vectors, emb.vectors)
+    tokens = sessions_file.read_text().split()  # the corpus stabcli parsed gives the script's keys their counts
+    assert runset.key_counts() == {key: tokens.count(key) for key in set(tokens)}
 
 
 FAILING = """

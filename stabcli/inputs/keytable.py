@@ -71,6 +71,49 @@ def read_key_names(path: Path, encoding: str | None = None) -> dict[str, str]:
     return dict(zip(table[0].str.strip(), table[1].str.strip(), strict=True))
 
 
+def read_frequencies(path: Path, encoding: str = "utf-8") -> dict[str, int]:
+    """Key → frequency (``--frequencies``): one key and a non-negative integer count per line,
+    separated by a tab, a comma or spaces (the count last); a first line whose count is not a
+    number is a header. Raises ``InputError`` naming the file and line otherwise.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "counts.tsv"
+    >>> _ = p.write_text("key\tcount\nthe\t1061\nnew york\t3\n")
+    >>> read_frequencies(p)
+    {'the': 1061, 'new york': 3}
+    """
+    try:
+        text = path.read_bytes().decode(encoding).lstrip("\ufeff")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not valid {encoding} text") from None
+    except LookupError:
+        raise UsageError(f"--encoding {encoding}: unknown text encoding") from None
+    counts: dict[str, int] = {}
+    first = True
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        separator = "\t" if "\t" in line else "," if "," in line else None
+        parts = line.rsplit(separator, 1)
+        if len(parts) != 2 or not parts[0].strip():
+            raise InputError(f"{path} line {number}: expected a key and a count, found {line.strip()[:40]!r}")
+        key, value = parts[0].strip(), parts[1].strip()
+        if not value.isdigit():
+            if first:
+                first = False
+                continue  # a header row
+            raise InputError(f"{path} line {number}: count {value[:20]!r} is not a non-negative integer")
+        first = False
+        if key in counts:
+            raise InputError(f"{path} line {number}: key {key[:40]!r} appears twice")
+        counts[key] = int(value)
+    if not counts:
+        raise InputError(f"{path}: no key and count found")
+    return counts
+
+
 def _name(separator: str) -> str:
     return {"|": "'|'", "\t": "tab", "::": "'::'", ",": "comma"}[separator]
 

@@ -220,6 +220,16 @@ def relative_pip_loss(grams: Grams) -> float | None:
     return pip / norm if norm > 0 else None
 
 
+def relative_pip_loss_by_pair(grams: Grams) -> np.ndarray | None:
+    """PIP loss of every run pair r<s divided by the mean ``‖H_r H_rᵀ‖_F`` over runs (their
+    mean is ``relative_pip_loss``); None when every run is zero."""
+    R = grams.G.shape[0]
+    norm = float(np.mean([frobenius_norm(grams.G[r, r]) for r in range(R)]))
+    if norm <= 0:
+        return None
+    return np.array([_pip_loss_scaled(grams, r, s) for r, s in combinations(range(R), 2)]) / norm
+
+
 def linear_cka(grams: Grams, r: int, s: int) -> float:
     """Linear CKA on column-centred matrices: ``‖XᵀY‖_F² / (‖XᵀX‖_F ‖YᵀY‖_F)`` (Kornblith et al. 2019)."""
     blocks = grams.centered(r, r), grams.centered(s, s), grams.centered(r, s)
@@ -252,15 +262,21 @@ def eigenspace_overlap(grams: Grams, r: int, s: int) -> float:
 def semantic_displacement(runs: Sequence[np.ndarray], grams: Grams) -> float:
     """Mean cosine distance ``1 − cos(h_r(i), h_s(i) Q_sr)`` over keys and run pairs r<s,
     after orthogonal Procrustes of run s onto run r (Hamilton et al. 2016, HistWords)."""
+    return float(np.mean(displacement_by_pair(runs, grams)))
+
+
+def displacement_by_pair(runs: Sequence[np.ndarray], grams: Grams) -> np.ndarray:
+    """Per run pair r<s (``itertools.combinations`` order), the mean over keys of
+    ``1 − cos(h_r(i), h_s(i) Q_sr)`` after orthogonal Procrustes of run s onto run r."""
     pairs = list(combinations(range(len(runs)), 2))
     rotations = {(r, s): rotation_from_cross(grams.G[s, r]) for r, s in pairs}
-    total = 0.0
+    totals = np.zeros(len(pairs))
     for _, stack in row_chunks(runs):
         units = unit_rows(stack)  # cosines are per-row scale invariant: safe for any finite magnitude
-        for r, s in pairs:
+        for p, (r, s) in enumerate(pairs):
             cos = np.einsum("cd,cd->c", units[r], units[s] @ rotations[r, s])
-            total += float((1.0 - cos).sum())
-    return total / (len(pairs) * runs[0].shape[0])
+            totals[p] += float((1.0 - cos).sum())
+    return totals / runs[0].shape[0]
 
 
 def sample_pairs(n: int, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -399,19 +415,65 @@ def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray
 def knn_overlap(runs: Sequence[np.ndarray], queries: np.ndarray, k: int) -> np.ndarray:
     """Per query, ``|N_r(x) ∩ N_s(x)| / k`` averaged over run pairs r<s (Wendlandt et al.
     2018; anchor-stability ``knn``). Returns one value per query."""
+    return knn_overlap_by_pair(runs, queries, k).mean(axis=0)
+
+
+def knn_overlap_by_pair(runs: Sequence[np.ndarray], queries: np.ndarray, k: int) -> np.ndarray:
+    """``|N_r(x) ∩ N_s(x)| / k`` for every run pair r<s (rows, ``combinations`` order) and
+    query (columns): the spread of k-NN overlap over run pairs."""
     neighbours = [nearest_neighbours(h, queries, k) for h in runs]
     pairs = list(combinations(range(len(runs)), 2))
-    overlap = np.zeros(len(queries))
-    for r, s in pairs:
+    overlap = np.zeros((len(pairs), len(queries)))
+    for p, (r, s) in enumerate(pairs):
         common = (neighbours[r][:, :, None] == neighbours[s][:, None, :]).any(axis=2).sum(axis=1)
-        overlap += common / k
-    return overlap / len(pairs)
+        overlap[p] = common / k
+    return overlap
+
+
+def pairwise_values(grams: Grams, metric: Callable[[Grams, int, int], float]) -> np.ndarray:
+    """``metric(grams, r, s)`` for every run pair r<s, in ``combinations`` order."""
+    return np.array([metric(grams, r, s) for r, s in combinations(range(grams.G.shape[0]), 2)], dtype=np.float64)
 
 
 def pairwise_mean(grams: Grams, metric: Callable[[Grams, int, int], float]) -> float:
     """Mean of ``metric(grams, r, s)`` over run pairs r<s."""
-    values = [metric(grams, r, s) for r, s in combinations(range(grams.G.shape[0]), 2)]
-    return float(np.mean(values))
+    return float(np.mean(pairwise_values(grams, metric)))
+
+
+def rotated_noise_share(grams: Grams, rotations: Sequence[np.ndarray]) -> float:
+    """The overall noise share of the runs multiplied by ``rotations``, from the Gram blocks:
+    ``1 − (1/R²)Σ_rs tr(Q_rᵀ G_rs Q_s) / ((1/R)Σ_r tr G_rr)`` (the energy is rotation invariant)."""
+    R = grams.G.shape[0]
+    energy = sum(float(np.trace(grams.G[r, r])) for r in range(R)) / R
+    if energy <= 0:
+        return 0.0
+    mean_sq = sum(
+        float(np.einsum("ij,ij->", rotations[r].T @ grams.G[r, s], rotations[s].T)) for r in range(R) for s in range(R)
+    )
+    return 1.0 - mean_sq / R**2 / energy
+
+
+def pure_noise_share_std(grams: Grams) -> float:
+    """Standard deviation of the overall noise share when every run is turned by its own
+    uniformly random (Haar) rotation; the mean is exactly (R−1)/R.
+
+    With ``E[U_ij U_kl] = δ_ik δ_jl / d`` for a Haar U, each cross term ``tr(G_rs U)`` has
+    mean 0 and variance ``‖G_rs‖_F² / d``, and the R(R−1)/2 terms are uncorrelated:
+    ``std = (2/R²) · sqrt(Σ_{r<s} ‖G_rs‖_F² / d) / ((1/R) Σ_r tr G_rr)``.
+    """
+    R, d = grams.G.shape[0], grams.G.shape[2]
+    c = block_scale(*[grams.G[r, s] for r in range(R) for s in range(R)])
+    energy = sum(float(np.trace(grams.G[r, r] / c)) for r in range(R)) / R
+    if energy <= 0 or d == 0:
+        return 0.0
+    cross = sum(frobenius_sq(grams.G[r, s] / c) for r, s in combinations(range(R), 2))
+    return 2.0 / R**2 * math.sqrt(cross / d) / energy
+
+
+def random_rotation(d: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random (Haar) orthogonal d×d matrix: QR of a Gaussian matrix, signs fixed."""
+    q, r = np.linalg.qr(rng.standard_normal((d, d)))
+    return q * np.sign(np.diag(r))
 
 
 def per_key_energy(runs: Sequence[np.ndarray], scale: float = 1.0) -> np.ndarray:

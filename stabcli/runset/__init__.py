@@ -6,6 +6,7 @@ files, ``reader`` opens a run set, ``writer`` holds the lock and publishes runs.
 """
 
 from stabcli.runset.layout import (
+    CORPUS_COUNTS,
     EPOCHS,
     KEY_COUNTS,
     KEYS,
@@ -33,6 +34,7 @@ from stabcli.runset.reader import RunSet, complete_runs
 from stabcli.runset.writer import RunSetLock, RunSetWriter, check_keys, write_run
 
 __all__ = [
+    "CORPUS_COUNTS",
     "EPOCHS",
     "KEYS",
     "KEY_COUNTS",

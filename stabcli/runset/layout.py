@@ -6,6 +6,7 @@
       stabcli.json      manifest (schema version, versions, config, corpus sha256, runs)
       keys.txt          keys shared by every run without a keys.txt of its own
       key_counts.txt    how often each key of keys.txt occurs in the corpus (one integer per line)
+      corpus_counts.tsv --script run sets: "count<TAB>key" for every key of the corpus stabcli parsed
       stabcli.lock      present while a pretrain writes here (holds its pid)
       .corpus.txt       the prepared corpus every run reads (while a pretrain runs)
       run-000/
@@ -45,6 +46,7 @@ MANIFEST = "stabcli.json"
 KEYS = "keys.txt"
 LOCK = "stabcli.lock"
 KEY_COUNTS = "key_counts.txt"  # per-key token counts of the training corpus, one per line in keys.txt order
+CORPUS_COUNTS = "corpus_counts.tsv"  # --script run sets: "count<TAB>key" for every key of the corpus stabcli parsed
 CORPUS_COPY = ".corpus.txt"
 VECTORS = "vectors.npy"
 LOSSES = "losses.json"
@@ -56,7 +58,7 @@ _RUN_RE = re.compile(r"^run-(\d{3,})$")
 _PARTIAL_RE = re.compile(r"^\.run-(\d{3,})\.partial(-[0-9a-z]+)?$")
 _FAILED_RE = re.compile(r"^run-(\d{3,})\.failed$")
 _CHECKPOINT_RE = re.compile(r"^\d+\.npy$")
-_TOP_FILES = {MANIFEST, KEYS, KEY_COUNTS, CORPUS_COPY, LOCK}
+_TOP_FILES = {MANIFEST, KEYS, KEY_COUNTS, CORPUS_COUNTS, CORPUS_COPY, LOCK}
 _RUN_FILES = {VECTORS, KEYS, LOSSES, LOG, PROGRESS}
 
 

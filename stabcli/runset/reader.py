@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stabcli.environment import read_recorded
 from stabcli.errors import InputError
 from stabcli.inputs.embeddings import Embedding, load_npy, read_keys, require_real_dtype
 from stabcli.runset.layout import (
+    CORPUS_COUNTS,
     EPOCHS,
     KEY_COUNTS,
     KEYS,
@@ -21,6 +23,7 @@ from stabcli.runset.layout import (
     is_runset,
     run_dir,
     run_index,
+    run_name,
 )
 from stabcli.runset.manifest import read_losses, read_manifest
 
@@ -92,10 +95,11 @@ class RunSet:
 
     def key_counts(self) -> dict[str, int] | None:
         """Training frequency of every key (``key_counts.txt`` beside ``keys.txt``), or None
-        when the run set does not record it (script runs, older run sets)."""
+        when the run set does not record it (older run sets). A ``--script`` run set records
+        the counts of every key of its corpus (``corpus_counts.tsv``) instead."""
         path = self.root / KEY_COUNTS
         if not path.is_file():
-            return None
+            return self._corpus_counts()
         keys = read_keys(self.root / KEYS)
         try:
             counts = [int(line) for line in path.read_text(encoding="utf-8").split()]
@@ -104,6 +108,25 @@ class RunSet:
         if len(counts) != len(keys) or any(c < 0 for c in counts):
             raise InputError(f"{path}: {len(counts)} counts for {len(keys)} keys in {self.root / KEYS}")
         return dict(zip(keys, counts, strict=False))
+
+    def environment(self, index: int) -> dict[str, str] | None:
+        """The environment run ``index`` was trained in (``stabcli.environment.capture`` in the
+        training process), or None when the manifest does not record one (older run sets)."""
+        entry = (self.manifest.get("runs") or {}).get(run_name(index))
+        return read_recorded(entry.get("environment")) if isinstance(entry, dict) else None
+
+    def _corpus_counts(self) -> dict[str, int] | None:
+        path = self.root / CORPUS_COUNTS
+        if not path.is_file():
+            return None
+        counts = {}
+        try:
+            for line in path.read_text(encoding="utf-8").splitlines():
+                count, key = line.split("\t", 1)
+                counts[key] = int(count)
+        except (UnicodeDecodeError, ValueError):
+            raise InputError(f"{path}: expected 'count<TAB>key' lines") from None
+        return counts
 
     def checkpoints(self, index: int) -> list[Path]:
         """Per-epoch snapshot files of run ``index``, in epoch order."""

@@ -12,7 +12,7 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -22,6 +22,7 @@ from stabcli.errors import InputError, RunSetError, UsageError
 from stabcli.fs.atomic import atomic_path, file_sha256, is_temp_name, write_json_atomic, write_text_atomic
 from stabcli.inputs.embeddings import keys_text
 from stabcli.runset.layout import (
+    CORPUS_COUNTS,
     KEY_COUNTS,
     KEYS,
     LOCK,
@@ -202,6 +203,10 @@ class RunSetWriter:
         write_text_atomic(self.root / KEYS, keys_text(list(keys)))
         if counts is not None:
             write_text_atomic(self.root / KEY_COUNTS, "".join(f"{c}\n" for c in counts))
+
+    def write_corpus_counts(self, counts: Mapping[str, int]) -> None:
+        """Every corpus key's count (``--script`` run sets, whose runs bring their own keys)."""
+        write_text_atomic(self.root / CORPUS_COUNTS, "".join(f"{c}\t{k}\n" for k, c in counts.items()))
 
     def write_corpus_copy(self, data: bytes) -> Path:
         """The prepared corpus every run reads: written once atomically, never rewritten

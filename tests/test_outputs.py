@@ -193,20 +193,7 @@ def test_a_file_size_limit_names_the_real_file_and_leaves_no_temporary(tmp_path)
 
 
 def audit_workspace(t: Path) -> Path:
-    import json
-
-    import numpy as np
-
-    runs = t / "runs"
-    runs.mkdir()
-    (runs / "keys.txt").write_text("".join(f"k{i}\n" for i in range(30)))
-    for r in range(3):
-        (runs / f"run-{r:03d}").mkdir()
-        np.save(
-            runs / f"run-{r:03d}" / "vectors.npy", np.random.default_rng(r).standard_normal((30, 4)).astype(np.float32)
-        )
-    (runs / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
-    return runs
+    return make_runset(t / "runs", runs=3, epochs=0)
 
 
 AUDIT = ["--knn-k", "3", "--pairs", "50", "--knn-queries", "10"]

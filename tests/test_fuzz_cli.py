@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import stabcli.cli.demo
+import stabcli.commands.demo
 from conftest import make_sessions, runner
 from stabcli.cli.app import app
 from stabcli.errors import UsageError
@@ -129,7 +129,7 @@ def demo_stops_before_training(monkeypatch):
     def stop(*args, **kwargs):
         raise _Stop("stopped before training")
 
-    monkeypatch.setattr(stabcli.cli.demo, "run_pretrain", stop)
+    monkeypatch.setattr(stabcli.commands.demo, "pretrain", stop)
 
 
 @FUZZ

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -260,6 +260,15 @@ def audit_cmd(
             "movies.dat: latin-1; a byte-order mark decides]."
         ),
     ] = None,
+    prefer: Annotated[
+        Literal["stability", "balanced", "accuracy"],
+        typer.Option(
+            "--prefer",
+            metavar="stability|balanced|accuracy",
+            help="With --labels: a variant with more churn or std than the input is recommended never (stability), "
+            "for a gain beyond 2× the noise (balanced) or beyond 1× (accuracy).",
+        ),
+    ] = "balanced",
     min_class_size: Annotated[
         int,
         typer.Option(
@@ -302,6 +311,8 @@ def audit_cmd(
         stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
 
         stabcli audit a.vec b.vec c.vec --frequencies counts.tsv --min-frequency 5
+
+        stabcli audit runs/ml --labels ratings_mean.csv --task regression --prefer stability
     """
     from stabcli.commands.audit import AuditOptions
 
@@ -327,6 +338,7 @@ def audit_cmd(
             "--sigmas": sigmas,
             "--model": model,
             "--min-class-size": None if min_class_size == 5 else min_class_size,
+            "--prefer": None if prefer == "balanced" else prefer,
             "--scheduler": scheduler,
         }
         extra = [name for name, value in given.items() if value is not None]
@@ -349,6 +361,7 @@ def audit_cmd(
             jobs=jobs,
             encoding=encoding,
             min_class_size=min_class_size,
+            prefer=prefer,
         )
     from stabcli.training.cluster import joblib_on, scheduler_address
 

@@ -650,6 +650,9 @@ def build_report(
     if downstream:  # options against the runs, labels, split, memory: all before the Gram pass
         from stabcli.measure.downstream import plan_downstream
 
+        featurized = _featurized(runs)
+        if featurized and featurized.get("dim"):  # phi(h) already: named so, not featurized again
+            downstream = replace(downstream, featurized=True)
         plan = plan_downstream(downstream, runs.keys, len(runs.arrays), runs.dim, on_warning)
     given_anchor = read_anchor(options.eis_anchor, runs, options.normalize) if options.eis_anchor else None
     frame = _frame(runs, options, step)

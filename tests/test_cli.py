@@ -418,7 +418,7 @@ def test_audit_bad_label_options_exit_2(runset, genre_labels, tmp_path, args, me
 
 # ---- --help: readable names, defaults, choices, examples that run (issue 14 §3)
 
-COMMANDS = ["pretrain", "audit", "featurize", "drift", "demo"]
+COMMANDS = ["pretrain", "audit", "featurize", "drift", "demo", "sweep"]
 INTERNAL_TYPE = re.compile(r"<(?:bool|int|float|str|path|text|list\[[^\]]*\]|[a-z]+ range)>")
 
 
@@ -452,6 +452,7 @@ def test_usage_lines_name_arguments_in_capitals(monkeypatch):
         "featurize": "Usage: root featurize [OPTIONS] INPUT",
         "drift": "Usage: root drift [OPTIONS] BEFORE AFTER",
         "demo": "Usage: root demo [OPTIONS]",
+        "sweep": "Usage: root sweep [OPTIONS] CORPUS",
     }
 
 

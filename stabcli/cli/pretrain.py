@@ -10,7 +10,21 @@ import typer
 from rich.table import Table
 
 from stabcli import __version__
-from stabcli.cli.options import ReportFormat, jobs_option, scheduler_option, seed_option
+from stabcli.cli.options import (
+    Dim,
+    EmbeddingModel,
+    Epochs,
+    MinCount,
+    Negative,
+    Params,
+    ReportFormat,
+    SkipGram,
+    Timeout,
+    Window,
+    jobs_option,
+    scheduler_option,
+    seed_option,
+)
 from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress, write_json_stdout
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
 from stabcli.inputs.corpus import CorpusOptions
@@ -95,18 +109,13 @@ def pretrain_cmd(
     corpus: Path | None = typer.Argument(None, metavar="CORPUS", help="Training corpus (optional with --script)."),
     out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Run set directory to create or resume."),
     runs: int = typer.Option(10, "--runs", "-n", min=1, metavar="N", help="Number of independent runs."),
-    model: Literal["word2vec", "doc2vec"] = typer.Option(
-        "word2vec",
-        "--model",
-        metavar="word2vec|doc2vec",
-        help="word2vec (sentences or item sessions) or doc2vec (tagged documents).",
-    ),
-    dim: int = typer.Option(32, "--dim", min=1, metavar="N", help="Embedding dimension."),
-    window: int = typer.Option(3, "--window", min=1, metavar="N", help="Context window."),
-    negative: int = typer.Option(3, "--negative", min=0, metavar="N", help="Negative samples (0 = none)."),
-    epochs: int = typer.Option(10, "--epochs", min=1, metavar="N", help="Training epochs."),
-    sg: bool = typer.Option(True, "--sg/--cbow", help="Skip-gram (doc2vec: PV-DBOW) or CBOW (doc2vec: PV-DM)."),
-    min_count: int = typer.Option(1, "--min-count", min=1, metavar="N", help="Ignore tokens seen fewer times."),
+    model: EmbeddingModel = "word2vec",
+    dim: Dim = 32,
+    window: Window = 3,
+    negative: Negative = 3,
+    epochs: Epochs = 10,
+    sg: SkipGram = True,
+    min_count: MinCount = 1,
     seed: Annotated[int, seed_option("Run i uses seed SEED + i.")] = 0,
     jobs: Annotated[int | None, jobs_option("Runs in parallel [default: available cores].")] = None,
     scheduler: Annotated[
@@ -127,7 +136,7 @@ def pretrain_cmd(
         help="seed: only the seed changes; shuffle: also the "
         "sequence order; bootstrap: sequences resampled with replacement.",
     ),
-    param: list[str] = typer.Option([], "--param", metavar="KEY=VALUE", help="Any other gensim argument (repeatable)."),
+    param: Params = [],  # noqa: B006 (typer reads the default)
     force: bool = typer.Option(
         False, "--force", show_default=True, help="Replace a run set made with another configuration."
     ),
@@ -137,9 +146,7 @@ def pretrain_cmd(
         metavar="COMMAND",
         help="Train with your own command; placeholders {seed} {out} {run} {corpus}. Run without a shell.",
     ),
-    timeout: float | None = typer.Option(
-        None, "--timeout", metavar="SECONDS", help="Seconds before a script run is killed [default: none]."
-    ),
+    timeout: Timeout = None,
     corpus_format: Literal["auto", "lines", "tagged", "movielens", "interactions"] = typer.Option(
         "auto",
         "--corpus-format",
@@ -184,8 +191,8 @@ def pretrain_cmd(
 ) -> None:
     """Train N independent runs of an embedding into a run set.
 
-    Run i uses seed SEED+i with one gensim worker, so the same command gives bitwise
-    identical vectors whatever --jobs is. Rerunning resumes: finished runs are kept.
+    Run i uses seed SEED+i with one gensim worker, so on one machine the same command gives
+    bitwise identical vectors whatever --jobs is. Rerunning resumes: finished runs are kept.
 
     Examples:
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stabcli import __version__
+from stabcli.environment import EnvironmentDifference, differences
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.resources import require_memory
 from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
@@ -606,6 +607,14 @@ def _featurized(runs: Runs) -> dict[str, Any] | None:
     return block if isinstance(block, dict) else None
 
 
+def _environment(runs: Runs) -> list[EnvironmentDifference]:
+    """Where the runs' recorded training environments differ (none for plain files)."""
+    if runs.runset is None:
+        return []
+    runset = runs.runset
+    return differences({name: runset.environment(i) for name, i in zip(runs.names, runs.run_indices, strict=True)})
+
+
 def _check_frequencies(
     runs: Runs,
     options: AuditOptions,
@@ -677,6 +686,7 @@ def build_report(
             normalized=options.normalize,
             seed=options.seed,
             featurized=_featurized(runs),
+            environment=_environment(runs),
         ),
         representation=representation,
         training=training_report(runs, options),

@@ -11,6 +11,7 @@ validated against the types before anything is loaded (``schema.validate_checks`
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stabcli import __version__
+from stabcli.commands.featurize import SIDECAR_SUFFIX
+from stabcli.environment import EnvironmentDifference, differences, read_recorded
 from stabcli.errors import InputError, OptionError
 from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
 from stabcli.measure import drift_stats as dm
@@ -28,6 +31,7 @@ from stabcli.measure.align import match_keys, matched_vectors, procrustes_rotati
 from stabcli.reports import schema
 from stabcli.reports.schema import Check, doc, to_json
 from stabcli.runset import RunSet, is_runset
+from stabcli.runset.layout import run_name
 
 if TYPE_CHECKING:
     from stabcli.measure.downstream import DownstreamOptions
@@ -79,6 +83,7 @@ class DriftInputs:
     before_in_noise: bool | None = None
     frequency: np.ndarray | None = None
     input_paths: list[Path] = field(default_factory=list)
+    environments: dict[str, dict[str, str] | None] = field(default_factory=dict)  # recorded, by source
 
     @property
     def dim(self) -> int:
@@ -115,7 +120,7 @@ def load_inputs(
     before, after = Path(before), Path(after)
     read = read or ReadOptions()
     b_emb, b_set, b_index = _load_side(before, reference, read)
-    a_emb, _a_set, _ = _load_side(after, reference, read)
+    a_emb, _a_set, _a_index = _load_side(after, reference, read)
     if a_emb.dim != b_emb.dim:
         raise InputError(f"{a_emb.source}: dimension {a_emb.dim}, but {b_emb.source} has {b_emb.dim}")
     b_emb, a_emb = match_inputs([b_emb, a_emb], read.keys_file)
@@ -128,6 +133,10 @@ def load_inputs(
         raise InputError(f"{a_emb.source}: only 1 key in common with {b_emb.source}; drift needs at least 2")
     b, a = (matched_vectors(emb, rows, keys) for emb, rows in zip((b_emb, a_emb), match.rows, strict=True))
     inputs = DriftInputs(str(before), str(after), keys, b, a, added, removed, b_keyless)
+    inputs.environments = {
+        "before": recorded_environment(before, b_set, b_index),
+        "after": recorded_environment(after, _a_set, _a_index),
+    }
     frequency_set = b_set
     if noise is not None:
         noise = Path(noise)
@@ -150,6 +159,7 @@ def load_inputs(
             )
         refuse_same_noise_runs(noise, [f"run-{i:03d}" for i in runset.runs], arrays)
         inputs.noise, inputs.noise_runs, inputs.before_in_noise = str(noise), arrays, member
+        inputs.environments.update({f"noise/{run_name(i)}": runset.environment(i) for i in runset.runs})
         frequency_set = runset
     if frequency_set is not None:
         counts = frequency_set.key_counts()
@@ -157,6 +167,18 @@ def load_inputs(
             inputs.frequency = np.array([counts.get(k, -1) for k in keys], dtype=np.float64)
             inputs.frequency[inputs.frequency < 0] = np.nan
     return inputs
+
+
+def recorded_environment(path: Path, runset: RunSet | None, index: int | None) -> dict[str, str] | None:
+    """The environment a side was computed in: its run's training environment for a run set,
+    the featurize sidecar's for a file ``stabcli featurize`` wrote, else None (not recorded)."""
+    if runset is not None and index is not None:
+        return runset.environment(index)
+    sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+    try:
+        return read_recorded(json.loads(sidecar.read_text(encoding="utf-8")).get("environment"))
+    except (OSError, ValueError, AttributeError):  # no sidecar, or not one stabcli wrote: nothing recorded
+        return None
 
 
 def refuse_same_noise_runs(noise: Path, names: list[str], arrays: list[np.ndarray]) -> None:
@@ -245,6 +267,11 @@ class InputSection:
     alignment_residual: float | None = doc("‖AFTER·Q − BEFORE‖_F / ‖BEFORE‖_F, or null with --no-align")
     keyless: bool = doc("rows matched by position (keyless arrays)")
     key_names: str | None = doc("the --key-names file, or null")
+    environment: list[EnvironmentDifference] = doc(
+        "the environment fields (package versions, BLAS kernel, CPU) on which BEFORE, AFTER and the noise runs "
+        "differ, as recorded by pretrain (per run) or featurize (sidecar); empty when they agree or are not recorded",
+        default_factory=list,
+    )
 
 
 NEEDS_NOISE = ("noise", "drift.moved_count", "drift.moved_share", "drift.expected_false_positives", "drift.discoveries")
@@ -553,6 +580,7 @@ def compute_drift(
         alignment_residual=residual,
         keyless=inputs.keyless,
         key_names=key_names_path,
+        environment=differences(inputs.environments),
     )
     report = DriftReport(__version__, input_section, drift_section, noise_section, downstream_section)
     return report, PerKey(columns)

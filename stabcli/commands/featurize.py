@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from stabcli import __version__
+from stabcli.environment import capture
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.atomic import file_sha256
 from stabcli.fs.outputs import OutputPlan, with_companions
@@ -41,6 +42,7 @@ from stabcli.inputs.embeddings import (
 )
 from stabcli.measure.align import alignment_residuals, match_keys, procrustes_rotation
 from stabcli.measure.fourier import (
+    blocked_matmul,
     check_output_dim,
     check_seed,
     check_sigma,
@@ -230,7 +232,7 @@ def _feature_chunks(
             if directions is not None and options.normalize:
                 block = unit_rows(block)  # any magnitude (1e300 rows): ‖x‖² would overflow float64
         if rotation is not None and rotation32 is not None:
-            block = block @ (rotation32 if block.dtype == np.float32 else rotation)
+            block = blocked_matmul(block, rotation32 if block.dtype == np.float32 else rotation)
         if directions is not None:
             block = fourier_features(
                 block,
@@ -457,6 +459,7 @@ def featurize(
         "align_to_sha256": file_sha256(reference_file) if reference_file else None,
         "directions_sha256": _sha256_array(directions) if directions is not None else None,
         "format": fmt,
+        "environment": capture(),
     }
     with plan:
         if runset is not None:

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stabcli.environment import describe
 from stabcli.errors import UsageError
 from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow, PairSpread
 from stabcli.reports.text import literal, md_code, md_text
@@ -304,6 +305,9 @@ def render_terminal(report: AuditReport, console: Console) -> None:
     rep, tr = report.representation, report.training
     console.print(literal(verdict(report), "bold"), soft_wrap=True)
     console.print(literal(input_line(report)), soft_wrap=True)
+    environment = describe(report.input.environment)
+    if environment:
+        console.print(literal(environment, "yellow"), soft_wrap=True)
 
     table = Table()
     table.add_column("metric")
@@ -470,6 +474,7 @@ def render_markdown(report: AuditReport) -> str:
         "",
         input_line(report, markdown=True),
         "",
+        *([f"**{md_text(describe(report.input.environment) or '')}**", ""] if report.input.environment else []),
         "| metric | value | reading |",
         "| --- | ---: | --- |",
     ]

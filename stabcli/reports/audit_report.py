@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from stabcli.environment import EnvironmentDifference
 from stabcli.reports.schema import Check, doc
 
 
@@ -28,6 +29,11 @@ class InputSection:
         "for a run set written by `stabcli featurize`: its transform (the sidecar: `dim`, `sigma`, `seed`, "
         "`normalize`, `align_to`, `input`, …); null otherwise",
         default=None,
+    )
+    environment: list[EnvironmentDifference] = doc(
+        "the environment fields (package versions, BLAS kernel, CPU) on which the runs' recorded training "
+        "environments differ, e.g. after a resume on another machine; empty when they agree or are not recorded",
+        default_factory=list,
     )
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stabcli.commands.drift import DriftReport, PerKey
+from stabcli.environment import describe
 from stabcli.reports.audit_render import _num, _pct, require_plots
 from stabcli.reports.text import literal, md_code, md_text
 
@@ -173,6 +174,9 @@ def render_terminal(report: DriftReport, console: Console) -> None:
         ),
         soft_wrap=True,
     )
+    environment = describe(inp.environment)
+    if environment:
+        console.print(literal(environment, "yellow"), soft_wrap=True)
     table = Table(title="Drift", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right", no_wrap=True)
@@ -217,6 +221,7 @@ def render_markdown(report: DriftReport) -> str:
         f"{md_code(inp.before, cell=False)} → {md_code(inp.after, cell=False)}: {inp.keys_compared:,} keys × {inp.dim} dims"
         + (f"; noise: {md_code(inp.noise, cell=False)} ({inp.noise_runs} runs)" if inp.noise else ""),
         "",
+        *([f"**{md_text(describe(inp.environment) or '')}**", ""] if inp.environment else []),
         "| measure | value | reading |",
         "| --- | ---: | --- |",
     ]

@@ -1,8 +1,8 @@
 """Orchestrate N independent runs of an embedding into a run set (``stabcli pretrain``).
 
 Run ``i`` uses seed ``seed + i``. Inside a run gensim uses ``workers=1``, which makes it
-bitwise reproducible; runs go in parallel across processes, so the result does not depend
-on ``jobs``. This module plans the runs, hands them to an execution backend (a function
+bitwise reproducible on one machine; runs go in parallel across processes, so the result
+does not depend on ``jobs`` (docs/reproducibility.md). Each run records its environment. This module plans the runs, hands them to an execution backend (a function
 that takes the run tasks and yields their results as they finish: local processes here, a
 cluster elsewhere) and records each result; the trainers themselves live in
 :mod:`stabcli.training.trainers`, the run-set layout in :mod:`stabcli.runset.layout`.
@@ -436,6 +436,7 @@ def pretrain(
                         "seconds": result.seconds,
                         "final_loss": result.final_loss,
                         "error": result.error,
+                        **({"environment": result.environment} if result.environment else {}),
                     },
                 )
                 poller.run_finished()

@@ -101,7 +101,7 @@ CASES = [
     ),
     (
         "out is the input's keys file",
-        F + ["a.npy", "--out", "a.keys.txt", "--format", "npy", "--force"],
+        F + ["a.npy", "--out", "a.keys.txt", "--output-format", "npy", "--force"],
         "--out {t}/a.keys.txt: is the input {t}/a.keys.txt",
         None,
         None,
@@ -136,7 +136,7 @@ CASES = [
     ),
     (
         "out is the --align-to reference's keys",
-        F + ["a.npy", "--out", "b.keys.txt", "--format", "npy", "--align-to", "b.npy"],
+        F + ["a.npy", "--out", "b.keys.txt", "--output-format", "npy", "--align-to", "b.npy"],
         "is the input {t}/b.keys.txt",
         None,
         None,
@@ -258,7 +258,7 @@ CASES = [
     ("out text file exists", F + ["a.npy", "--out", "o.vec"], "--out {t}/o.vec: already exists", exists("o.vec"), None),
     (
         "out is a directory",
-        F + ["a.npy", "--out", "adir", "--format", "npy", "--force"],
+        F + ["a.npy", "--out", "adir", "--output-format", "npy", "--force"],
         "--out {t}/adir: is a directory; give a file name",
         None,
         None,
@@ -350,16 +350,16 @@ CASES = [
     ),
     # ---- formats (issue 14 §3)
     (
-        "suffix contradicts --format",
-        F + ["a.npy", "--out", "x.kv", "--format", "npy"],
-        "--format: npy contradicts the suffix of --out {t}/x.kv (kv)",
+        "suffix contradicts --output-format",
+        F + ["a.npy", "--out", "x.kv", "--output-format", "npy"],
+        "--output-format: npy contradicts the suffix of --out {t}/x.kv (kv)",
         None,
         None,
     ),
     (
-        "txt suffix with --format parquet",
-        F + ["a.npy", "--out", "x.txt", "--format", "parquet"],
-        "--format: parquet contradicts the suffix",
+        "txt suffix with --output-format parquet",
+        F + ["a.npy", "--out", "x.txt", "--output-format", "parquet"],
+        "--output-format: parquet contradicts the suffix",
         None,
         None,
     ),
@@ -372,16 +372,16 @@ CASES = [
     ),
     ("no suffix", F + ["a.npy", "--out", "x"], "cannot tell the format from the suffix '(none)'", None, None),
     (
-        "unknown --format",
-        F + ["a.npy", "--out", "x.npy", "--format", "csv"],
-        "'--format': 'csv' is not one of 'npy', 'word2vec'",
+        "unknown --output-format",
+        F + ["a.npy", "--out", "x.npy", "--output-format", "csv"],
+        "'--output-format': 'csv' is not one of 'npy', 'word2vec'",
         None,
         None,
     ),
     (
-        "run set with --format kv",
-        F + ["runs", "--out", "phi", "--format", "kv"],
-        "--format: kv: a run set is featurized into a run set of .npy runs",
+        "run set with --output-format kv",
+        F + ["runs", "--out", "phi", "--output-format", "kv"],
+        "--output-format: kv: a run set is featurized into a run set of .npy runs",
         None,
         None,
     ),
@@ -781,6 +781,7 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(tmp_path, monkeypat
 
 VALUE_OPTIONS = {
     "--format",
+    "--output-format",
     "--seed",
     "--dim",
     "--epsilon",
@@ -822,7 +823,8 @@ TEXT = st.one_of(st.text(max_size=6), st.sampled_from(["", " ", "1e3", "0x10", "
             st.tuples(st.just("--chunk-rows"), st.one_of(MAGNITUDES.map(str), TEXT)),
             st.tuples(st.just("--reference"), MAGNITUDES.map(str)),
             st.tuples(
-                st.just("--format"), st.one_of(st.sampled_from(["npy", "kv", "word2vec", "parquet", "csv"]), TEXT)
+                st.just("--output-format"),
+                st.one_of(st.sampled_from(["npy", "kv", "word2vec", "parquet", "csv"]), TEXT),
             ),
             st.tuples(
                 st.just("--epsilon"), st.one_of(st.sampled_from(["0.2", "0.5", "-1", "nan", "inf", "0", "1e300"]), TEXT)

@@ -495,7 +495,7 @@ def test_choices_and_ranges_are_declared_for_help_and_checked_by_typer():
     for value in READ_FORMATS:
         assert invoke("audit", "--input-format", value, "--help").exit_code == 0
     for value in WRITE_FORMATS:
-        assert invoke("featurize", "--format", value, "--help").exit_code == 0
+        assert invoke("featurize", "--output-format", value, "--help").exit_code == 0
 
 
 def help_examples(name: str) -> list[list[str]]:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -34,23 +33,8 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import (
-    EXIT_FAILED_CHECK,
-    err,
-    out,
-    report_outputs,
-    warn,
-    write_json_stdout,
-    write_report_outputs,
-)
+from stabcli.cli.output import render_report, report_files, spinner, warn, wrote
 from stabcli.errors import UsageError
-from stabcli.inputs.embeddings import ReadOptions
-from stabcli.inputs.textfile import check_encoding
-
-if TYPE_CHECKING:
-    from stabcli.commands.audit import AuditOptions
-    from stabcli.measure.downstream import DownstreamOptions
-    from stabcli.reports.audit_report import AuditReport
 
 
 def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
@@ -65,90 +49,6 @@ def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
     if not parsed:
         raise UsageError(f"{option}: empty list")
     return parsed
-
-
-def audit_and_render(
-    inputs: list[Path],
-    options: AuditOptions,
-    checks: list[str],
-    fmt: str,
-    json_path: Path | None,
-    markdown_path: Path | None,
-    plots: Path | None,
-    downstream: DownstreamOptions | None = None,
-    key_names: Path | None = None,
-    per_key: Path | None = None,
-    encoding: str | None = None,
-    force: bool = False,
-    read: ReadOptions | None = None,
-    frequencies: Path | None = None,
-) -> AuditReport:
-    """Validate, load, compute, write every requested rendering; returns the report."""
-    from stabcli.commands.audit import build_report, load_runs, validate_checks
-    from stabcli.inputs.keytable import per_key_format, per_key_frame, read_frequencies, read_key_names
-    from stabcli.reports.audit_render import render_markdown, render_terminal, require_plots, write_plots
-    from stabcli.reports.schema import dumps
-
-    validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
-    if plots:
-        require_plots()
-    if per_key:
-        per_key_format(per_key)
-    plan = report_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
-    if read is not None and read.keys_file is not None:
-        plan.add_input(read.keys_file)
-    if options.eis_anchor is not None:
-        plan.add_input(options.eis_anchor)
-    if frequencies is not None:
-        plan.add_input(frequencies)
-    plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
-    names = read_key_names(key_names, encoding) if key_names else None
-    counts = read_frequencies(frequencies, encoding or "utf-8") if frequencies else None
-
-    runs = load_runs(inputs, on_warning=warn, read=read)
-    with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
-        report = build_report(
-            runs,
-            options,
-            on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
-            downstream=downstream,
-            checks=checks,
-            key_names=names,
-            per_key=per_key is not None,
-            on_warning=warn,
-            frequencies=counts,
-        )
-    text = dumps(report)
-
-    def frame() -> Any:
-        stats = report.key_stats
-        return per_key_frame(
-            stats.keys,
-            names,
-            stats.frequency,
-            stats.norm,
-            stats.aligned_variance,
-            stats.relative_instability,
-            stats.displacement,
-            stats.knn_overlap,
-        )
-
-    write_report_outputs(
-        plan,
-        text,
-        lambda: render_markdown(report),
-        json_path,
-        markdown_path,
-        plots,
-        lambda directory: write_plots(report, directory),
-        per_key,
-        frame,
-    )
-    if fmt == "json":
-        write_json_stdout(text)
-    else:
-        render_terminal(report, out)
-    return report
 
 
 def audit_cmd(
@@ -314,77 +214,45 @@ def audit_cmd(
 
         stabcli audit runs/ml --labels ratings_mean.csv --task regression --prefer stability
     """
-    from stabcli.commands.audit import AuditOptions
+    from stabcli.commands.audit import audit
 
-    if encoding is not None:
-        check_encoding("encoding", encoding)
-    read = ReadOptions(input_format, trust_pickle, keys)
-    options = AuditOptions(
-        normalize=normalize,
-        pairs=pairs,
-        knn_k=knn_k,
-        knn_queries=knn_queries,
-        seed=seed,
-        top=top,
-        min_frequency=min_frequency,
-        eis_alpha=eis_alpha,
-        eis_anchor=eis_anchor,
-    )
-    downstream = None
-    if labels is None:
-        given = {
-            "--variants": variants,
-            "--featurize-dims": featurize_dims,
-            "--sigmas": sigmas,
-            "--model": model,
-            "--min-class-size": None if min_class_size == 5 else min_class_size,
-            "--prefer": None if prefer == "balanced" else prefer,
-            "--scheduler": scheduler,
-        }
-        extra = [name for name, value in given.items() if value is not None]
-        if extra:
-            raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
-    else:
-        from stabcli.measure.downstream import DownstreamOptions
-
-        downstream = DownstreamOptions(
-            labels,
+    with spinner("auditing") as on_step:
+        report = audit(
+            inputs,
+            normalize=normalize,
+            pairs=pairs,
+            knn_k=knn_k,
+            knn_queries=knn_queries,
+            seed=seed,
+            top=top,
+            min_frequency=min_frequency,
+            frequencies=frequencies,
+            eis_anchor=eis_anchor,
+            eis_alpha=eis_alpha,
+            checks=check,
+            labels=labels,
             task=task,
             model=model,
             test_size=test_size,
             split_seed=split_seed,
             variants=comma_list(variants, str, "--variants"),
-            featurize_dims=comma_list(featurize_dims, int, "--featurize-dims") or [],
-            sigmas=comma_list(sigmas, float, "--sigmas") or [],
+            featurize_dims=comma_list(featurize_dims, int, "--featurize-dims"),
+            sigmas=comma_list(sigmas, float, "--sigmas"),
             reference=reference,
-            seed=seed,
             jobs=jobs,
+            scheduler=scheduler,
             encoding=encoding,
             min_class_size=min_class_size,
             prefer=prefer,
+            key_names=key_names,
+            input_format=input_format,
+            trust_pickle=trust_pickle,
+            keys=keys,
+            **report_files(json_path, markdown_path, plots, per_key, force),
+            on_step=on_step,
+            on_warning=warn,
+            on_figure=wrote,
         )
-    from stabcli.training.cluster import joblib_on, scheduler_address
+    from stabcli.reports.audit_render import render_terminal
 
-    with joblib_on(scheduler_address(scheduler) if labels is not None else None) as cluster:
-        if cluster is not None and downstream is not None and downstream.jobs is None:
-            from dataclasses import replace
-
-            downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs
-        report = audit_and_render(
-            inputs,
-            options,
-            check,
-            fmt,
-            json_path,
-            markdown_path,
-            plots,
-            downstream,
-            key_names,
-            per_key,
-            encoding,
-            force,
-            read,
-            frequencies,
-        )
-    if not report.passed:
-        raise typer.Exit(EXIT_FAILED_CHECK)
+    render_report(report, fmt, render_terminal)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from stabcli.environment import EnvironmentDifference
-from stabcli.reports.schema import Check, doc
+from stabcli.reports.schema import Check, JsonReport, doc
 
 
 @dataclass(frozen=True)
@@ -315,7 +315,7 @@ class DownstreamSection:
 
 
 @dataclass(frozen=True)
-class AuditReport:
+class AuditReport(JsonReport):
     stabcli_version: str = doc("version that wrote the report")
     input: InputSection = doc("what was compared")
     representation: RepresentationSection = doc("stability of the vectors themselves")

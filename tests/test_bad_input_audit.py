@@ -63,6 +63,8 @@ def bad(work, fragment, *args):
         (["--no-such-option"], "No such option: --no-such-option"),
         (["--normalize=3"], "--normalize"),
         (["--json"], "Option '--json' requires an argument"),
+        (["--prefer", "stability"], "--prefer only apply with --labels FILE"),
+        (["--prefer", "speed"], "'--prefer': 'speed' is not one of"),
         (["--min-frequency", "0"], "'--min-frequency': Input should be greater than or equal to 1"),
         (["--min-frequency", "3"], "--min-frequency: needs key frequencies"),
     ],

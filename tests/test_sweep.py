@@ -8,9 +8,8 @@ import shutil
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state, make_sessions
+from conftest import assert_bad_input, files_state, make_sessions, runner
 from stabcli.cli.app import app
 from stabcli.commands.audit import AuditOptions
 from stabcli.commands.sweep import SweepOptions, run_sweep, target_size
@@ -19,7 +18,6 @@ from stabcli.measure import curves
 from stabcli.training import sweep_plan as plan
 from stabcli.training.pretrain import TrainConfig
 
-runner = CliRunner()
 FAST = TrainConfig(dim=8, epochs=2, window=3)
 AUDIT = AuditOptions(knn_k=5, knn_queries=60, pairs=500, top=2)
 

@@ -30,7 +30,7 @@ from stabcli.measure import drift_stats as dm
 from stabcli.measure import metrics as m
 from stabcli.measure.align import match_keys, matched_vectors, procrustes_rotation, rows_of
 from stabcli.reports import schema
-from stabcli.reports.schema import Check, JsonReport, doc, to_json
+from stabcli.reports.schema import Check, JsonReport, doc
 from stabcli.runset import RunSet, is_runset
 from stabcli.runset.layout import run_name
 
@@ -372,11 +372,6 @@ class PerKey:
         if compact:
             frame = frame.astype({c: np.float32 for c in frame.select_dtypes("float64").columns})
         return frame
-
-
-def report_json(report: DriftReport) -> dict[str, Any]:
-    """The report as plain JSON types (``schema.to_json``); NaN and inf become null."""
-    return to_json(report)
 
 
 # ------------------------------------------------------------------ checks (schema's, one implementation)

@@ -5,18 +5,12 @@ import sys
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import files_state
+from conftest import files_state, invoke, runner
 from stabcli import __version__
 from stabcli.cli.app import app
 
-runner = CliRunner()
 SMALL = ["--runs", "2", "--dim", "4", "--epochs", "2", "--jobs", "1"]
-
-
-def invoke(*args: str):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def test_version():
@@ -498,7 +492,7 @@ def test_choices_and_ranges_are_declared_for_help_and_checked_by_typer():
     for value in READ_FORMATS:
         assert invoke("audit", "--input-format", value, "--help").exit_code == 0
     for value in WRITE_FORMATS:
-        assert invoke("featurize", "--format", value, "--help").exit_code == 0
+        assert invoke("featurize", "--output-format", value, "--help").exit_code == 0
 
 
 def help_examples(name: str) -> list[list[str]]:

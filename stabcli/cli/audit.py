@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -41,24 +40,8 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import (
-    EXIT_FAILED_CHECK,
-    err,
-    out,
-    report_outputs,
-    warn,
-    write_json_stdout,
-    write_report_outputs,
-)
+from stabcli.cli.output import render_report, report_files, spinner, warn, wrote
 from stabcli.errors import UsageError
-from stabcli.inputs.embeddings import ReadOptions
-from stabcli.inputs.textfile import check_encoding
-
-if TYPE_CHECKING:
-    from stabcli.commands.audit import AuditOptions
-    from stabcli.measure.downstream import DownstreamOptions
-    from stabcli.measure.downstream.nextitem import NextItemOptions
-    from stabcli.reports.audit_report import AuditReport
 
 
 def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
@@ -73,96 +56,6 @@ def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
     if not parsed:
         raise UsageError(f"{option}: empty list")
     return parsed
-
-
-def audit_and_render(
-    inputs: list[Path],
-    options: AuditOptions,
-    checks: list[str],
-    fmt: str,
-    json_path: Path | None,
-    markdown_path: Path | None,
-    plots: Path | None,
-    downstream: DownstreamOptions | None = None,
-    key_names: Path | None = None,
-    per_key: Path | None = None,
-    encoding: str | None = None,
-    force: bool = False,
-    read: ReadOptions | None = None,
-    next_item: NextItemOptions | None = None,
-    frequencies: Path | None = None,
-) -> AuditReport:
-    """Validate, load, compute, write every requested rendering; returns the report."""
-    from stabcli.commands.audit import build_report, load_runs, validate_checks
-    from stabcli.inputs.keytable import per_key_format, per_key_frame, read_frequencies, read_key_names
-    from stabcli.reports.audit_render import render_markdown, render_terminal, require_plots, write_plots
-    from stabcli.reports.schema import dumps
-
-    # a typo fails before any input is read
-    validate_checks(checks, labels=downstream is not None, interactions=next_item is not None)
-    if plots:
-        require_plots()
-    if per_key:
-        per_key_format(per_key)
-    plan = report_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
-    if read is not None and read.keys_file is not None:
-        plan.add_input(read.keys_file)
-    if options.eis_anchor is not None:
-        plan.add_input(options.eis_anchor)
-    if next_item is not None:
-        plan.add_input(next_item.interactions)
-    if frequencies is not None:
-        plan.add_input(frequencies)
-    plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
-    names = read_key_names(key_names, encoding) if key_names else None
-    counts = read_frequencies(frequencies, encoding or "utf-8") if frequencies else None
-
-    runs = load_runs(inputs, on_warning=warn, read=read)
-    with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
-        report = build_report(
-            runs,
-            options,
-            on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
-            downstream=downstream,
-            checks=checks,
-            key_names=names,
-            per_key=per_key is not None,
-            on_warning=warn,
-            next_item=next_item,
-            frequencies=counts,
-        )
-    text = dumps(report)
-
-    def frame() -> Any:
-        stats = report.key_stats
-        return per_key_frame(
-            stats.keys,
-            names,
-            stats.frequency,
-            stats.norm,
-            stats.aligned_variance,
-            stats.relative_instability,
-            stats.displacement,
-            stats.knn_overlap,
-            report.downstream_keys.columns(stats.keys) if report.downstream_keys is not None else None,
-        )
-
-    write_report_outputs(
-        plan,
-        text,
-        lambda: render_markdown(report),
-        json_path,
-        markdown_path,
-        plots,
-        lambda directory: write_plots(report, directory),
-        per_key,
-        frame,
-    )
-    if fmt == "json":
-        write_json_stdout(text)
-    else:
-        render_terminal(report, out)
-    return report
 
 
 def audit_cmd(
@@ -275,6 +168,15 @@ def audit_cmd(
             "movies.dat: latin-1; a byte-order mark decides]."
         ),
     ] = None,
+    prefer: Annotated[
+        Literal["stability", "balanced", "accuracy"],
+        typer.Option(
+            "--prefer",
+            metavar="stability|balanced|accuracy",
+            help="With --labels: a variant with more churn or std than the input is recommended never (stability), "
+            "for a gain beyond 2× the noise (balanced) or beyond 1× (accuracy).",
+        ),
+    ] = "balanced",
     min_class_size: Annotated[
         int,
         typer.Option(
@@ -316,10 +218,7 @@ def audit_cmd(
     users: Annotated[
         int,
         typer.Option(
-            "--users",
-            min=0,
-            metavar="N",
-            help="With --interactions: score a seeded sample of N users (0: every user).",
+            "--users", min=0, metavar="N", help="With --interactions: score a seeded sample of N users (0: every user)."
         ),
     ] = 10_000,
     corpus_format: CorpusFormat = "auto",
@@ -354,106 +253,64 @@ def audit_cmd(
 
         stabcli audit a.vec b.vec c.vec --frequencies counts.tsv --min-frequency 5
 
+        stabcli audit runs/ml --labels ratings_mean.csv --task regression --prefer stability
+
         stabcli audit runs/ml --labels ml-1m/movies.dat --task multilabel --model gbdt
 
         stabcli audit runs/ml --labels genres.csv --model sklearn.svm:LinearSVC --model-param C=0.5
 
         stabcli audit runs/ml --task next-item --interactions ml-1m/ratings.dat --k-list 5,10
     """
-    from stabcli.commands.audit import AuditOptions
+    from stabcli.commands.audit import audit
 
-    if encoding is not None:
-        check_encoding("encoding", encoding)
-    read = ReadOptions(input_format, trust_pickle, keys)
-    options = AuditOptions(
-        normalize=normalize,
-        pairs=pairs,
-        knn_k=knn_k,
-        knn_queries=knn_queries,
-        seed=seed,
-        top=top,
-        min_frequency=min_frequency,
-        eis_alpha=eis_alpha,
-        eis_anchor=eis_anchor,
-    )
-    if task == "next-item" and (interactions is None or labels is not None):
-        raise UsageError("--task next-item needs --interactions FILE (and no --labels)")
-    next_item = None
-    if interactions is not None:
-        from stabcli.inputs.corpus import CorpusOptions
-        from stabcli.measure.downstream.nextitem import NextItemOptions
-
-        corpus = CorpusOptions(corpus_format, encoding or "utf-8", user_col, item_col, time_col, rating_col, min_rating)
-        next_item = NextItemOptions(
-            interactions,
-            corpus,
-            k_list=comma_list(k_list, int, "--k-list") or [],
-            profiles=comma_list(profiles, str, "--profiles") or [],
-            users=users,
+    with spinner("auditing") as on_step:
+        report = audit(
+            inputs,
+            normalize=normalize,
+            pairs=pairs,
+            knn_k=knn_k,
+            knn_queries=knn_queries,
             seed=seed,
-            variants=comma_list(variants, str, "--variants") if labels is None else None,
-            featurize_dims=comma_list(featurize_dims, int, "--featurize-dims") or [] if labels is None else [],
-            sigmas=comma_list(sigmas, float, "--sigmas") or [] if labels is None else [],
-            phi_seed=seed,
-            reference=reference,
-        )
-    downstream = None
-    if labels is None:
-        given = {
-            "--variants": variants if interactions is None else None,
-            "--featurize-dims": featurize_dims if interactions is None else None,
-            "--sigmas": sigmas if interactions is None else None,
-            "--model": model,
-            "--model-param": model_param or None,
-            "--min-class-size": None if min_class_size == 5 else min_class_size,
-            "--scheduler": scheduler,
-        }
-        extra = [name for name, value in given.items() if value is not None]
-        if extra:
-            raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
-    else:
-        from stabcli.measure.downstream import DownstreamOptions
-
-        downstream = DownstreamOptions(
-            labels,
+            top=top,
+            min_frequency=min_frequency,
+            frequencies=frequencies,
+            eis_anchor=eis_anchor,
+            eis_alpha=eis_alpha,
+            checks=check,
+            labels=labels,
             task=task,
             model=model,
             model_params=model_param,
             test_size=test_size,
             split_seed=split_seed,
             variants=comma_list(variants, str, "--variants"),
-            featurize_dims=comma_list(featurize_dims, int, "--featurize-dims") or [],
-            sigmas=comma_list(sigmas, float, "--sigmas") or [],
+            featurize_dims=comma_list(featurize_dims, int, "--featurize-dims"),
+            sigmas=comma_list(sigmas, float, "--sigmas"),
             reference=reference,
-            seed=seed,
             jobs=jobs,
+            scheduler=scheduler,
             encoding=encoding,
             min_class_size=min_class_size,
-            top=top,
+            prefer=prefer,
+            key_names=key_names,
+            input_format=input_format,
+            trust_pickle=trust_pickle,
+            keys=keys,
+            interactions=interactions,
+            k_list=comma_list(k_list, int, "--k-list"),
+            profiles=comma_list(profiles, str, "--profiles"),
+            users=users,
+            corpus_format=corpus_format,
+            user_col=user_col,
+            item_col=item_col,
+            time_col=time_col,
+            rating_col=rating_col,
+            min_rating=min_rating,
+            **report_files(json_path, markdown_path, plots, per_key, force),
+            on_step=on_step,
+            on_warning=warn,
+            on_figure=wrote,
         )
-    from stabcli.training.cluster import joblib_on, scheduler_address
+    from stabcli.reports.audit_render import render_terminal
 
-    with joblib_on(scheduler_address(scheduler) if labels is not None else None) as cluster:
-        if cluster is not None and downstream is not None and downstream.jobs is None:
-            from dataclasses import replace
-
-            downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs
-        report = audit_and_render(
-            inputs,
-            options,
-            check,
-            fmt,
-            json_path,
-            markdown_path,
-            plots,
-            downstream,
-            key_names,
-            per_key,
-            encoding,
-            force,
-            read,
-            next_item,
-            frequencies,
-        )
-    if not report.passed:
-        raise typer.Exit(EXIT_FAILED_CHECK)
+    render_report(report, fmt, render_terminal)

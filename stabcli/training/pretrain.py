@@ -143,6 +143,17 @@ class PretrainResult:
     def failed(self) -> list[RunResult]:
         return [r for r in self.runs if r.status == "failed"]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The summary ``stabcli pretrain --format json`` prints."""
+        return {
+            "stabcli_version": __version__,
+            "run_set": str(self.root),
+            "keys": self.keys,
+            "corpus": self.corpus,
+            "runs": [dict(r.__dict__) for r in self.runs],
+            "failed": len(self.failed),
+        }
+
 
 def _flag(value: Any) -> str | None:
     return None if type(value) is bool or (value in (0, 1) and type(value) is int) else "0 or 1"

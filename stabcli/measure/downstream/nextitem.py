@@ -106,6 +106,45 @@ class NextItemOptions:
         parse_variants(self.variants, 2, self.featurize_dims, self.sigmas)
 
 
+NEXT_ITEM_KEYWORDS = ("k_list", "profiles", "users")
+CORPUS_KEYWORDS = ("corpus_format", "user_col", "item_col", "time_col", "rating_col", "min_rating")
+
+
+def next_item_options(
+    options: dict[str, Any], seed: int, reference: int, encoding: str | None
+) -> NextItemOptions | None:
+    """The ``NextItemOptions`` of the API keywords ``interactions``, ``k_list``, ``profiles``,
+    ``users`` and pretrain's column keywords, removed from ``options``; None without
+    ``interactions`` (then the others are a UsageError)."""
+    from stabcli.errors import UsageError
+
+    interactions = options.pop("interactions", None)
+    given = {name: options.pop(name) for name in (*NEXT_ITEM_KEYWORDS, *CORPUS_KEYWORDS) if name in options}
+    given = {name: value for name, value in given.items() if value is not None}
+    if interactions is None:
+        defaults = {
+            "k_list": list(DEFAULT_K),
+            "profiles": list(PROFILES),
+            "users": DEFAULT_USERS,
+            "corpus_format": "auto",
+        }
+        extra = [
+            name
+            for name, value in given.items()
+            if defaults.get(name) != (list(value) if isinstance(value, tuple) else value)
+        ]
+        if extra:
+            flags = ", ".join("--" + name.replace("_", "-") for name in extra)
+            raise UsageError(f"{flags} only apply with --interactions FILE")
+        return None
+    corpus = CorpusOptions(
+        given.pop("corpus_format", "auto"),
+        encoding or "utf-8",
+        *(given.pop(name, None) for name in CORPUS_KEYWORDS[1:]),
+    )
+    return NextItemOptions(interactions, corpus, seed=seed, phi_seed=seed, reference=reference, **given)
+
+
 # ------------------------------------------------------------------ the held-out split
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from stabcli.errors import OptionError
 from stabcli.inputs.textfile import check_encoding
 from stabcli.measure.downstream.models import check_model, parse_model_params
+from stabcli.measure.downstream.recommend import DEFAULT_PREFER, PREFERENCES
 
 TASKS = ("auto", "classification", "regression", "multilabel")
 SOURCES = ("h", "avg", "aligned")
@@ -47,6 +48,8 @@ class DownstreamOptions:
     encoding: str | None = None  # None: utf-8, MovieLens u.item/movies.dat latin-1 (labels.read_labels)
     min_class_size: int = MIN_CLASS_SIZE  # smaller classes are dropped (with a warning)
     top: int = 10  # the test keys whose decisions flip most, listed per variant
+    prefer: str = DEFAULT_PREFER  # the recommendation's trade-off (PREFERENCES)
+    featurized: bool = False  # the input is already phi(h): named so, never featurized again
 
     def __post_init__(self) -> None:
         for name in ("variants", "featurize_dims", "sigmas", "model_params"):
@@ -54,6 +57,8 @@ class DownstreamOptions:
             if value is not None:
                 object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "labels", Path(self.labels))
+        if self.prefer not in PREFERENCES:
+            raise OptionError("prefer", f"{self.prefer!r} is not one of {', '.join(PREFERENCES)}")
         if self.task not in TASKS:
             raise OptionError("task", f"{self.task!r} is not one of {', '.join(TASKS)}")
         params = parse_model_params(self.model_params)
@@ -104,6 +109,7 @@ def parse_variants(
     featurize_dims: Sequence[int] = (),
     sigmas: Sequence[float] = (),
     costly: bool = False,
+    featurized: bool = False,
 ) -> list[Variant]:
     """Variant names → variants, expanded over the M and σ sweeps, duplicates dropped.
 

@@ -32,7 +32,7 @@ from stabcli.fs.resources import available_memory, human_bytes
 from stabcli.measure.downstream.flips import Bands, KeyFlips, PerKeyFlips, flips_summary, key_flips
 from stabcli.measure.downstream.models import KNN_NEIGHBOURS, is_costly, make_model, parse_model_params
 from stabcli.measure.downstream.options import DownstreamOptions, Variant, parse_variants
-from stabcli.measure.downstream.recommend import recommend
+from stabcli.measure.downstream.recommend import FEATURIZED_INPUT, recommend
 from stabcli.measure.downstream.targets import Targets, split, targets_for
 from stabcli.measure.fourier import draw_directions, fourier_features
 from stabcli.measure.metrics import peak, rescaled
@@ -209,7 +209,9 @@ def plan_downstream(
     params = parse_model_params(options.model_params)
     make_model(model_name, targets.task, params)  # a bad model/task pair fails before any fitting
     spec = variants if variants is not None else options.variants
-    parsed = parse_variants(spec, dim, options.featurize_dims, options.sigmas, costly=is_costly(model_name))
+    parsed = parse_variants(
+        spec, dim, options.featurize_dims, options.sigmas, costly=is_costly(model_name), featurized=options.featurized
+    )
     train, test = split(targets, options.test_size, options.split_seed)
     if model_name == "knn" and len(train) < KNN_NEIGHBOURS:
         raise InputError(
@@ -359,11 +361,14 @@ def downstream_audit(
             entry["label_churn"] = label_churn(predictions, targets.classes) if len(predictions) > 1 else None
         refit = entry[f"{primary}_by_run"]
         entry[f"stale_{primary}_mean"], entry["stale_drop"] = _stale(fits[v.name], refit, test, targets, primary)
+        name = v.name
+        if options.featurized and v.name == "h":  # the input itself is phi(h): say so everywhere
+            name = entry["source"] = FEATURIZED_INPUT
         if len(predictions) > 1:
             flips = key_flips(targets.task, predictions, targets.scale, options.reference, targets.classes)
-            per_key[v.name] = flips
+            per_key[name] = flips
             entry["flips"] = flips_summary(flips, test_keys, key_names, test_frequency, options.top, bands)
-        results[v.name] = _json_safe(entry)
+        results[name] = _json_safe(entry)
     report: dict[str, Any] = {
         "labels": str(options.labels),
         "task": targets.task,
@@ -387,7 +392,8 @@ def downstream_audit(
         "variants": results,
     }
     resolution = 1 / len(test) if targets.task == "classification" else 0.0
-    report["recommendation"] = recommend(results, primary, resolution)
+    baseline = FEATURIZED_INPUT if options.featurized else "h"
+    report["recommendation"] = recommend(results, primary, resolution, prefer=options.prefer, baseline=baseline)
     return report, PerKeyFlips(test_keys, per_key)
 
 

@@ -902,8 +902,9 @@ def _downstream_options(labelled: dict[str, Any], scheduler: str | None) -> Down
     if labelled.get("task") == "next-item":
         raise UsageError("--task next-item needs --interactions FILE")
     if labelled.get("labels") is None:
-        names = ("variants", "featurize_dims", "sigmas", "model", "model_params")
+        names = ("variants", "featurize_dims", "sigmas", "model")
         given = [(name, labelled.get(name) is not None) for name in names]
+        given += [("model_param", bool(labelled.get("model_params")))]
         given += [("min_class_size", labelled.get("min_class_size", 5) != 5), ("scheduler", scheduler is not None)]
         given += [("prefer", labelled.get("prefer", "balanced") != "balanced")]
         only_with("--labels FILE", [("--" + name.replace("_", "-"), present) for name, present in given])

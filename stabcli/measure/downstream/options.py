@@ -116,11 +116,14 @@ def parse_variants(
     ``phi:M`` is short for ``h+phi:M``; ``phi:M@S`` sets σ = S. ``--featurize-dims``
     replaces M and ``--sigmas`` replaces σ in every variant that has phi. The default set
     is h, avg, aligned, phi:d, phi:2d (d the input dimension, made even); for a ``costly``
-    model (gbdt, mlp, an imported estimator) it leaves out phi:2d.
+    model (gbdt, mlp, an imported estimator) it leaves out phi:2d, and for an input that is
+    already phi(h) (``featurized``) every phi variant.
     """
     if spec is None:
         even = input_dim + input_dim % 2
-        spec = ["h", "avg", "aligned", f"phi:{even}"] + ([] if costly else [f"phi:{2 * even}"])
+        spec = ["h", "avg", "aligned"]
+        if not featurized:
+            spec += [f"phi:{even}"] + ([] if costly else [f"phi:{2 * even}"])
     for sigma in sigmas:
         if not _good_sigma(sigma):
             raise OptionError("sigmas", f"{sigma:g} is not a positive finite number up to {SIGMA_MAX:g}")

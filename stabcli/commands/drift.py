@@ -16,12 +16,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from stabcli import __version__
 from stabcli.commands.featurize import SIDECAR_SUFFIX
+from stabcli.constraints import DRIFT_OPTIONS, Constraint, validate_params
 from stabcli.environment import EnvironmentDifference, differences, read_recorded
 from stabcli.errors import InputError, OptionError
 from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
@@ -55,12 +56,10 @@ class DriftOptions:
     seed: int = 0
     reference: int = 0
 
+    parameter_constraints: ClassVar[dict[str, Constraint]] = DRIFT_OPTIONS
+
     def __post_init__(self) -> None:
-        if not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha) and 0 < self.alpha < 1):
-            raise OptionError("alpha", f"{self.alpha!r} must be a number strictly between 0 and 1")
-        for name, low in (("knn_k", 1), ("knn_queries", 1), ("top", 0), ("seed", 0), ("reference", 0)):
-            if getattr(self, name) < low:
-                raise OptionError(name, f"{getattr(self, name)} must be at least {low}")
+        validate_params(self)
 
 
 # ------------------------------------------------------------------ loading

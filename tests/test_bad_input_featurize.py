@@ -1,18 +1,15 @@
 """Bad inputs of ``featurize`` and of audit's outputs: each exits 2 with one line naming the
 file or option, and changes nothing under the working directory (inputs and outputs alike)."""
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state, make_runset, runner
 from stabcli.cli.app import app
 from stabcli.inputs.embeddings import write_embedding
 
-runner = CliRunner()
 KEYS = [f"k{i}" for i in range(30)]
 
 
@@ -29,13 +26,7 @@ def workspace(t: Path) -> Path:
     write_embedding(t / "d8.npy", KEYS, vectors(3, d=8))
     np.save(t / "keyless.npy", vectors(4))
     np.save(t / "short.npy", vectors(5, n=10))
-    runs = t / "runs"
-    runs.mkdir()
-    (runs / "keys.txt").write_text("".join(k + "\n" for k in KEYS))
-    for r in range(3):
-        (runs / f"run-{r:03d}").mkdir()
-        np.save(runs / f"run-{r:03d}" / "vectors.npy", vectors(10 + r))
-    (runs / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
+    make_runset(t / "runs", vectors=[vectors(10 + r) for r in range(3)], keys=KEYS, epochs=0)
     (t / "adir").mkdir()
     (t / "plain").write_text("a user's file\n")
     (t / "sub").mkdir()

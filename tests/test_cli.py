@@ -5,18 +5,12 @@ import sys
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import files_state
+from conftest import files_state, invoke, runner
 from stabcli import __version__
 from stabcli.cli.app import app
 
-runner = CliRunner()
 SMALL = ["--runs", "2", "--dim", "4", "--epochs", "2", "--jobs", "1"]
-
-
-def invoke(*args: str):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def test_version():

@@ -7,8 +7,8 @@ from sklearn.base import clone
 from sklearn.kernel_approximation import RBFSampler
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
-from typer.testing import CliRunner
 
+from conftest import runner
 from stabcli import FourierFeaturizer, ProcrustesAligner
 from stabcli.cli.app import app
 from stabcli.commands.audit import load_runs
@@ -16,8 +16,6 @@ from stabcli.commands.featurize import FeaturizeOptions, featurize
 from stabcli.inputs.embeddings import read_embedding, write_embedding
 from stabcli.measure.fourier import choose_dimension, gaussian_kernel_error
 from stabcli.runset import RunSet
-
-runner = CliRunner()
 
 
 def unit(x):

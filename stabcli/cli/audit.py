@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -173,6 +173,15 @@ def audit_cmd(
             "movies.dat: latin-1; a byte-order mark decides]."
         ),
     ] = None,
+    prefer: Annotated[
+        Literal["stability", "balanced", "accuracy"],
+        typer.Option(
+            "--prefer",
+            metavar="stability|balanced|accuracy",
+            help="With --labels: a variant with more churn or std than the input is recommended never (stability), "
+            "for a gain beyond 2× the noise (balanced) or beyond 1× (accuracy).",
+        ),
+    ] = "balanced",
     min_class_size: Annotated[
         int,
         typer.Option(
@@ -217,6 +226,8 @@ def audit_cmd(
         stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
 
         stabcli audit a.vec b.vec c.vec --frequencies counts.tsv --min-frequency 5
+
+        stabcli audit runs/ml --labels ratings_mean.csv --task regression --prefer stability
     """
     from stabcli.commands.audit import audit
 
@@ -247,6 +258,7 @@ def audit_cmd(
             scheduler=scheduler,
             encoding=encoding,
             min_class_size=min_class_size,
+            prefer=prefer,
             key_names=key_names,
             input_format=input_format,
             trust_pickle=trust_pickle,

@@ -650,6 +650,9 @@ def build_report(
     if downstream:  # options against the runs, labels, split, memory: all before the Gram pass
         from stabcli.measure.downstream import plan_downstream
 
+        featurized = _featurized(runs)
+        if featurized and featurized.get("dim"):  # phi(h) already: named so, not featurized again
+            downstream = replace(downstream, featurized=True)
         plan = plan_downstream(downstream, runs.keys, len(runs.arrays), runs.dim, on_warning)
     given_anchor = read_anchor(options.eis_anchor, runs, options.normalize) if options.eis_anchor else None
     frame = _frame(runs, options, step)
@@ -736,6 +739,7 @@ DOWNSTREAM_KEYWORDS = (
     "jobs",
     "encoding",
     "min_class_size",
+    "prefer",
 )
 
 
@@ -836,6 +840,7 @@ def _downstream_options(labelled: dict[str, Any], scheduler: str | None) -> Down
         names = ("variants", "featurize_dims", "sigmas", "model")
         given = [(name, labelled.get(name) is not None) for name in names]
         given += [("min_class_size", labelled.get("min_class_size", 5) != 5), ("scheduler", scheduler is not None)]
+        given += [("prefer", labelled.get("prefer", "balanced") != "balanced")]
         only_with("--labels FILE", [("--" + name.replace("_", "-"), present) for name, present in given])
         return None
     from stabcli.measure.downstream import DownstreamOptions

@@ -26,11 +26,12 @@ from stabcli.constraints import DRIFT_OPTIONS, Constraint, validate_params
 from stabcli.environment import EnvironmentDifference, differences, read_recorded
 from stabcli.errors import InputError, OptionError
 from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
+from stabcli.inputs.embeddings.core import require_float32_range
 from stabcli.measure import drift_stats as dm
 from stabcli.measure import metrics as m
 from stabcli.measure.align import match_keys, matched_vectors, procrustes_rotation, rows_of
 from stabcli.reports import schema
-from stabcli.reports.schema import Check, JsonReport, doc, to_json
+from stabcli.reports.schema import Check, JsonReport, doc
 from stabcli.runset import RunSet, is_runset
 from stabcli.runset.layout import run_name
 
@@ -131,6 +132,8 @@ def load_inputs(
     if len(keys) < 2:
         raise InputError(f"{a_emb.source}: only 1 key in common with {b_emb.source}; drift needs at least 2")
     b, a = (matched_vectors(emb, rows, keys) for emb, rows in zip((b_emb, a_emb), match.rows, strict=True))
+    for emb, arr in ((b_emb, b), (a_emb, a)):
+        require_float32_range(emb.source, keys, arr, DRIFT_RANGE)
     inputs = DriftInputs(str(before), str(after), keys, b, a, added, removed, b_keyless)
     inputs.environments = {
         "before": recorded_environment(before, b_set, b_index),
@@ -149,6 +152,7 @@ def load_inputs(
             if emb.dim != b_emb.dim:
                 raise InputError(f"{emb.source}: dimension {emb.dim}, but {b_emb.source} has {b_emb.dim}")
             arrays.append(matched_vectors(emb, _cover(emb, keys, noise), keys))
+            require_float32_range(emb.source, keys, arrays[-1], DRIFT_RANGE)
         member = member_by_path or any(np.array_equal(arr, b) for arr in arrays)
         minimum = 3 if member else 4
         if len(arrays) < minimum:
@@ -168,6 +172,9 @@ def load_inputs(
     return inputs
 
 
+DRIFT_RANGE = "drift compares distances and noise bands in float32 magnitudes"
+
+
 def recorded_environment(path: Path, runset: RunSet | None, index: int | None) -> dict[str, str] | None:
     """The environment a side was computed in: its run's training environment for a run set,
     the featurize sidecar's for a file ``stabcli featurize`` wrote, else None (not recorded)."""
@@ -176,7 +183,7 @@ def recorded_environment(path: Path, runset: RunSet | None, index: int | None) -
     sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
     try:
         return read_recorded(json.loads(sidecar.read_text(encoding="utf-8")).get("environment"))
-    except (OSError, ValueError, AttributeError):  # no sidecar, or not one stabcli wrote: nothing recorded
+    except (OSError, ValueError, AttributeError, RecursionError):  # no sidecar, or not one stabcli wrote
         return None
 
 
@@ -364,11 +371,6 @@ class PerKey:
         if compact:
             frame = frame.astype({c: np.float32 for c in frame.select_dtypes("float64").columns})
         return frame
-
-
-def report_json(report: DriftReport) -> dict[str, Any]:
-    """The report as plain JSON types (``schema.to_json``); NaN and inf become null."""
-    return to_json(report)
 
 
 # ------------------------------------------------------------------ checks (schema's, one implementation)

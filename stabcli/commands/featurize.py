@@ -41,6 +41,7 @@ from stabcli.inputs.embeddings import (
     require_finite,
     write_embedding,
 )
+from stabcli.inputs.embeddings.core import require_float32_range
 from stabcli.measure.align import alignment_residuals, match_keys, procrustes_rotation
 from stabcli.measure.fourier import (
     blocked_matmul,
@@ -361,7 +362,7 @@ def _load_reference(options: FeaturizeOptions, read: ReadOptions) -> tuple[Embed
         return None, None
     runset = _open_runset(options.align_to)
     if runset is None:
-        return read.read(options.align_to), options.align_to
+        return _usable_reference(read.read(options.align_to)), options.align_to
     if options.reference >= len(runset.runs):
         raise OptionError(
             "reference",
@@ -369,7 +370,15 @@ def _load_reference(options: FeaturizeOptions, read: ReadOptions) -> tuple[Embed
             f"(positions 0 to {len(runset.runs) - 1})",
         )
     index = runset.runs[options.reference]
-    return runset.load(index), runset.run_dir(index) / VECTORS
+    return _usable_reference(runset.load(index)), runset.run_dir(index) / VECTORS
+
+
+def _usable_reference(reference: Embedding) -> Embedding:
+    """The --align-to reference, once no row holds NaN, inf or values beyond float32's range."""
+    require_float32_range(
+        reference.source, reference.keys, reference.vectors, "an --align-to reference must be finite in float32"
+    )
+    return reference
 
 
 def featurize(

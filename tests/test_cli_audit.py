@@ -11,18 +11,12 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from conftest import make_runset
-from stabcli.cli.app import EXIT_BROKEN_PIPE, app
+from conftest import invoke, make_runset
+from stabcli.cli.app import EXIT_BROKEN_PIPE
 from stabcli.inputs.keytable import PER_KEY_COLUMNS
 
-runner = CliRunner()
 FAST = ["--knn-k", "3", "--knn-queries", "5", "--pairs", "200"]
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def strict_json(text):

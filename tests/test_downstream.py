@@ -5,6 +5,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import train_test_split
 
+from conftest import runner
 from stabcli import FourierFeaturizer
 from stabcli.errors import InputError, UsageError
 from stabcli.inputs.labels import read_labels
@@ -387,8 +388,6 @@ def test_rare_classes_are_dropped_with_one_warning_and_recorded(tmp_path):
 
 
 def test_rare_classes_on_the_command_line(tmp_path):
-    from typer.testing import CliRunner
-
     from stabcli.cli.app import app
     from stabcli.inputs.embeddings import write_embedding
 
@@ -401,7 +400,7 @@ def test_rare_classes_on_the_command_line(tmp_path):
     first = ["Comedy" if c % 2 else "Drama" for c in y]
     first[5] = "Fantasy"
     (tmp_path / "u.item").write_text("".join(u_item_line(i, [g]) for i, g in enumerate(first)))
-    result = CliRunner().invoke(
+    result = runner.invoke(
         app,
         [
             "audit",

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from stabcli import constraints as c
 from stabcli.cli.options import (
     DownstreamModel,
     InputFormat,
@@ -32,6 +33,7 @@ from stabcli.cli.options import (
     top_option,
 )
 from stabcli.cli.output import render_report, report_files, spinner, wrote
+from stabcli.constraints import ranged
 
 
 def drift_cmd(
@@ -64,7 +66,11 @@ def drift_cmd(
     ] = 1_000,
     alpha: Annotated[
         float,
-        typer.Option("--alpha", metavar="LEVEL", help="Level of the per-key test and of the FDR of the listed keys."),
+        typer.Option(
+            "--alpha",
+            metavar="LEVEL",
+            help=ranged("Level of the per-key test and of the FDR of the listed keys.", c.DRIFT_OPTIONS["alpha"]),
+        ),
     ] = 0.01,
     measure: Annotated[
         Literal["direction", "length", "distance"],

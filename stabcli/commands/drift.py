@@ -16,12 +16,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from stabcli import __version__
 from stabcli.commands.featurize import SIDECAR_SUFFIX
+from stabcli.constraints import DRIFT_OPTIONS, Constraint, validate_params
 from stabcli.environment import EnvironmentDifference, differences, read_recorded
 from stabcli.errors import InputError, OptionError
 from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
@@ -30,7 +31,7 @@ from stabcli.measure import drift_stats as dm
 from stabcli.measure import metrics as m
 from stabcli.measure.align import match_keys, matched_vectors, procrustes_rotation, rows_of
 from stabcli.reports import schema
-from stabcli.reports.schema import Check, JsonReport, doc, to_json
+from stabcli.reports.schema import Check, JsonReport, doc
 from stabcli.runset import RunSet, is_runset
 from stabcli.runset.layout import run_name
 
@@ -64,14 +65,10 @@ class DriftOptions:
     reference: int = 0
     measure: str = DEFAULT_MEASURE
 
+    parameter_constraints: ClassVar[dict[str, Constraint]] = DRIFT_OPTIONS
+
     def __post_init__(self) -> None:
-        if self.measure not in dm.MEASURES:
-            raise OptionError("measure", f"{self.measure!r} is not one of {', '.join(dm.MEASURES)}")
-        if not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha) and 0 < self.alpha < 1):
-            raise OptionError("alpha", f"{self.alpha!r} must be a number strictly between 0 and 1")
-        for name, low in (("knn_k", 1), ("knn_queries", 1), ("top", 0), ("seed", 0), ("reference", 0)):
-            if getattr(self, name) < low:
-                raise OptionError(name, f"{getattr(self, name)} must be at least {low}")
+        validate_params(self)
 
 
 # ------------------------------------------------------------------ loading
@@ -491,11 +488,6 @@ class PerKey:
         if compact:
             frame = frame.astype({c: np.float32 for c in frame.select_dtypes("float64").columns})
         return frame
-
-
-def report_json(report: DriftReport) -> dict[str, Any]:
-    """The report as plain JSON types (``schema.to_json``); NaN and inf become null."""
-    return to_json(report)
 
 
 # ------------------------------------------------------------------ checks (schema's, one implementation)

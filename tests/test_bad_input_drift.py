@@ -3,6 +3,7 @@ option, before any output is written, and leaves every file where it was."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
+from stabcli.constraints import DOWNSTREAM_OPTIONS, Constraint, validate_params
 from stabcli.errors import OptionError
 from stabcli.inputs.textfile import check_encoding
 from stabcli.measure.downstream.models import check_model, parse_model_params
-from stabcli.measure.downstream.recommend import DEFAULT_PREFER, PREFERENCES
+from stabcli.measure.downstream.recommend import DEFAULT_PREFER
 
 TASKS = ("auto", "classification", "regression", "multilabel")
 SOURCES = ("h", "avg", "aligned")
@@ -36,7 +38,7 @@ class DownstreamOptions:
     labels: Path
     task: str = "auto"
     model: str | None = None  # default: logreg for classification, ridge for regression; or module:Class
-    model_params: Sequence[str] = ()  # NAME=VALUE, Python literals (models.parse_model_params)
+    model_params: Sequence[str] | Mapping[str, Any] = ()  # NAME=VALUE literals, or a dict (models.parse_model_params)
     test_size: float = 0.2
     split_seed: int = 0
     variants: Sequence[str] | None = None  # default: h, avg, aligned, phi:d, phi:2d (phi:d only for costly models)
@@ -51,33 +53,20 @@ class DownstreamOptions:
     prefer: str = DEFAULT_PREFER  # the recommendation's trade-off (PREFERENCES)
     featurized: bool = False  # the input is already phi(h): named so, never featurized again
 
+    parameter_constraints: ClassVar[dict[str, Constraint]] = DOWNSTREAM_OPTIONS
+
     def __post_init__(self) -> None:
         for name in ("variants", "featurize_dims", "sigmas", "model_params"):
             value = getattr(self, name)
-            if value is not None:
+            if value is not None and not isinstance(value, Mapping):  # a Mapping of model_params stays one
                 object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "labels", Path(self.labels))
-        if self.prefer not in PREFERENCES:
-            raise OptionError("prefer", f"{self.prefer!r} is not one of {', '.join(PREFERENCES)}")
         if self.task not in TASKS:
             raise OptionError("task", f"{self.task!r} is not one of {', '.join(TASKS)}")
         params = parse_model_params(self.model_params)
         if self.model is not None or params:
             check_model(self.model, self.task, params)  # imports a module:Class and sets its parameters
-        if not (isinstance(self.test_size, (int, float)) and 0 < self.test_size < 1):
-            raise OptionError("test_size", f"{self.test_size!r} must be a share strictly between 0 and 1")
-        for name in ("split_seed", "seed"):
-            value = getattr(self, name)
-            if not 0 <= value <= SEED_MAX:
-                raise OptionError(name, f"{value} must be between 0 and {SEED_MAX}")
-        if self.reference < 0:
-            raise OptionError("reference", f"{self.reference} must be a run position (0 or more)")
-        if self.jobs is not None and self.jobs < 1:
-            raise OptionError("jobs", f"{self.jobs} must be at least 1")
-        if self.top < 0:
-            raise OptionError("top", f"{self.top} must be at least 0")
-        if self.min_class_size < 1:
-            raise OptionError("min_class_size", f"{self.min_class_size} must be at least 1")
+        validate_params(self)
         if self.encoding is not None:
             check_encoding("encoding", self.encoding)
         parse_variants(self.variants, 2, self.featurize_dims, self.sigmas)  # syntax, M and sigma

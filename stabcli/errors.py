@@ -6,6 +6,33 @@ and scikit-learn pipelines catch them where they catch bad parameter values.
 
 from __future__ import annotations
 
+# the longest piece of data (a label, a class name, a key, a line of a file) a message quotes
+QUOTE_LIMIT = 200
+# the longest message the CLI prints: paths can be long, but never megabytes of data
+MESSAGE_LIMIT = 2000
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that would break or hide part of the line (newlines,
+    carriage returns, escape sequences, invisible format marks) written as its escape
+    (``\\n``, ``\\x1b``, ``\\u200f``): a path or key holding one stays one visible line."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def shorten(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` cut in the middle to at most about ``limit`` characters, saying how much was left
+    out: data quoted in a message (a 200 MB label, a 1 MB class name) stays readable."""
+    if len(text) <= limit:
+        return text
+    head = max(limit * 2 // 3, 1)
+    tail = max(limit - head, 0)
+    return f"{text[:head]}…[{len(text) - head - tail:,} characters]…{text[len(text) - tail :] if tail else ''}"
+
+
+def quoted(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """Data for a message: one line, shortened to about ``limit`` characters."""
+    return shorten(one_line(text), limit)
+
 
 class StabcliError(ValueError):
     """Base class: something the user can fix (bad input, bad options, bad files)."""

@@ -201,7 +201,7 @@ def test_per_key_table_holds_every_key_with_the_per_key_values(audited):
 
 
 def test_per_key_table_is_trimmed_with_a_note(audited):
-    report, frame = audited
+    _, frame = audited
     piece = html.key_table(frame, table_id="keys", order=range(len(frame)), fmt=str, what="in file order", limit=7)
     parser = parse(html.page("t", "v", [piece], "{}", "0"))
     assert len(parser.tables["keys"]) == 1 + 7

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from stabcli import __version__
-from stabcli.errors import Interrupted, OptionError, StabcliError, UsageError
+from stabcli.errors import MESSAGE_LIMIT, Interrupted, OptionError, StabcliError, UsageError, one_line, shorten
 from stabcli.inputs.corpus import CorpusOptions
 from stabcli.inputs.embeddings import ReadOptions
 from stabcli.inputs.textfile import check_encoding
+from stabcli.reports.text import literal, plain_console
 from stabcli.runset.store import check_removable_runset
 from stabcli.training.pretrain import PretrainResult, TrainConfig, parse_params, pretrain
 
@@ -55,18 +55,17 @@ def flag_for(param: str) -> str:
     return FLAG_NAMES.get(param, "--" + param.replace("_", "-"))
 
 
-def one_line(text: str) -> str:
-    """``text`` with every character that would break or hide part of the line (newlines,
-    carriage returns, escape sequences, invisible format marks) written as its escape
-    (``\\n``, ``\\x1b``, ``\\u200f``): a path or key holding one stays one visible line."""
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
-
-
 def error_line(exc: StabcliError) -> str:
-    """The one line the CLI prints for a library error; option errors name the flag."""
+    """The one line the CLI prints for a library error; option errors name the flag. Never
+    longer than ``MESSAGE_LIMIT`` characters, whatever data the message quotes."""
     if isinstance(exc, OptionError):
-        return one_line(f"{flag_for(exc.param)}: {exc.problem}")
-    return one_line(str(exc))
+        return shorten(one_line(f"{flag_for(exc.param)}: {exc.problem}"), MESSAGE_LIMIT)
+    return shorten(one_line(str(exc)), MESSAGE_LIMIT)
+
+
+def print_line(console: Console, prefix: str, style: str, text: str) -> None:
+    """``prefix`` in ``style`` then ``text`` as data (no markup, emoji or highlighting), one line."""
+    console.print(literal(prefix, style) + literal(" " + text), soft_wrap=True)
 
 
 try:  # typer before 0.2x parses with the click package; later ones vendor click (no click package needed)
@@ -149,7 +148,7 @@ class _Group(_ReadableHelp, TyperGroup):
         except StabcliError as exc:
             if _debug_enabled(ctx):
                 raise
-            err.print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
+            print_line(err, "error:", "bold red", error_line(exc))
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt as exc:
             signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
@@ -165,7 +164,7 @@ class _Group(_ReadableHelp, TyperGroup):
                 raise
             where = exc.ctx.command_path if exc.ctx else "stabcli"
             message = one_line(exc.format_message().replace("Value error, ", ""))  # pydantic's prefix, inside typer
-            err.print(f"[bold red]error:[/] {escape(message)} (see '{where} --help')", highlight=False, soft_wrap=True)
+            print_line(err, "error:", "bold red", f"{shorten(message, MESSAGE_LIMIT)} (see '{where} --help')")
             raise typer.Exit(EXIT_BAD_INPUT) from None
         finally:
             for signum, handler in previous.items():
@@ -204,7 +203,7 @@ def _console(stream: Any, stderr: bool = False) -> Console:
         width = None  # rich asks the terminal
     else:
         width = PIPE_WIDTH
-    return _Console(stderr=stderr, width=width)
+    return plain_console(_Console, stderr=stderr, width=width)
 
 
 PIPE_WIDTH = 10_000
@@ -289,7 +288,7 @@ def _pretrain_with_progress(out_dir: Path, corpus: Path | None, config: TrainCon
 
 
 def _summary_table(result: PretrainResult) -> Table:
-    table = Table(title=f"run set {result.root}", title_justify="left")
+    table = Table(title=literal(f"run set {result.root}"), title_justify="left")
     for column in ("run", "seed", "seconds", "final loss", "status"):
         table.add_column(column, justify="right" if column in ("seed", "seconds", "final loss") else "left")
     styles = {"complete": "green", "kept": "cyan", "failed": "bold red"}
@@ -299,7 +298,7 @@ def _summary_table(result: PretrainResult) -> Table:
             str(r.seed),
             "" if r.seconds is None else f"{r.seconds:.1f}",
             "" if r.final_loss is None else f"{r.final_loss:.4g}",
-            f"[{styles[r.status]}]{r.status}[/]",
+            literal(r.status, styles[r.status]),
         )
     return table
 
@@ -325,7 +324,7 @@ def _report_pretrain(result: PretrainResult, fmt: str) -> None:
                 highlight=False,
             )
     for r in result.failed:
-        err.print(f"[bold red]failed:[/] {r.error}", highlight=False, soft_wrap=True)
+        print_line(err, "failed:", "bold red", shorten(one_line(r.error or ""), MESSAGE_LIMIT))
     if result.failed:
         raise typer.Exit(EXIT_BAD_INPUT)
 
@@ -579,7 +578,7 @@ def _audit_and_render(
     names = read_key_names(key_names, encoding or "utf-8") if key_names else None
 
     def warn(msg: str) -> None:
-        err.print(f"[yellow]warning:[/] {escape(one_line(msg))}", highlight=False, soft_wrap=True)
+        print_line(err, "warning:", "yellow", shorten(one_line(msg), MESSAGE_LIMIT))
 
     runs = load_runs(inputs, on_warning=warn, read=read)
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
@@ -658,7 +657,7 @@ def _write_report_outputs(
 
             write_per_key(frame(), per_key, plan.staging(per_key))
     for path in written:
-        err.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
+        err.print(literal(f"wrote {path}"), soft_wrap=True)
 
 
 def _report_outputs(
@@ -966,15 +965,16 @@ def featurize_cmd(
         options,
         save_transform=save_transform,
         force=force,
-        on_run=lambda name: err.print(f"featurized {name}", highlight=False) if err.is_terminal else None,
+        on_run=lambda name: err.print(literal(f"featurized {name}")) if err.is_terminal else None,
         read=ReadOptions(input_format, trust_pickle, keys),
     )
     for note in result.notes:
-        err.print(f"note: {escape(one_line(note))}", highlight=False, soft_wrap=True)
+        err.print(literal(f"note: {note}"), soft_wrap=True)
     out.print(
-        f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "
-        f"{result.output_dim} dims (sidecar {result.sidecar})",
-        highlight=False,
+        literal(
+            f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "
+            f"{result.output_dim} dims (sidecar {result.sidecar})"
+        ),
         soft_wrap=True,
     )
     if result.measured_error is not None:

@@ -134,7 +134,22 @@ def load_runs(
         _check_finite(emb, arr, keys)
     if dropped and on_warning:  # after the checks: a bad input is one error line, not a warning and an error
         on_warning(f"{dropped} keys are not in every run and were left out; comparing {len(keys)} common keys")
+    if on_warning:
+        warn_same_runs(names, arrays, on_warning)
     return Runs(names, keys, arrays, rows, dropped, runset, list(indices))
+
+
+def warn_same_runs(names: list[str], arrays: list[np.ndarray], on_warning: Callable[[str], None]) -> None:
+    """Say so when runs are identical or exact rotations of each other: their noise is zero by
+    construction (a --script that ignores {seed}), not a property of the training."""
+    from stabcli.measure.degenerate import describe_same, same_runs
+
+    pairs = same_runs(arrays)
+    if pairs:
+        on_warning(
+            f"{describe_same(pairs, names, len(arrays))}: the noise measured between them is zero by "
+            "construction; were they trained with the same seed? (a --script must use {seed})"
+        )
 
 
 def _common_keys(embeddings: list[Embedding]) -> tuple[list[str], list[np.ndarray | None], int]:

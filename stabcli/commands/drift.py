@@ -151,6 +151,7 @@ def load_inputs(
                 f"{noise}: {len(arrays)} finished run(s); a noise band needs at least {minimum} "
                 f"({'BEFORE is one of them' if member else '4 when BEFORE is not one of them, 3 when it is'})"
             )
+        refuse_same_noise_runs(noise, [f"run-{i:03d}" for i in runset.runs], arrays)
         inputs.noise, inputs.noise_runs, inputs.before_in_noise = str(noise), arrays, member
         frequency_set = runset
     if frequency_set is not None:
@@ -159,6 +160,19 @@ def load_inputs(
             inputs.frequency = np.array([counts.get(k, -1) for k in keys], dtype=np.float64)
             inputs.frequency[inputs.frequency < 0] = np.nan
     return inputs
+
+
+def refuse_same_noise_runs(noise: Path, names: list[str], arrays: list[np.ndarray]) -> None:
+    """InputError when two noise runs are identical or exact rotations of each other: their
+    noise band has zero width, and every key would look moved."""
+    from stabcli.measure.degenerate import describe_same, same_runs
+
+    pairs = same_runs(arrays)
+    if pairs:
+        raise InputError(
+            f"{noise}: {describe_same(pairs, names, len(arrays))}, so the noise band has zero width and "
+            "every key would look moved; train the noise runs with different seeds (a --script must use {seed})"
+        )
 
 
 def _noise_runset(noise: Path) -> RunSet:

@@ -20,6 +20,7 @@ from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
 from stabcli.reports.figures import require_plots as require_plots  # where the commands import it from
 from stabcli.reports.figures import save as save_figures
 from stabcli.reports.html import Cell, Figure
+from stabcli.reports.text import literal, md_code, md_text
 
 _BARS = " ▁▂▃▄▅▆▇█"
 NO_LOSS = "the model reports no training loss"
@@ -195,7 +196,7 @@ def convergence_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
 
 def _print_titled(console: Console, title: str, table: Table) -> None:
     """The title on its own line (whole, never wrapped to the table's width), then the table."""
-    console.print(Text(title, style="italic"), soft_wrap=True)
+    console.print(literal(title, "italic"), soft_wrap=True)
     console.print(table)
 
 
@@ -214,14 +215,14 @@ def _rich_table(
 
 
 def _plain(cells: list[str]) -> list[Text]:
-    """Cells as literal text: a key like ``[b]`` is not rich markup."""
-    return [Text(cell) for cell in cells]
+    """Cells as literal text: a key like ``[b]`` or ``sku:new:35`` is not rich markup or an emoji code."""
+    return [literal(cell) for cell in cells]
 
 
 def render_terminal(report: AuditReport, console: Console) -> None:
     rep, tr = report.representation, report.training
-    console.print(Text(verdict(report), style="bold"), soft_wrap=True)
-    console.print(input_line(report), highlight=False, soft_wrap=True)
+    console.print(literal(verdict(report), "bold"), soft_wrap=True)
+    console.print(literal(input_line(report)), soft_wrap=True)
 
     table = Table()
     table.add_column("metric")
@@ -232,8 +233,9 @@ def render_terminal(report: AuditReport, console: Console) -> None:
     _print_titled(console, "Representation stability", table)
     hist = rep.noise_share_histogram
     console.print(
-        f"per-dimension noise share, 0 → 1: [bold]{sparkline(hist.counts)}[/]  counts {hist.counts}",
-        highlight=False,
+        Text.assemble(
+            "per-dimension noise share, 0 → 1: ", (sparkline(hist.counts), "bold"), f"  counts {hist.counts}"
+        ),
         soft_wrap=True,
     )
 
@@ -250,13 +252,14 @@ def render_terminal(report: AuditReport, console: Console) -> None:
         _print_titled(console, "Training convergence", _rich_table(headers, rows, right_from=0))
     if tr.final_loss_mean is not None:
         console.print(
-            f"final loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
-            f"CV {_num(tr.final_loss_cv, 3)}",
-            highlight=False,
+            literal(
+                f"final loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
+                f"CV {_num(tr.final_loss_cv, 3)}"
+            ),
             soft_wrap=True,
         )
     elif report.input.source is not None and not tr.reports_loss:
-        console.print(NO_LOSS, style="dim", highlight=False)
+        console.print(literal(NO_LOSS, "dim"))
     if report.downstream:
         render_downstream(report.downstream, console)
     render_checks(report, console)
@@ -274,8 +277,8 @@ def render_downstream(ds: DownstreamSection, console: Console) -> None:
         table.add_row(*_plain(row), style="bold green" if row[0] == chosen else None)
     console.print(table)
     for note in downstream_notes(ds):
-        console.print(note, style="yellow" if note.startswith("warning") else "dim", highlight=False, soft_wrap=True)
-    console.print(Text(f"recommendation: {ds.recommendation.reason}", style="bold"), soft_wrap=True)
+        console.print(literal(note, "yellow" if note.startswith("warning") else "dim"), soft_wrap=True)
+    console.print(literal(f"recommendation: {ds.recommendation.reason}", "bold"), soft_wrap=True)
 
 
 def _mean_std(entry: Any, metric: str) -> str:
@@ -353,7 +356,7 @@ def comparison_table(reports: dict[str, AuditReport]) -> Table:
     table = Table(title="Raw vs featurized, same runs", title_justify="left")
     table.add_column("metric")
     for name in reports:
-        table.add_column(name, justify="right")
+        table.add_column(literal(name), justify="right")
     for key, label, fmt in COMPARED:
         table.add_row(*_plain([label, *[fmt(getattr(r.representation, key)) for r in reports.values()]]))
     return table
@@ -362,17 +365,15 @@ def comparison_table(reports: dict[str, AuditReport]) -> Table:
 def render_checks(report: AuditReport, console: Console) -> None:
     """Checks last, failed ones in red, so CI logs end with what failed."""
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
-        mark = Text("PASS", style="green") if check.passed else Text("FAIL", style="bold red")
-        console.print(
-            Text.assemble(mark, f" {check.name} (value {_num(check.value)})"), highlight=False, soft_wrap=True
-        )
+        mark = literal("PASS", "green") if check.passed else literal("FAIL", "bold red")
+        console.print(mark + literal(f" {check.name} (value {_num(check.value)})"), soft_wrap=True)
 
 
 def _md_table(headers: list[str], rows: list[list[str]], code_first: bool = True) -> list[str]:
     lines = ["| " + " | ".join(headers) + " |", "| --- " + "| ---: " * (len(headers) - 1) + "|"]
     for row in rows:
-        cells = [cell.replace("|", "\\|") for cell in row]  # a title like "a|b" stays in its cell
-        lines.append("| " + " | ".join([f"`{cells[0]}`" if code_first else cells[0], *cells[1:]]) + " |")
+        cells = [md_text(cell) for cell in row]  # a title like "a|b" stays in its cell, "*x*" stays literal
+        lines.append("| " + " | ".join([md_code(row[0]) if code_first else cells[0], *cells[1:]]) + " |")
     return lines
 
 
@@ -407,11 +408,13 @@ def render_markdown(report: AuditReport) -> str:
         ds = report.downstream
         headers, rows = downstream_table(ds)
         lines += ["", "### Downstream fluctuation across runs", ""] + _md_table(headers, rows)
-        lines += [""] + [f"- {note}" for note in downstream_notes(ds)]
-        lines += ["", f"**Recommendation:** {ds.recommendation.reason}"]
+        lines += [""] + [f"- {md_text(note)}" for note in downstream_notes(ds)]
+        lines += ["", f"**Recommendation:** {md_text(ds.recommendation.reason)}"]
     if report.checks:
         lines += ["", "| check | value | result |", "| --- | ---: | --- |"]
-        lines += [f"| `{c.name}` | {_num(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in report.checks]
+        lines += [
+            f"| {md_code(c.name)} | {_num(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in report.checks
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
 from stabcli.commands.drift import DriftReport, PerKey
 from stabcli.reports import html
@@ -18,6 +16,7 @@ from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
 from stabcli.reports.figures import save as save_figures
 from stabcli.reports.html import Cell, Figure
 from stabcli.reports.schema import dumps, to_json
+from stabcli.reports.text import literal, md_code, md_text
 
 PLOT_NAMES = ("drift_vs_noise.png", "drift_distribution.png")
 
@@ -182,17 +181,18 @@ def downstream_rows(report: DriftReport) -> list[tuple[str, str]]:
 
 def render_terminal(report: DriftReport, console: Console) -> None:
     inp = report.input
-    console.print(Text(verdict(report), style="bold"), soft_wrap=True)
+    console.print(literal(verdict(report), "bold"), soft_wrap=True)
     console.print(
-        f"{escape(inp.before)} → {escape(inp.after)}: {inp.keys_compared:,} keys × {inp.dim} dims"
-        + (
-            f" · noise: {escape(inp.noise)} ({inp.noise_runs} runs"
-            + (", BEFORE is one of them)" if inp.before_in_noise else ")")
-            if inp.noise
-            else ""
-        )
-        + (" · rows matched by position (keyless arrays)" if inp.keyless else ""),
-        highlight=False,
+        literal(
+            f"{inp.before} → {inp.after}: {inp.keys_compared:,} keys × {inp.dim} dims"
+            + (
+                f" · noise: {inp.noise} ({inp.noise_runs} runs"
+                + (", BEFORE is one of them)" if inp.before_in_noise else ")")
+                if inp.noise
+                else ""
+            )
+            + (" · rows matched by position (keyless arrays)" if inp.keyless else "")
+        ),
         soft_wrap=True,
     )
     table = Table(title="Drift", title_justify="left")
@@ -200,32 +200,33 @@ def render_terminal(report: DriftReport, console: Console) -> None:
     table.add_column("value", justify="right", no_wrap=True)
     table.add_column("reading", style="dim")
     for row in summary_rows(report):
-        table.add_row(*row[:3])
+        table.add_row(*map(literal, row[:3]))
     console.print(table)
     if report.drift.top:
         top = Table(title=_top_title(report), title_justify="left")
         for header in _top_headers(report):
             top.add_column(header, justify="left" if header in ("key", "name") else "right")
         for top_row in _top_rows(report):
-            top.add_row(*map(escape, top_row))  # keys and names are data, not markup
+            top.add_row(*map(literal, top_row))  # keys and names are data, not markup or emoji codes
         console.print(top)
     elif report.noise is not None:
-        console.print(f"no key moved beyond its noise band at FDR {report.noise.alpha:g}", highlight=False)
+        console.print(literal(f"no key moved beyond its noise band at FDR {report.noise.alpha:g}"))
     if report.downstream is not None:
         ds = report.downstream
         table = Table(
-            title=f"Downstream: {ds.model} on {escape(Path(ds.labels).name)} ({ds.task}, {ds.train:,} train / "
-            f"{ds.test:,} test keys)",
+            title=literal(
+                f"Downstream: {ds.model} on {Path(ds.labels).name} ({ds.task}, {ds.train:,} train / {ds.test:,} test keys)"
+            ),
             title_justify="left",
         )
         table.add_column("model")
         table.add_column("value", justify="right")
         for name, value in downstream_rows(report):
-            table.add_row(name, value)
+            table.add_row(literal(name), literal(value))
         console.print(table)
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
-        mark = "[green]PASS[/]" if check.passed else "[bold red]FAIL[/]"
-        console.print(f"{mark} {escape(check.name)} (value {_num(check.value)})", highlight=False)
+        mark = literal("PASS", "green") if check.passed else literal("FAIL", "bold red")
+        console.print(mark + literal(f" {check.name} (value {_num(check.value)})"), soft_wrap=True)
 
 
 def render_markdown(report: DriftReport) -> str:
@@ -235,13 +236,13 @@ def render_markdown(report: DriftReport) -> str:
         "",
         f"**{verdict(report)}**",
         "",
-        f"`{inp.before}` → `{inp.after}`: {inp.keys_compared:,} keys × {inp.dim} dims"
-        + (f"; noise: `{inp.noise}` ({inp.noise_runs} runs)" if inp.noise else ""),
+        f"{md_code(inp.before, cell=False)} → {md_code(inp.after, cell=False)}: {inp.keys_compared:,} keys × {inp.dim} dims"
+        + (f"; noise: {md_code(inp.noise, cell=False)} ({inp.noise_runs} runs)" if inp.noise else ""),
         "",
         "| measure | value | reading |",
         "| --- | ---: | --- |",
     ]
-    lines += [f"| {a} | {b} | {c} |" for a, b, c, _ in summary_rows(report)]
+    lines += [f"| {md_text(a)} | {md_text(b)} | {md_text(c)} |" for a, b, c, _ in summary_rows(report)]
     if report.drift.top:
         headers = _top_headers(report)
         lines += [
@@ -252,15 +253,17 @@ def render_markdown(report: DriftReport) -> str:
             "| " + " | ".join("---" if h in ("key", "name") else "---:" for h in headers) + " |",
         ]
         lines += [
-            "| " + " | ".join(f"`{c}`" if i == 0 else c.replace("|", "\\|") for i, c in enumerate(row)) + " |"
+            "| " + " | ".join(md_code(c) if i == 0 else md_text(c) for i, c in enumerate(row)) + " |"
             for row in _top_rows(report)
         ]
     if report.downstream is not None:
         lines += ["", "| downstream | value |", "| --- | ---: |"]
-        lines += [f"| {a} | {b} |" for a, b in downstream_rows(report)]
+        lines += [f"| {md_text(a)} | {md_text(b)} |" for a, b in downstream_rows(report)]
     if report.checks:
         lines += ["", "| check | value | result |", "| --- | ---: | --- |"]
-        lines += [f"| `{c.name}` | {_num(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in report.checks]
+        lines += [
+            f"| {md_code(c.name)} | {_num(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in report.checks
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,62 @@
+"""Runs that are not independent: identical, or exact rotations of each other (a ``--script``
+that ignores ``{seed}``). Their noise is zero by construction, so a noise band built from
+them has zero width and every real change would look significant."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import combinations
+
+import numpy as np
+
+# relative Procrustes residual below which two runs are the same up to a rotation: float32
+# storage of a rotated copy leaves about 1e-7; two word2vec seeds leave 0.3 to 1.4
+SAME_UP_TO_ROTATION = 1e-4
+SAMPLE_ROWS = 4096
+
+
+def _sample(n: int, dim: int) -> np.ndarray:
+    """Evenly spaced row indices: all rows, or enough to pin a rotation (many more than dim)."""
+    size = max(SAMPLE_ROWS, 8 * dim)
+    return np.arange(n) if n <= size else np.linspace(0, n - 1, size).astype(np.int64)
+
+
+def rotation_residual(a: np.ndarray, b: np.ndarray) -> float:
+    """``min_Q ‖A − B·Q‖_F / max(‖A‖_F, ‖B‖_F)`` over orthogonal Q (orthogonal Procrustes,
+    Schönemann 1966): ``‖A‖² + ‖B‖² − 2·Σσ(BᵀA)``, from d×d products in float64."""
+    a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    na, nb = float(np.sum(a64 * a64)), float(np.sum(b64 * b64))
+    scale = max(na, nb)
+    if scale == 0.0:
+        return 0.0
+    singular = np.linalg.svd(b64.T @ a64, compute_uv=False)
+    return float(np.sqrt(max(na + nb - 2.0 * float(singular.sum()), 0.0) / scale))
+
+
+def same_runs(runs: Sequence[np.ndarray], tolerance: float = SAME_UP_TO_ROTATION) -> list[tuple[int, int]]:
+    """Pairs ``(r, s)`` of runs (rows matched by key) that are identical or exact rotations of
+    each other, judged on an evenly spaced sample of rows (identical runs are identical on
+    every subset). O(R·rows·d), plus rows·d² for each pair of equal norm, with at most
+    ``max(4096, 8d)`` rows."""
+    if len(runs) < 2:
+        return []
+    n, dim = runs[0].shape
+    rows = _sample(n, dim)
+    sampled = [np.asarray(run[rows], dtype=np.float64) for run in runs]
+    norms = [float(np.linalg.norm(x)) for x in sampled]  # a rotation keeps the norm: most pairs end here
+    return [
+        (r, s)
+        for r, s in combinations(range(len(runs)), 2)
+        if abs(norms[r] - norms[s]) <= tolerance * max(norms[r], norms[s])
+        and rotation_residual(sampled[r], sampled[s]) < tolerance
+    ]
+
+
+def describe_same(pairs: list[tuple[int, int]], names: Sequence[str], count: int) -> str:
+    """``run-000 and run-001 are identical or exact rotations of each other`` (or: all N runs)."""
+    linked = {r for pair in pairs for r in pair}
+    if len(pairs) == count * (count - 1) // 2:
+        return f"all {count} runs are identical or exact rotations of each other"
+    r, s = pairs[0]
+    more = f" (and {len(pairs) - 1} more pair(s) of {len(linked)} runs)" if len(pairs) > 1 else ""
+    return f"{names[r]} and {names[s]} are identical or exact rotations of each other{more}"

@@ -1,0 +1,68 @@
+"""Runs that are identical or exact rotations of each other (``stabcli.measure.degenerate``):
+a known answer and a direct Procrustes computation, then audit saying so on real runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.linalg import orthogonal_procrustes
+from typer.testing import CliRunner
+
+from stabcli.cli.app import app
+from stabcli.measure.degenerate import describe_same, rotation_residual, same_runs
+
+runner = CliRunner()
+
+
+def rotation(d: int, seed: int) -> np.ndarray:
+    q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, d)))
+    return q
+
+
+def test_rotation_residual_matches_a_direct_procrustes_fit():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((300, 8)), rng.standard_normal((300, 8))
+    q, _ = orthogonal_procrustes(b, a)
+    direct = np.linalg.norm(a - b @ q) / max(np.linalg.norm(a), np.linalg.norm(b))
+    assert rotation_residual(a, b) == pytest.approx(direct, rel=1e-9)
+
+
+def test_rotated_float32_copies_are_the_same_run_and_seeds_are_not():
+    base = np.random.default_rng(1).standard_normal((500, 16)).astype(np.float32)
+    rotated = (base.astype(np.float64) @ rotation(16, 2)).astype(np.float32)
+    assert rotation_residual(base, rotated) < 1e-6
+    assert rotation_residual(base, base) < 1e-6  # float64 cancellation in ‖A‖² + ‖B‖² − 2Σσ
+    noisy = base + np.float32(0.01) * np.random.default_rng(3).standard_normal(base.shape).astype(np.float32)
+    assert rotation_residual(base, noisy) == pytest.approx(0.01, rel=0.1)  # small noise is still noise
+    other = np.random.default_rng(4).standard_normal((500, 16)).astype(np.float32)
+    assert same_runs([base, rotated, other, base.copy()]) == [(0, 1), (0, 3), (1, 3)]
+    assert same_runs([base, noisy, other]) == []
+
+
+def test_the_check_samples_rows_of_large_runs():
+    base = np.random.default_rng(5).standard_normal((20_000, 4)).astype(np.float32)
+    assert same_runs([base, base @ rotation(4, 6).astype(np.float32)]) == [(0, 1)]
+    assert same_runs([base, np.random.default_rng(7).standard_normal((20_000, 4)).astype(np.float32)]) == []
+
+
+def test_describe_same_names_the_runs():
+    names = ["run-000", "run-001", "run-002"]
+    assert (
+        describe_same([(0, 1), (0, 2), (1, 2)], names, 3) == "all 3 runs are identical or exact rotations of each other"
+    )
+    assert describe_same([(0, 2)], names, 3) == "run-000 and run-002 are identical or exact rotations of each other"
+
+
+def test_audit_says_identical_runs_are_identical(tmp_path):
+    from conftest import make_runset
+
+    root = make_runset(tmp_path / "runs", runs=3, n=40, dim=6, epochs=1)
+    first = np.load(root / "run-000" / "vectors.npy")
+    np.save(root / "run-002" / "vectors.npy", (first.astype(np.float64) @ rotation(6, 9)).astype(np.float32))
+    result = runner.invoke(app, ["audit", str(root), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert "warning: run-000 and run-002 are identical or exact rotations of each other" in result.stderr
+    assert "zero by construction" in result.stderr
+    independent = make_runset(tmp_path / "other", runs=3, n=40, dim=6, epochs=1)
+    result = runner.invoke(app, ["audit", str(independent), "--format", "json"])
+    assert result.exit_code == 0 and "identical" not in result.stderr, result.stderr

@@ -121,7 +121,7 @@ def _cell(cell: str | Cell, tag: str = "td", css: str | None = None) -> str:
     classes = [c for c in (css, "num" if cell.numeric or cell.value is not None else None) if c]
     if classes:
         attrs.append(f'class="{" ".join(classes)}"')
-    if cell.value is not None or cell.numeric:
+    if cell.value is not None or cell.numeric or cell.path is not None:
         attrs.append(f'data-value="{esc(number_value(cell.value))}"')
     if cell.path is not None:
         attrs.append(f'data-path="{esc(cell.path)}"')

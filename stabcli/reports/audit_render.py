@@ -20,6 +20,7 @@ from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
 from stabcli.reports.figures import require_plots as require_plots  # where the commands import it from
 from stabcli.reports.figures import save as save_figures
 from stabcli.reports.html import Cell, Figure
+from stabcli.reports.summary import cut_note
 from stabcli.reports.text import literal, md_code, md_text
 
 _BARS = " ▁▂▃▄▅▆▇█"
@@ -377,7 +378,9 @@ def _md_table(headers: list[str], rows: list[list[str]], code_first: bool = True
     return lines
 
 
-def render_markdown(report: AuditReport) -> str:
+def render_markdown(report: AuditReport, key_rows: int | None = None) -> str:
+    """The report in Markdown; ``key_rows`` cuts the least-stable list to that many rows, with
+    a note (for GITHUB_STEP_SUMMARY's size limit, ``stabcli.reports.summary``)."""
     rep, tr = report.representation, report.training
     lines = [
         "## stabcli audit",
@@ -392,7 +395,9 @@ def render_markdown(report: AuditReport) -> str:
     lines += [f"| {a} | {b} | {c} |" for a, b, c, _ in metric_rows(report)]
     if rep.least_stable:
         headers, rows = least_stable_table(report)
-        lines += ["", LEAST_STABLE_TITLE.format(n=len(rows)) + ":", ""] + _md_table(headers, rows)
+        lines += ["", LEAST_STABLE_TITLE.format(n=len(rows)) + ":", ""] + _md_table(headers, rows[:key_rows])
+        if key_rows is not None and key_rows < len(rows):
+            lines += ["", cut_note(key_rows, len(rows))]
     if tr.by_epoch:
         headers, rows = convergence_table(report)
         lines += ["", "Training convergence:", ""] + _md_table(headers, rows, code_first=False)

@@ -16,6 +16,7 @@ from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
 from stabcli.reports.figures import save as save_figures
 from stabcli.reports.html import Cell, Figure
 from stabcli.reports.schema import dumps, to_json
+from stabcli.reports.summary import cut_note
 from stabcli.reports.text import literal, md_code, md_text
 
 PLOT_NAMES = ("drift_vs_noise.png", "drift_distribution.png")
@@ -229,7 +230,9 @@ def render_terminal(report: DriftReport, console: Console) -> None:
         console.print(mark + literal(f" {check.name} (value {_num(check.value)})"), soft_wrap=True)
 
 
-def render_markdown(report: DriftReport) -> str:
+def render_markdown(report: DriftReport, key_rows: int | None = None) -> str:
+    """The report in Markdown; ``key_rows`` cuts the list of moved keys to that many rows, with
+    a note (for GITHUB_STEP_SUMMARY's size limit, ``stabcli.reports.summary``)."""
     inp = report.input
     lines = [
         "## stabcli drift",
@@ -254,8 +257,10 @@ def render_markdown(report: DriftReport) -> str:
         ]
         lines += [
             "| " + " | ".join(md_code(c) if i == 0 else md_text(c) for i, c in enumerate(row)) + " |"
-            for row in _top_rows(report)
+            for row in _top_rows(report)[:key_rows]
         ]
+        if key_rows is not None and key_rows < len(report.drift.top):
+            lines += ["", cut_note(key_rows, len(report.drift.top))]
     if report.downstream is not None:
         lines += ["", "| downstream | value |", "| --- | ---: |"]
         lines += [f"| {md_text(a)} | {md_text(b)} |" for a, b in downstream_rows(report)]

@@ -341,3 +341,31 @@ def test_a_nan_row_in_a_file_that_also_lacks_keys_is_one_error_line(tmp_path):
     before = files_state(tmp_path)
     result = CliRunner().invoke(app, ["audit", str(tmp_path / "a.vec"), str(tmp_path / "b.vec"), "--knn-k", "1"])
     assert_bad_input(result, "key 'k0' has NaN or infinite values", tmp_path, before)
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda t: ["--eis-alpha", "-1"], "'--eis-alpha': Input should be greater than or equal to 0"),
+        (lambda t: ["--eis-alpha", "nan"], "--eis-alpha"),
+        (lambda t: ["--eis-anchor", t / "missing.vec"], "missing.vec: no such file"),
+        (lambda t: ["--eis-anchor", _anchor(t, ["zz1", "zz2", "zz3"])], "shares 0 key(s) with the runs"),
+        (lambda t: ["--eis-anchor", _anchor(t, KEYS[:5], nan_row=2)], "key 'k2' has NaN or infinite values"),
+        (lambda t: ["--eis-anchor", t / "runs" / "keys.txt", "--json", t / "runs" / "x.json"], "lies inside"),
+    ],
+)
+def test_bad_eis_anchor(work, make, fragment):
+    bad(work, fragment, *make(work[0]))
+
+
+def _anchor(root, keys, nan_row=None):
+    values = vectors(7, len(keys), 3)
+    if nan_row is not None:
+        values[nan_row, 1] = np.nan
+    path = root / "anchor.vec"
+    path.write_text(
+        f"{len(keys)} 3\n"
+        + "".join(k + " " + " ".join(str(float(v)) for v in row) + "\n" for k, row in zip(keys, values, strict=True))
+    )
+    return path

@@ -488,10 +488,13 @@ INPUT_FORMAT_OPTION = typer.Option(
     None,
     "--input-format",
     metavar="FORMAT",
-    help="Read every input file as npy, word2vec, word2vec-bin, fasttext (Facebook .bin), "
-    "kv (any gensim save(): .kv, .wv, .model) or parquet, whatever its suffix [default: from each file's suffix].",
+    help="Read every input file as npy, word2vec, glove (word2vec text without the header line), word2vec-bin, "
+    "fasttext (Facebook .bin), kv (any gensim save(): .kv, .wv, .model) or parquet, whatever its suffix; gzip, "
+    "bzip2 and xz files are read as streams [default: from each file's suffix].",
 )
-InputFormat = Literal["npy", "word2vec", "word2vec-bin", "fasttext", "kv", "parquet"]  # embeddings.READ_FORMATS
+InputFormat = Literal[
+    "npy", "word2vec", "glove", "word2vec-bin", "fasttext", "kv", "parquet"
+]  # embeddings.READ_FORMATS
 TRUST_PICKLE_OPTION = typer.Option(
     False,
     "--trust-pickle",
@@ -545,6 +548,18 @@ KEYS_OPTION = typer.Option(
 )
 
 
+EIS_ANCHOR_OPTION = typer.Option(
+    None,
+    "--eis-anchor",
+    metavar="FILE",
+    help="Anchor embedding for EIS (any embedding file with keys; read by its suffix) [default: the runs' "
+    "consensus after Procrustes].",
+)
+EIS_ALPHA_OPTION = typer.Option(
+    3.0, "--eis-alpha", min=0.0, max=100.0, metavar="ALPHA", help="Exponent of the anchor's spectrum in EIS."
+)
+
+
 def _audit_and_render(
     inputs: list[Path],
     options: AuditOptions,
@@ -574,6 +589,8 @@ def _audit_and_render(
     plan = _report_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
     if read is not None and read.keys_file is not None:
         plan.add_input(read.keys_file)
+    if options.eis_anchor is not None:
+        plan.add_input(options.eis_anchor)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
     names = read_key_names(key_names, encoding or "utf-8") if key_names else None
 
@@ -708,6 +725,8 @@ def audit(
     ),
     seed: int = typer.Option(0, "--seed", min=0, metavar="SEED", help="Seed for the sampled pairs and queries."),
     top: int = typer.Option(20, "--top", min=0, metavar="N", help="Least stable keys to list."),
+    eis_anchor: Path | None = EIS_ANCHOR_OPTION,
+    eis_alpha: float = EIS_ALPHA_OPTION,
     check: list[str] = typer.Option(
         [],
         "--check",
@@ -820,7 +839,16 @@ def audit(
     if encoding is not None:
         check_encoding("encoding", encoding)
     read = ReadOptions(input_format, trust_pickle, keys)
-    options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed, top=top)
+    options = AuditOptions(
+        normalize=normalize,
+        pairs=pairs,
+        knn_k=knn_k,
+        knn_queries=knn_queries,
+        seed=seed,
+        top=top,
+        eis_alpha=eis_alpha,
+        eis_anchor=eis_anchor,
+    )
     downstream = None
     if labels is None:
         given = {

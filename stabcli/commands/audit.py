@@ -19,7 +19,9 @@ from stabcli import __version__
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.resources import require_memory
 from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli.measure import anchor as spectral
 from stabcli.measure import metrics as m
+from stabcli.measure.anchor import DEFAULT_EIS_ALPHA
 from stabcli.reports import schema
 from stabcli.reports.audit_report import (
     AuditReport,
@@ -27,6 +29,7 @@ from stabcli.reports.audit_report import (
     EpochRow,
     Histogram,
     InputSection,
+    PairSpread,
     Quantiles,
     RepresentationSection,
     TrainingSection,
@@ -55,6 +58,8 @@ class AuditOptions:
     knn_queries: int = 1_000
     seed: int = 0
     top: int = 20
+    eis_alpha: float = DEFAULT_EIS_ALPHA
+    eis_anchor: Path | None = None  # None: the consensus of the runs
 
     def __post_init__(self) -> None:
         for name, least in (("pairs", 1), ("knn_k", 1), ("knn_queries", 1), ("top", 0), ("seed", 0)):
@@ -63,6 +68,9 @@ class AuditOptions:
                 raise OptionError(name, f"expected an integer, got {value!r}")
             if value < least:
                 raise OptionError(name, f"{value} must be at least {least}")
+        alpha = self.eis_alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 100:
+            raise OptionError("eis_alpha", f"{alpha!r} must be a number from 0 to 100")
 
 
 @dataclass
@@ -321,6 +329,70 @@ def representation_report(
     return section, stats
 
 
+def pair_spread(values: np.ndarray) -> PairSpread:
+    """Mean, std (ddof=1), min and max over run pairs of the finite ``values``."""
+    finite = np.asarray(values, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    if not finite.size:
+        return PairSpread(mean=None, std=None, min=None, max=None, pairs=0)
+    return PairSpread(
+        mean=float(finite.mean()),
+        std=float(finite.std(ddof=1)) if finite.size > 1 else None,
+        min=float(finite.min()),
+        max=float(finite.max()),
+        pairs=int(finite.size),
+    )
+
+
+def read_anchor(path: Path, runs: Runs, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The ``--eis-anchor`` embedding's rows for the common keys it has, and their positions
+    in ``runs.keys``; InputError when it shares fewer than 2 keys or holds NaN."""
+    from stabcli.inputs.embeddings import read_embedding
+
+    emb = read_embedding(path)
+    position = {k: i for i, k in enumerate(emb.keys)}
+    where = np.fromiter((i for i, k in enumerate(runs.keys) if k in position), dtype=np.int64)
+    if len(where) < 2:
+        raise InputError(f"{path}: shares {len(where)} key(s) with the runs; EIS needs at least 2")
+    rows = np.fromiter((position[runs.keys[i]] for i in where), dtype=np.int64, count=len(where))
+    vectors = np.asarray(emb.vectors[rows])
+    _check_finite(Embedding([runs.keys[i] for i in where], vectors, Path(path)), vectors, [runs.keys[i] for i in where])
+    if vectors.shape[1] == 0:
+        raise InputError(f"{path}: vectors have 0 dimensions")
+    return (m.unit_rows(vectors) if normalize else vectors), where
+
+
+def spectral_fields(
+    runs: Runs, frame: _Frame, options: AuditOptions, given: tuple[np.ndarray, np.ndarray] | None = None
+) -> dict[str, Any]:
+    """EIS against the anchor (``given``: ``read_anchor``'s rows and positions; None: the
+    consensus), the weighted eigenspace overlap and debiased CKA over run pairs
+    (``stabcli.measure.anchor``), as ``RepresentationSection`` fields."""
+    grams, arrays = frame.grams, frame.arrays
+    keys = len(runs.keys)
+    if given is None:
+        anchor = spectral.consensus_anchor(grams, frame.rotations)
+        eis_grams = grams
+    else:
+        vectors, where = given
+        if len(where) < keys:  # the anchor lacks keys: EIS on the keys it has
+            require_memory("eis_anchor", len(arrays) * len(where) * runs.dim * 4, f"{len(where):,} anchor keys")
+            arrays = [np.asarray(h[where]) for h in arrays]
+            eis_grams = m.gram_blocks(arrays)
+        else:
+            eis_grams = grams
+        anchor = spectral.file_anchor(arrays, vectors, eis_grams.scale, str(options.eis_anchor))
+        keys = len(where)
+    return {
+        "eis": pair_spread(spectral.eis_pairs(eis_grams, anchor, options.eis_alpha)),
+        "eis_alpha": float(options.eis_alpha),
+        "eis_anchor": anchor.source,
+        "eis_keys": keys,
+        "weighted_eigenspace_overlap": pair_spread(spectral.weighted_overlap_pairs(grams)),
+        "cka_debiased": pair_spread(spectral.debiased_cka_pairs(frame.arrays, grams)),
+    }
+
+
 def training_report(runs: Runs, options: AuditOptions) -> TrainingSection:
     """Final-loss spread over runs and, per epoch, mean loss, noise share and the spread of
     the across-run variance (paper Fig. 1b, 1c)."""
@@ -427,6 +499,7 @@ def build_report(
         from stabcli.measure.downstream import plan_downstream
 
         plan = plan_downstream(downstream, runs.keys, len(runs.arrays), runs.dim, on_warning)
+    given_anchor = read_anchor(options.eis_anchor, runs, options.normalize) if options.eis_anchor else None
     frame = _frame(runs, options, step)
     labelled = None
     if downstream:  # first: a bad label file fails before the long representation metrics
@@ -435,6 +508,8 @@ def build_report(
         raw = downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step, plan)
         labelled = DownstreamSection.from_dict(raw)
     representation, stats = representation_report(runs, frame, options, step, key_names, per_key)
+    step("EIS, weighted eigenspace overlap, debiased CKA")
+    representation = replace(representation, **spectral_fields(runs, frame, options, given_anchor))
     report = AuditReport(
         stabcli_version=__version__,
         input=InputSection(

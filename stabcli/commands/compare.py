@@ -35,6 +35,9 @@ REPRESENTATION_MEASURES = (
     ("cka", "linear CKA"),
     ("eigenspace_overlap", "eigenspace overlap"),
     ("semantic_displacement", "semantic displacement"),
+    ("eis", "EIS"),
+    ("weighted_eigenspace_overlap", "weighted eigenspace overlap"),
+    ("cka_debiased", "debiased CKA"),
 )
 # downstream metrics compared for every variant both sides have: (JSON name, label)
 DOWNSTREAM_METRICS = (
@@ -50,7 +53,7 @@ DOWNSTREAM_METRICS = (
 @dataclass(frozen=True)
 class Spread:
     min: float | None = doc("smallest value")
-    median: float | None = doc("median")
+    median: float | None = doc("median (null where the audit gives none)")
     max: float | None = doc("largest value")
 
 
@@ -156,6 +159,16 @@ def _spread(block: Any) -> Spread | None:
     return Spread(*values)
 
 
+def _measure(rep: dict[str, Any], pairs: Any, name: str) -> tuple[Any, Spread | None]:
+    """A representation measure's value and its run-pair spread: a block with its own
+    mean, min and max over run pairs (EIS, debiased CKA), or a number with its spread in
+    ``representation.by_pair``."""
+    value = rep.get(name)
+    if isinstance(value, dict):
+        return value.get("mean"), _spread(value)
+    return value, _spread(pairs.get(name)) if isinstance(pairs, dict) else None
+
+
 def _run_spread(values: Any) -> Spread | None:
     numbers = [v for v in (values or []) if _number(v) is not None]
     if len(numbers) < 2:
@@ -195,11 +208,10 @@ def compare_audits(a: tuple[Side, dict[str, Any]], b: tuple[Side, dict[str, Any]
     pairs_a, pairs_b = rep_a.get("by_pair"), rep_b.get("by_pair")
     entries: dict[str, Delta] = {}
     for name, label in REPRESENTATION_MEASURES:
-        if name not in rep_a and name not in rep_b:
+        if rep_a.get(name) is None and rep_b.get(name) is None:
             continue
-        spread_a = _spread(pairs_a.get(name)) if isinstance(pairs_a, dict) else None
-        spread_b = _spread(pairs_b.get(name)) if isinstance(pairs_b, dict) else None
-        entries[name] = _delta(label, rep_a.get(name), rep_b.get(name), "run pairs", spread_a, spread_b)
+        (value_a, spread_a), (value_b, spread_b) = _measure(rep_a, pairs_a, name), _measure(rep_b, pairs_b, name)
+        entries[name] = _delta(label, value_a, value_b, "run pairs", spread_a, spread_b)
     ds_a, ds_b = data_a.get("downstream"), data_b.get("downstream")
     if isinstance(ds_a, dict) and isinstance(ds_b, dict):
         variants_a, variants_b = ds_a.get("variants") or {}, ds_b.get("variants") or {}

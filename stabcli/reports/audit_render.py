@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stabcli.reports import html
-from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow
+from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow, PairSpread
 from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
 from stabcli.reports.figures import require_plots as require_plots  # where the commands import it from
 from stabcli.reports.figures import save as save_figures
@@ -115,7 +115,51 @@ def metric_rows(report: AuditReport) -> list[tuple[str, str, str, str]]:
             "mean cosine distance after pairwise Procrustes",
             "representation.semantic_displacement",
         ),
+        *spectral_rows(report),
     ]
+
+
+def spread_text(spread: PairSpread | None, digits: int = 4) -> str:
+    """``mean ± std`` over run pairs (the mean alone for one pair)."""
+    if spread is None or spread.mean is None:
+        return "n/a"
+    return _num(spread.mean, digits) + ("" if spread.std is None else f" ± {_num(spread.std, 2)}")
+
+
+def spectral_rows(report: AuditReport) -> list[tuple[str, str, str, str]]:
+    """EIS, weighted eigenspace overlap and debiased CKA rows (absent from older reports);
+    the JSON path is the mean's."""
+    rep = report.representation
+    if rep.eis is None:
+        return []
+    anchor = "the runs' consensus" if rep.eis_anchor == "consensus" else "the --eis-anchor embedding"
+    rows = [
+        (
+            "EIS",
+            spread_text(rep.eis),
+            f"eigenspace instability vs {anchor} (alpha = {_num(rep.eis_alpha, 3)}); 0 = same span, mean ± std over pairs",
+            "representation.eis.mean",
+        ),
+    ]
+    if rep.weighted_eigenspace_overlap is not None:
+        rows.append(
+            (
+                "weighted eigenspace overlap",
+                spread_text(rep.weighted_eigenspace_overlap),
+                "overlap of singular spaces weighted by the spectrum; 1 = same span",
+                "representation.weighted_eigenspace_overlap.mean",
+            )
+        )
+    if rep.cka_debiased is not None:
+        rows.append(
+            (
+                "debiased CKA",
+                spread_text(rep.cka_debiased),
+                "unbiased HSIC: ≈ 0 for unrelated runs at any n",
+                "representation.cka_debiased.mean",
+            )
+        )
+    return rows
 
 
 def sparkline(counts: list[int]) -> str:

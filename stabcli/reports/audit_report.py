@@ -54,6 +54,15 @@ class UnstableKey:
 
 
 @dataclass(frozen=True)
+class PairSpread:
+    mean: float | None = doc("mean over run pairs (null when no pair gives a finite value)")
+    std: float | None = doc("standard deviation over run pairs (ddof=1; null for a single pair)")
+    min: float | None = doc("smallest value over run pairs")
+    max: float | None = doc("largest value over run pairs")
+    pairs: int = doc("run pairs with a finite value")
+
+
+@dataclass(frozen=True)
 class RepresentationSection:
     noise_share: float = doc("overall coordinate noise share: Σ Var_r / Σ E_r[H²]")
     noise_share_independent: float = doc(
@@ -80,6 +89,25 @@ class RepresentationSection:
     eigenspace_overlap: float = doc("mean eigenspace overlap over run pairs")
     semantic_displacement: float = doc("mean cosine distance after pairwise Procrustes")
     least_stable: list[UnstableKey] = doc("the `--top` keys of highest relative instability, least stable first")
+    eis: PairSpread | None = doc(
+        "eigenspace instability score (Leszczynski et al. 2020) over run pairs: 0 = the runs span the same "
+        "space weighted by the anchor's spectrum, 1 = orthogonal spans",
+        default=None,
+    )
+    eis_alpha: float | None = doc("`--eis-alpha`, the exponent alpha of the anchor's spectrum", default=None)
+    eis_anchor: str | None = doc(
+        "`consensus` (the runs' generalized-Procrustes mean) or the `--eis-anchor` file", default=None
+    )
+    eis_keys: int | None = doc("keys EIS was computed on (the common keys the anchor has)", default=None)
+    weighted_eigenspace_overlap: PairSpread | None = doc(
+        "‖U_rᵀU_s S_s‖²/tr(S_s²) over ordered run pairs (anchor-stability's weighted eigen_overlap, exp 1, "
+        "normalized); 1 = same span",
+        default=None,
+    )
+    cka_debiased: PairSpread | None = doc(
+        "debiased linear CKA (unbiased HSIC, Song et al. 2012) over run pairs: near 0 for unrelated runs at any n",
+        default=None,
+    )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,142 @@
+"""word2vec text (``.txt``, ``.vec``): a header ``count dim``, then ``key v1 … vd`` per line;
+and GloVe text, the same lines without the header (recognised and said so)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from stabcli.errors import InputError
+from stabcli.inputs.embeddings.core import Embedding, RowBuffer, Source, check_keys, shown
+
+BOM = b"\xef\xbb\xbf"
+GLOVE = "GloVe text (no header line)"
+
+
+def parse_header(path: Path, line: bytes) -> tuple[int, int]:
+    parts = line.split()
+    try:
+        count, dim = (int(p) for p in parts)
+    except ValueError:
+        raise InputError(f"{path}:1: expected a word2vec header 'count dim', found {shown(line)}") from None
+    if count < 1 or dim < 1:
+        raise InputError(f"{path}:1: word2vec header says {count} vectors of dimension {dim}")
+    return count, dim
+
+
+def row_limit(path: Path, count: int, dim: int, remaining: int | None, min_row_bytes: int) -> int:
+    """The rows to make room for: the header's ``count``, but never more than the
+    ``remaining`` bytes (None: unknown, a compressed file) can hold at ``min_row_bytes``
+    each: a header alone never decides an allocation."""
+    if remaining is None:
+        return count
+    fit = (remaining + 1) // min_row_bytes  # the last row's newline is optional
+    if fit == 0:
+        raise InputError(
+            f"{path}:1: word2vec header says {count} vectors of dimension {dim}, but the "
+            f"{remaining:,} bytes after it cannot hold even one"
+        )
+    return min(count, fit)
+
+
+def glove_line(line: bytes) -> bool:
+    """Whether ``line`` reads as ``key v1 … vd`` (d ≥ 2 numbers): GloVe's first line."""
+    fields = line.strip().split(b" ")
+    if len(fields) < 3:
+        return False
+    try:
+        np.asarray(fields[1:], dtype=np.float64)
+    except ValueError:
+        return False
+    return True
+
+
+def sniff_glove(head: bytes) -> bool:
+    """A file whose first line is ``key v1 … vd``, not ``count dim``."""
+    first = head.removeprefix(BOM).split(b"\n", 1)[0]
+    return b"\n" in head and glove_line(first)
+
+
+def _row(path: Path, lineno: int, raw: bytes, dim: int | None) -> tuple[str, np.ndarray]:
+    try:
+        fields = raw.decode("utf-8").rstrip("\r\n").rstrip(" ").split(" ")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}:{lineno}: not valid UTF-8") from None
+    if dim is not None and len(fields) != dim + 1:
+        raise InputError(f"{path}:{lineno}: expected {dim + 1} fields (key + {dim} values), found {len(fields)}")
+    try:
+        row = np.asarray(fields[1:], dtype=np.float64)
+    except ValueError:
+        raise InputError(f"{path}:{lineno}: vector values are not all numbers") from None
+    return fields[0], row
+
+
+def read(source: Source, glove: bool | None = None) -> Embedding:
+    """word2vec text, or GloVe (``glove`` True, or None: when the first line is a vector)."""
+    path = source.path
+    with source.open() as stream:
+        header = stream.readline(1 << 22)
+        first = header.removeprefix(BOM)
+        if glove is None:
+            glove = glove_line(first) and not _is_count_dim(first)
+        if glove:
+            return _read_glove(source, stream, first)
+        count, dim = parse_header(path, first)
+        # a row is at least a 1-character key and dim 1-digit values, space-separated, plus a newline
+        remaining = None if source.compression else source.size - len(header)
+        rows = RowBuffer(dim, row_limit(path, count, dim, remaining, 2 * dim + 2))
+        keys: list[str] = []
+        for lineno, raw in enumerate(stream, start=2):
+            if not raw.strip():
+                continue
+            if len(keys) == count:
+                raise InputError(f"{path}:{lineno}: more vectors than the header's {count}")
+            if len(keys) == rows.limit:  # cannot happen: the matrix holds every row the file can
+                raise InputError(f"{path}: header says {count} vectors, more than the file can hold")
+            key, row = _row(path, lineno, raw, dim)
+            rows.append(row)
+            keys.append(key)
+    if len(keys) != count:
+        raise InputError(f"{path}: header says {count} vectors, found {len(keys)}")
+    check_keys(path, keys)
+    read_as = source.described("word2vec text") if source.compression else ""
+    return Embedding(keys, rows.result(), path, read_as=read_as)
+
+
+def _is_count_dim(line: bytes) -> bool:
+    parts = line.split()
+    return len(parts) == 2 and all(p.isdigit() for p in parts)
+
+
+def _read_glove(source: Source, stream: BinaryIO, first: bytes) -> Embedding:
+    path = source.path
+    key, row = _row(path, 1, first, None)
+    dim = row.shape[0]
+    if dim == 0:
+        raise InputError(f"{path}:1: expected a word2vec header 'count dim' or a GloVe line 'key v1 … vd'")
+    rows = RowBuffer(dim)
+    rows.append(row)
+    keys = [key]
+    for lineno, raw in enumerate(stream, start=2):
+        if not raw.strip():
+            continue
+        key, row = _row(path, lineno, raw, dim)
+        rows.append(row)
+        keys.append(key)
+    check_keys(path, keys)
+    return Embedding(keys, rows.result(), path, read_as=source.described(GLOVE))
+
+
+def read_glove(source: Source) -> Embedding:
+    """``--input-format glove``: every line is a vector."""
+    return read(source, glove=True)
+
+
+def write(path: Path, tmp: Path, keys: list[str], vectors: np.ndarray) -> list[tuple[Path, Path]]:
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(f"{vectors.shape[0]} {vectors.shape[1]}\n")
+        for key, row in zip(keys, vectors, strict=False):
+            fh.write(key + " " + " ".join(repr(float(v)) for v in row) + "\n")
+    return [(tmp, path)]

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import stabcli.cli.app
+import stabcli.cli.demo
 from conftest import make_sessions
 from stabcli.cli.app import app
 from stabcli.errors import UsageError
@@ -131,7 +131,7 @@ def demo_stops_before_training(monkeypatch):
     def stop(*args, **kwargs):
         raise _Stop("stopped before training")
 
-    monkeypatch.setattr(stabcli.cli.app, "_run_pretrain", stop)
+    monkeypatch.setattr(stabcli.cli.demo, "run_pretrain", stop)
 
 
 @FUZZ

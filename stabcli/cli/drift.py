@@ -1,0 +1,196 @@
+"""``stabcli drift``: which keys a refresh really moved, and which only changed by training noise."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from stabcli.cli.options import (
+    DownstreamModel,
+    InputFormat,
+    JsonPath,
+    KeyNames,
+    Keys,
+    KnnK,
+    MarkdownPath,
+    ReportForce,
+    ReportFormat,
+    SplitSeed,
+    Task,
+    TestSize,
+    TrustPickle,
+    check_option,
+    encoding_option,
+    knn_queries_option,
+    labels_option,
+    per_key_option,
+    plots_option,
+    reference_option,
+    seed_option,
+    top_option,
+)
+from stabcli.cli.output import EXIT_FAILED_CHECK, err, out, report_outputs, write_json_stdout, write_report_outputs
+from stabcli.errors import OptionError, UsageError
+from stabcli.inputs.embeddings import ReadOptions
+
+
+def drift_cmd(
+    before: Annotated[
+        Path, typer.Argument(metavar="BEFORE", help="An embedding file, or a run set (its --reference run).")
+    ],
+    after: Annotated[
+        Path, typer.Argument(metavar="AFTER", help="An embedding file, or a run set (its --reference run).")
+    ],
+    noise: Annotated[
+        Path | None,
+        typer.Option(
+            "--noise",
+            metavar="RUN_SET",
+            help="Run set of seeded runs on BEFORE's data and configuration (stabcli pretrain): each key's noise band.",
+        ),
+    ] = None,
+    reference: Annotated[int, reference_option("Run position used when BEFORE or AFTER is a run set.")] = 0,
+    align: Annotated[
+        bool,
+        typer.Option(
+            "--align/--no-align",
+            help="Rotate AFTER onto BEFORE (orthogonal Procrustes on the common keys); --no-align compares raw "
+            "coordinates.",
+        ),
+    ] = True,
+    knn_k: KnnK = 10,
+    knn_queries: Annotated[
+        int, knn_queries_option("Sampled keys for the k-NN overlap above 10,000 keys (below: every key).")
+    ] = 1_000,
+    alpha: Annotated[
+        float,
+        typer.Option("--alpha", metavar="LEVEL", help="Level of the per-key test and of the FDR of the listed keys."),
+    ] = 0.01,
+    top: Annotated[int, top_option("Moved keys to list (largest changes without --noise).")] = 20,
+    seed: Annotated[int, seed_option("Seed of the k-NN sample.")] = 0,
+    key_names: KeyNames = None,
+    labels: Annotated[
+        Path | None,
+        labels_option(
+            "Key→label file: BEFORE's model applied to AFTER (raw and aligned) against a model refit on AFTER."
+        ),
+    ] = None,
+    task: Task = "auto",
+    model: DownstreamModel = None,
+    test_size: TestSize = 0.2,
+    split_seed: SplitSeed = 0,
+    encoding: Annotated[str, encoding_option("Text encoding of --labels and --key-names.")] = "utf-8",
+    per_key: Annotated[
+        Path | None, per_key_option("Every key's measures, noise band and verdict (.csv, .tsv or .parquet).")
+    ] = None,
+    check: Annotated[list[str], check_option("drift.moved_share<0.05")] = [],  # noqa: B006
+    fmt: ReportFormat = "table",
+    json_path: JsonPath = None,
+    markdown_path: MarkdownPath = None,
+    plots: Annotated[Path | None, plots_option("Write PNG figures into this new directory.")] = None,
+    force: ReportForce = False,
+    input_format: InputFormat = None,
+    trust_pickle: TrustPickle = False,
+    keys: Keys = None,
+) -> None:
+    """Which keys did a refresh really move, and which only changed by training noise?
+
+    Compares BEFORE and AFTER on their common keys (AFTER rotated onto BEFORE). With --noise,
+    every key has its own noise band from the run pairs of the noise run set, and a key has
+    moved when its change exceeds that band at level --alpha; moved keys are listed with
+    false discovery rate control.
+
+    Examples:
+
+        stabcli drift runs/yesterday today.npy --noise runs/yesterday
+
+        stabcli drift before.vec after.vec --noise runs/before --check 'drift.moved_share<0.05' --json drift.json
+
+        stabcli drift runs/ml ml-new.npy --noise runs/ml --key-names ml-100k/u.item --per-key drift.csv --plots figs
+    """
+    from stabcli.commands.drift import (
+        DriftOptions,
+        compute_drift,
+        evaluate_checks,
+        load_inputs,
+        read_key_names,
+        validate_checks,
+    )
+    from stabcli.reports.audit_render import require_plots
+    from stabcli.reports.drift_render import render_markdown, render_terminal, write_plots
+    from stabcli.reports.schema import dumps
+
+    if fmt not in ("table", "json"):
+        raise OptionError("fmt", f"{fmt!r}: choose table or json")
+    options = DriftOptions(
+        alpha=alpha, align=align, knn_k=knn_k, knn_queries=knn_queries, top=top, seed=seed, reference=reference
+    )
+    read = ReadOptions(input_format, trust_pickle, keys)
+    downstream = None
+    if labels is None:
+        given = {"--task": task if task != "auto" else None, "--model": model}
+        extra = [name for name, value in given.items() if value is not None]
+        if extra:
+            raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
+    else:
+        from stabcli.measure.downstream import DownstreamOptions
+
+        downstream = DownstreamOptions(
+            labels, task=task, model=model, test_size=test_size, split_seed=split_seed, encoding=encoding
+        )
+        if not 0 < test_size < 1:
+            raise OptionError("test_size", f"{test_size:g} must be between 0 and 1")
+    parsed = validate_checks(check, has_noise=noise is not None, has_labels=labels is not None)
+    if plots:
+        require_plots()
+    per_key_csv = False
+    if per_key:
+        from stabcli.inputs.keytable import per_key_format
+
+        per_key_csv = per_key_format(per_key) == "csv"
+    plan = report_outputs(
+        [before, after, *([noise] if noise else [])],
+        downstream,
+        json_path,
+        markdown_path,
+        plots,
+        per_key,
+        key_names,
+        force,
+    )
+    if keys is not None:
+        plan.add_input(keys)
+    plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
+    inputs = load_inputs(before, after, noise, reference, read)
+    names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
+    with err.status("drift", spinner="dots") if err.is_terminal else nullcontext() as status:
+        report, table = compute_drift(
+            inputs,
+            options,
+            downstream,
+            names,
+            str(key_names) if key_names else None,
+            on_step=(lambda s: status.update(f"drift: {s}")) if status else None,
+        )
+    report = evaluate_checks(report, parsed)
+    text = dumps(report)
+    write_report_outputs(
+        plan,
+        text,
+        lambda: render_markdown(report),
+        json_path,
+        markdown_path,
+        plots,
+        lambda directory: write_plots(report, table, directory),
+        per_key,
+        lambda: table.frame(compact=per_key_csv),
+    )
+    if fmt == "json":
+        write_json_stdout(text)
+    else:
+        render_terminal(report, out)
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILED_CHECK)

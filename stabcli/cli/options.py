@@ -1,0 +1,162 @@
+"""Options more than one command has, declared once as typer ``Annotated`` aliases.
+
+A command writes ``knn_k: KnnK = 10``; the flag, its metavar, its range and its help are
+the same in every command that has it. Options whose help must name what they apply to
+in one command are factories taking that help (``jobs_option("Runs in parallel ...")``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+# library parameter names whose flag is not simply ``--`` + the name with dashes
+FLAG_NAMES: dict[str, str] = {"fmt": "--format", "out": "--out", "output": "--out", "out_dir": "--out"}
+
+
+def flag_for(param: str) -> str:
+    """The command-line flag of a library parameter name (``knn_k`` → ``--knn-k``)."""
+    return FLAG_NAMES.get(param, "--" + param.replace("_", "-"))
+
+
+# -- report output (audit, drift; pretrain's summary) ---------------------------------------
+ReportFormat = Annotated[
+    Literal["table", "json"],
+    typer.Option("--format", metavar="table|json", help="table (terminal) or json (stdout, exact)."),
+]
+JsonPath = Annotated[Path | None, typer.Option("--json", metavar="FILE", help="Also write the JSON report here.")]
+MarkdownPath = Annotated[
+    Path | None, typer.Option("--markdown", metavar="FILE", help="Also write a Markdown report here.")
+]
+ReportForce = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Replace existing --json/--markdown/--per-key files and a --plots directory holding only "
+        "stabcli's figures (never an input).",
+    ),
+]
+
+
+def check_option(example: str) -> Any:
+    """``--check``: a CI gate on the JSON report; ``example`` is one of the command's paths."""
+    return typer.Option(
+        "--check",
+        metavar="'PATH OP VALUE'",
+        help=f"CI gate on the JSON report (repeatable); e.g. '{example}'. A failure exits 1.",
+    )
+
+
+def plots_option(help: str) -> Any:
+    return typer.Option("--plots", metavar="DIR", help=help)
+
+
+def per_key_option(help: str) -> Any:
+    return typer.Option("--per-key", metavar="FILE", help=help)
+
+
+# -- measures shared by audit and drift -------------------------------------------------------
+KnnK = Annotated[int, typer.Option("--knn-k", min=1, metavar="K", help="Neighbours per key for the k-NN overlap.")]
+
+
+def top_option(help: str) -> Any:
+    return typer.Option("--top", min=0, metavar="N", help=help)
+
+
+def knn_queries_option(help: str) -> Any:
+    return typer.Option("--knn-queries", min=1, metavar="N", help=help)
+
+
+def seed_option(help: str) -> Any:
+    return typer.Option("--seed", min=0, metavar="SEED", help=help)
+
+
+def reference_option(help: str) -> Any:
+    return typer.Option("--reference", min=0, metavar="N", help=help)
+
+
+# -- labels and the downstream protocol (audit, drift) ---------------------------------------
+def labels_option(help: str) -> Any:
+    return typer.Option("--labels", metavar="FILE", help=help)
+
+
+Task = Annotated[
+    Literal["auto", "classification", "regression"],
+    typer.Option(
+        "--task",
+        metavar="auto|classification|regression",
+        help="With --labels; auto: numeric labels with fractions or more than 20 values are regression.",
+    ),
+]
+DownstreamModel = Annotated[
+    Literal["logreg", "knn", "ridge"] | None,
+    typer.Option(
+        "--model",
+        metavar="logreg|knn|ridge",
+        help="With --labels [default: logreg for classification, ridge for regression].",
+    ),
+]
+TestSize = Annotated[
+    float,
+    typer.Option("--test-size", metavar="SHARE", help="Share of labeled keys in the test split (between 0 and 1)."),
+]
+SplitSeed = Annotated[
+    int, typer.Option("--split-seed", min=0, metavar="SEED", help="Seed of the train/test split shared by all runs.")
+]
+KeyNames = Annotated[
+    Path | None,
+    typer.Option(
+        "--key-names",
+        metavar="FILE",
+        help="Key→display name file for the tables: MovieLens u.item (id|title|…) or a 2-column CSV/TSV.",
+    ),
+]
+
+
+def encoding_option(help: str) -> Any:
+    return typer.Option("--encoding", metavar="ENCODING", help=help)
+
+
+# -- reading embeddings (audit, featurize, drift: embeddings.ReadOptions) --------------------
+InputFormatName = Literal[
+    "npy", "word2vec", "glove", "word2vec-bin", "fasttext", "kv", "parquet"
+]  # embeddings.READ_FORMATS
+InputFormat = Annotated[
+    InputFormatName | None,
+    typer.Option(
+        "--input-format",
+        metavar="FORMAT",
+        help="Read every input file as npy, word2vec, glove (word2vec text without the header line), "
+        "word2vec-bin, fasttext (Facebook .bin), kv (any gensim save(): .kv, .wv, .model) or parquet, whatever "
+        "its suffix; gzip, bzip2 and xz files are read as streams [default: from each file's suffix].",
+    ),
+]
+TrustPickle = Annotated[
+    bool,
+    typer.Option(
+        "--trust-pickle",
+        help="Load gensim files (.kv, .wv, .model) with Python's unrestricted unpickler. "
+        "RISK: such a file can run any code on this machine; use only for files you made or trust. Without it, "
+        "only the classes gensim's own save() writes are loaded.",
+    ),
+]
+Keys = Annotated[
+    Path | None,
+    typer.Option(
+        "--keys",
+        metavar="FILE",
+        help="Keys (one per line) for the .npy inputs that have no NAME.keys.txt; without it, "
+        "keyless and keyed inputs cannot be mixed.",
+    ),
+]
+
+
+# -- parallel work (pretrain, audit, demo) -----------------------------------------------------
+def jobs_option(help: str) -> Any:
+    return typer.Option("--jobs", "-j", min=1, metavar="N", help=help)
+
+
+def scheduler_option(help: str) -> Any:
+    return typer.Option("--scheduler", metavar="ADDRESS", help=help)

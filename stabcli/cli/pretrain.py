@@ -1,0 +1,231 @@
+"""``stabcli pretrain``: train N independent runs of an embedding into a run set."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+from rich.table import Table
+
+from stabcli import __version__
+from stabcli.cli.options import ReportFormat, jobs_option, scheduler_option, seed_option
+from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress
+from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
+from stabcli.inputs.corpus import CorpusOptions
+from stabcli.reports.text import literal
+from stabcli.training.pretrain import PretrainResult, TrainConfig, parse_params, pretrain
+
+
+def run_pretrain(
+    out_dir: Path, corpus: Path | None, config: TrainConfig, scheduler: str | None = None, **kwargs: Any
+) -> PretrainResult:
+    """Call the library with a progress bar over runs (and epochs for gensim models); with a
+    Dask scheduler every run is a task on the cluster."""
+    from stabcli.training.cluster import scheduler_address
+
+    address = scheduler_address(scheduler)
+    if address is None:
+        return _pretrain_with_progress(out_dir, corpus, config, **kwargs)
+    from stabcli.training.cluster import Cluster, pretrain_backend
+
+    with Cluster(address) as cluster:
+        dashboard = cluster.dashboard_link
+        err.print(
+            f"Dask scheduler {address}: {len(cluster.workers())} worker(s)"
+            + (f"; dashboard {dashboard}" if dashboard else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+        return _pretrain_with_progress(out_dir, corpus, config, backend=pretrain_backend(cluster), **kwargs)
+
+
+def _pretrain_with_progress(out_dir: Path, corpus: Path | None, config: TrainConfig, **kwargs: Any) -> PretrainResult:
+    with progress() as bar:
+        runs_task = bar.add_task("runs", total=kwargs["runs"])
+        epochs_task = bar.add_task("epochs", total=None, visible=config.script is None)
+
+        def on_progress(p: Any) -> None:
+            bar.update(runs_task, completed=p.runs_done, total=p.runs_total)
+            bar.update(epochs_task, completed=p.epochs_done, total=p.epochs_total)
+
+        return pretrain(out_dir, corpus, config, on_progress=on_progress, **kwargs)
+
+
+def _summary_table(result: PretrainResult) -> Table:
+    table = Table(title=literal(f"run set {result.root}"), title_justify="left")
+    for column in ("run", "seed", "seconds", "final loss", "status"):
+        table.add_column(column, justify="right" if column in ("seed", "seconds", "final loss") else "left")
+    styles = {"complete": "green", "kept": "cyan", "failed": "bold red"}
+    for r in result.runs:
+        table.add_row(
+            f"run-{r.index:03d}",
+            str(r.seed),
+            "" if r.seconds is None else f"{r.seconds:.1f}",
+            "" if r.final_loss is None else f"{r.final_loss:.4g}",
+            literal(r.status, styles[r.status]),
+        )
+    return table
+
+
+def report_pretrain(result: PretrainResult, fmt: str) -> None:
+    if fmt == "json":
+        payload = {
+            "stabcli_version": __version__,
+            "run_set": str(result.root),
+            "keys": result.keys,
+            "corpus": result.corpus,
+            "runs": [r.__dict__ for r in result.runs],
+            "failed": len(result.failed),
+        }
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        out.print(_summary_table(result))
+        if result.corpus:
+            c = result.corpus
+            out.print(
+                f"corpus read as {c['format']}: {c['sequences']:,} sequences, {c['tokens']:,} tokens, "
+                f"{c['distinct_keys']:,} distinct keys",
+                highlight=False,
+            )
+    for r in result.failed:
+        print_line(err, "failed:", "bold red", shorten(one_line(r.error or ""), MESSAGE_LIMIT))
+    if result.failed:
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def pretrain_cmd(
+    corpus: Path | None = typer.Argument(None, metavar="CORPUS", help="Training corpus (optional with --script)."),
+    out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Run set directory to create or resume."),
+    runs: int = typer.Option(10, "--runs", "-n", min=1, metavar="N", help="Number of independent runs."),
+    model: Literal["word2vec", "doc2vec"] = typer.Option(
+        "word2vec",
+        "--model",
+        metavar="word2vec|doc2vec",
+        help="word2vec (sentences or item sessions) or doc2vec (tagged documents).",
+    ),
+    dim: int = typer.Option(32, "--dim", min=1, metavar="N", help="Embedding dimension."),
+    window: int = typer.Option(3, "--window", min=1, metavar="N", help="Context window."),
+    negative: int = typer.Option(3, "--negative", min=0, metavar="N", help="Negative samples (0 = none)."),
+    epochs: int = typer.Option(10, "--epochs", min=1, metavar="N", help="Training epochs."),
+    sg: bool = typer.Option(True, "--sg/--cbow", help="Skip-gram (doc2vec: PV-DBOW) or CBOW (doc2vec: PV-DM)."),
+    min_count: int = typer.Option(1, "--min-count", min=1, metavar="N", help="Ignore tokens seen fewer times."),
+    seed: Annotated[int, seed_option("Run i uses seed SEED + i.")] = 0,
+    jobs: Annotated[int | None, jobs_option("Runs in parallel [default: available cores].")] = None,
+    scheduler: Annotated[
+        str | None,
+        scheduler_option(
+            "Run every run as a task on this Dask scheduler "
+            "(tcp://host:8786), or local:N for N local worker processes; default "
+            "$STABCLI_SCHEDULER. Needs stabcli[dask] and a filesystem every worker sees."
+        ),
+    ] = None,
+    checkpoints: bool = typer.Option(
+        False, "--checkpoints", show_default=True, help="Save vectors after every epoch (epochs/NNN.npy)."
+    ),
+    vary: Literal["seed", "shuffle", "bootstrap"] = typer.Option(
+        "seed",
+        "--vary",
+        metavar="seed|shuffle|bootstrap",
+        help="seed: only the seed changes; shuffle: also the "
+        "sequence order; bootstrap: sequences resampled with replacement.",
+    ),
+    param: list[str] = typer.Option([], "--param", metavar="KEY=VALUE", help="Any other gensim argument (repeatable)."),
+    force: bool = typer.Option(
+        False, "--force", show_default=True, help="Replace a run set made with another configuration."
+    ),
+    script: str | None = typer.Option(
+        None,
+        "--script",
+        metavar="COMMAND",
+        help="Train with your own command; placeholders {seed} {out} {run} {corpus}. Run without a shell.",
+    ),
+    timeout: float | None = typer.Option(
+        None, "--timeout", metavar="SECONDS", help="Seconds before a script run is killed [default: none]."
+    ),
+    corpus_format: Literal["auto", "lines", "tagged", "movielens", "interactions"] = typer.Option(
+        "auto",
+        "--corpus-format",
+        metavar="FORMAT",
+        help="auto, lines, tagged, movielens or interactions (auto: "
+        "MovieLens names, doc2vec → tagged, a delimited table → interactions, else lines).",
+    ),
+    encoding: str = typer.Option(
+        "utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides)."
+    ),
+    user_col: str | None = typer.Option(
+        None,
+        "--user-col",
+        metavar="COL",
+        help="Tables: user column, header name or 0-based position "
+        "[default: a user/userId/uid… header, else column 0].",
+    ),
+    item_col: str | None = typer.Option(
+        None,
+        "--item-col",
+        metavar="COL",
+        help="Tables: item column, name or position [default: an item/itemId/movieId… header, else column 1].",
+    ),
+    time_col: str | None = typer.Option(
+        None,
+        "--time-col",
+        metavar="COL",
+        help="Tables: column ordering each user's items "
+        "[default: a timestamp/ts/time… header; no header: column 3 in the "
+        "MovieLens layout, else file order; none: file order].",
+    ),
+    rating_col: str | None = typer.Option(
+        None,
+        "--rating-col",
+        metavar="COL",
+        help="Tables: rating column for --min-rating [default: a rating/score… header; MovieLens layout: column 2].",
+    ),
+    min_rating: float | None = typer.Option(
+        None, "--min-rating", metavar="RATING", help="Tables: keep ratings >= this [default: keep all]."
+    ),
+    fmt: ReportFormat = "table",
+) -> None:
+    """Train N independent runs of an embedding into a run set.
+
+    Run i uses seed SEED+i with one gensim worker, so the same command gives bitwise
+    identical vectors whatever --jobs is. Rerunning resumes: finished runs are kept.
+
+    Examples:
+
+        stabcli pretrain sessions.txt --out runs/exp1 --runs 10 --dim 32 --epochs 10
+
+        stabcli pretrain ml-1m/ratings.dat --out runs/ml --min-rating 4 --vary bootstrap
+
+        stabcli pretrain docs.tsv --model doc2vec --out runs/docs --param dm_mean=1
+
+        stabcli pretrain --script 'python train.py --seed {seed} --out {out}' --runs 5 --out runs/mine
+    """
+    config = TrainConfig(
+        model=model,
+        dim=dim,
+        window=window,
+        negative=negative,
+        epochs=epochs,
+        sg=sg,
+        min_count=min_count,
+        vary=vary,
+        params=parse_params(model, param),
+        script=script,
+        checkpoints=checkpoints,
+    )
+    options = CorpusOptions(corpus_format, encoding, user_col, item_col, time_col, rating_col, min_rating)
+    result = run_pretrain(
+        out_dir,
+        corpus,
+        config,
+        scheduler,
+        runs=runs,
+        seed=seed,
+        jobs=jobs,
+        force=force,
+        corpus_options=options,
+        timeout=timeout,
+    )
+    report_pretrain(result, fmt)

@@ -137,9 +137,16 @@ def test_demo_trains_the_sample(tmp_path):
     progress = result.stderr.splitlines()
     assert progress[0].startswith("stabcli demo: 5 item2vec runs on the synthetic sample sessions.txt")
     assert any(line.startswith("stabcli drift: a refresh where 12 Horror items") for line in progress)
-    assert all(line.startswith(("stabcli demo:", "stabcli drift:", "wrote ")) for line in progress), progress
+    assert all(line.startswith(("stabcli demo:", "stabcli drift:", "wrote ", "HTML reports")) for line in progress)
     assert json.loads((tmp_path / "demo" / "audit.json").read_text())["input"]["runs"] == 5
-    assert "Raw vs featurized" in result.output and "phi(h) (64 dims)" in result.output
+    assert "A vs B" in result.output and f"B: {tmp_path / 'demo' / 'runs-phi64'} (run set" in result.output
+    assert "featurized: phi M=64" in result.output
+    assert result.stderr.splitlines()[-1] == (
+        f"HTML reports to open in a browser: {tmp_path / 'demo' / 'audit.html'}, "
+        f"{tmp_path / 'demo' / 'compare.html'}, {tmp_path / 'demo' / 'drift.html'}"
+    )
+    for name in ("audit.html", "compare.html", "drift.html"):
+        assert (tmp_path / "demo" / name).read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert "Downstream fluctuation across runs" in result.output and "recommendation: " in result.output
     downstream = json.loads((tmp_path / "demo" / "audit.json").read_text())["downstream"]
     assert downstream["classes"] == 12 and downstream["variants"]["h"]["accuracy_mean"] > 0.5
@@ -415,7 +422,7 @@ def test_audit_bad_label_options_exit_2(runset, genre_labels, tmp_path, args, me
 
 # ---- --help: readable names, defaults, choices, examples that run (issue 14 §3)
 
-COMMANDS = ["pretrain", "audit", "featurize", "drift", "demo"]
+COMMANDS = ["pretrain", "audit", "featurize", "drift", "compare", "demo"]
 INTERNAL_TYPE = re.compile(r"<(?:bool|int|float|str|path|text|list\[[^\]]*\]|[a-z]+ range)>")
 
 
@@ -448,6 +455,7 @@ def test_usage_lines_name_arguments_in_capitals(monkeypatch):
         "audit": "Usage: root audit [OPTIONS] INPUTS...",
         "featurize": "Usage: root featurize [OPTIONS] INPUT",
         "drift": "Usage: root drift [OPTIONS] BEFORE AFTER",
+        "compare": "Usage: root compare [OPTIONS] A B",
         "demo": "Usage: root demo [OPTIONS]",
     }
 

@@ -9,8 +9,10 @@ import re
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
-from conftest import make_runset
+from conftest import assert_numbers_match, make_runset, parse
+from stabcli.cli.app import app
 from stabcli.commands.audit import AuditOptions, build_report, load_runs
 from stabcli.commands.compare import (
     REPRESENTATION_MEASURES,
@@ -105,7 +107,9 @@ def test_difference_against_each_sides_spread(tmp_path):
     assert report.compare["noise_share"].exceeds_a is None  # no spread for a share
     assert report.spreads is True
     text = compare_render.verdict(report)
-    assert text == "0 of 1 measures with spreads differ beyond both sides' spread, 1 beyond one side's; 1 without spreads"
+    assert (
+        text == "0 of 1 measures with spreads differ beyond both sides' spread, 1 beyond one side's; 1 without spreads"
+    )
     rows = {name: cells for name, _, cells in compare_render.rows(report)}
     assert rows["knn_overlap"][3:] == ["+0.25", "0.375 – 0.625", "0.6875 – 0.8125", "B"]
 
@@ -173,3 +177,44 @@ def test_renderers_show_every_measure(runsets):
     for _, entry, cells in compare_render.rows(report):
         assert entry.label in markdown and entry.label in terminal
         assert cells[3] in terminal
+
+
+# ------------------------------------------------------------------ the command line
+
+runner = CliRunner()
+CLI_FAST = ["--knn-k", "3", "--knn-queries", "20", "--pairs", "300"]
+
+
+def test_compare_command_outputs_and_checks(runsets, tmp_path):
+    saved = runsets / "raw.json"
+    result = runner.invoke(
+        app,
+        [
+            "compare", str(runsets / "raw"), str(saved), *CLI_FAST,
+            "--check", "compare.knn_overlap.delta>=0",
+            "--json", str(tmp_path / "c.json"), "--markdown", str(tmp_path / "c.md"), "--html", str(tmp_path / "c.html"),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert all(entry["delta"] == 0 for entry in data["compare"].values())  # the same audit, twice
+    assert data["checks"][0]["passed"] is True and data["a"]["kind"] == "run set" and data["b"]["kind"] == "json"
+    assert "PASS compare.knn_overlap.delta>=0 (value 0)" in result.stdout
+    assert "| k-NN overlap |" in (tmp_path / "c.md").read_text()
+    parser = parse((tmp_path / "c.html").read_text(encoding="utf-8"))
+    assert json.loads(parser.scripts["stabcli-report"]) == data
+    assert_numbers_match(parser, data, least=3 * len(data["compare"]))
+    failed = runner.invoke(
+        app,
+        [
+            "compare",
+            str(runsets / "raw"),
+            str(runsets / "aligned"),
+            *CLI_FAST,
+            "--check",
+            "compare.noise_share.delta>=0",
+        ],
+    )
+    assert failed.exit_code == 1 and "FAIL compare.noise_share.delta>=0" in failed.stdout
+    as_json = runner.invoke(app, ["compare", str(saved), str(saved), "--format", "json"])
+    assert as_json.exit_code == 0 and json.loads(as_json.stdout)["compare"]["cka"]["delta"] == 0

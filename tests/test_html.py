@@ -4,120 +4,24 @@ real headless Chromium loading the page and sorting the table."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import sys
-from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
-from conftest import make_runset
+from conftest import assert_bad_input, assert_numbers_match, files_state, make_runset, parse
+from stabcli.cli.app import app
 from stabcli.commands.audit import AuditOptions, build_report, load_runs
 from stabcli.commands.drift import DriftOptions, compute_drift, load_inputs
 from stabcli.inputs.keytable import per_key_frame
 from stabcli.reports import audit_render, drift_render, html, schema
 
-VOID = {"meta", "link", "img", "input", "br", "hr", "col", "source", "wbr", "area", "base", "embed", "track"}
 HOSTILE = '<script>alert("x")</script> & "q" \'s'
-
-
-class PageParser(HTMLParser):
-    """Checks nesting (every element closed in order), collects URLs, cells and tables."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.stack: list[str] = []
-        self.problems: list[str] = []
-        self.urls: list[str] = []
-        self.cells: list[dict] = []  # attributes of every td
-        self.scripts: dict[str, str] = {}  # id or "inline-N" -> text
-        self.tables: dict[str, list[list[tuple[str, dict]]]] = {}
-        self._table: str | None = None
-        self._row: list[tuple[str, dict]] | None = None
-        self._cell: tuple[list[str], dict] | None = None
-        self._script: tuple[str, list[str]] | None = None
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        for name in ("src", "href", "action", "srcset", "poster", "data"):
-            if name in attrs:
-                self.urls.append(attrs[name])
-        if tag == "table":
-            self._table = attrs.get("id") or f"table-{len(self.tables)}"
-            self.tables[self._table] = []
-        elif tag == "tr" and self._table is not None:
-            self._row = []
-        elif tag in ("td", "th") and self._row is not None:
-            self._cell = ([], attrs)
-        elif tag == "script":
-            self._script = (attrs.get("id") or f"inline-{len(self.scripts)}", [])
-        if tag not in VOID:
-            self.stack.append(tag)
-
-    def handle_endtag(self, tag):
-        if tag in VOID:
-            return
-        if not self.stack or self.stack[-1] != tag:
-            self.problems.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
-            return
-        self.stack.pop()
-        if tag in ("td", "th") and self._cell is not None and self._row is not None:
-            text, attrs = self._cell
-            self._row.append(("".join(text), attrs))
-            if tag == "td":
-                self.cells.append({**attrs, "text": "".join(text)})
-            self._cell = None
-        elif tag == "tr" and self._row is not None and self._table is not None:
-            self.tables[self._table].append(self._row)
-            self._row = None
-        elif tag == "table":
-            self._table = None
-        elif tag == "script" and self._script is not None:
-            self.scripts[self._script[0]] = "".join(self._script[1])
-            self._script = None
-
-    def handle_data(self, data):
-        if self._cell is not None:
-            self._cell[0].append(data)
-        if self._script is not None:
-            self._script[1].append(data)
-        else:
-            self.text.append(data)
-
-
-def parse(page: str) -> PageParser:
-    parser = PageParser()
-    parser.feed(page)
-    parser.close()
-    assert page.startswith("<!DOCTYPE html>")
-    assert not parser.problems, parser.problems
-    assert parser.stack == [], f"unclosed: {parser.stack}"
-    for url in parser.urls:  # self-contained: nothing fetched from anywhere
-        assert url.startswith("data:"), url
-    assert "http://" not in page and "https://" not in page
-    return parser
-
-
-def json_value(data, path):
-    node = data
-    for part in path.split("."):
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    return node
-
-
-def assert_numbers_match(parser: PageParser, data: dict, least: int) -> None:
-    """Every cell that names its JSON path holds exactly the JSON's number."""
-    cells = [c for c in parser.cells if "data-path" in c]
-    assert len(cells) >= least
-    for cell in cells:
-        expected = json_value(data, cell["data-path"])
-        if expected is None:
-            assert cell["data-value"] == ""
-        else:
-            assert float(cell["data-value"]) == expected, cell
 
 
 FAST = AuditOptions(knn_k=3, knn_queries=10, pairs=200, top=5)
@@ -371,3 +275,69 @@ def test_browser_loads_the_page_without_errors_and_sorts_and_filters(browser, au
     _, cells = column("key")
     assert [c.text for c in cells] == ["k2"]
     assert _errors(browser) == []
+
+
+# ------------------------------------------------------------------ the command line
+
+runner = CliRunner()
+CLI_FAST = ["--knn-k", "3", "--knn-queries", "10", "--pairs", "200", "--top", "5"]
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_audit_html_from_the_command_line_equals_its_json(tmp_path):
+    root = make_runset(tmp_path / "runs", runs=3, n=30, dim=5, epochs=2)
+    args = ["audit", root, *CLI_FAST, "--html", tmp_path / "a.html", "--json", tmp_path / "a.json"]
+    plots = importlib.util.find_spec("matplotlib") is not None
+    result = invoke(*args, *(["--plots", tmp_path / "plots"] if plots else []))
+    assert result.exit_code == 0, result.output
+    assert f"wrote {tmp_path / 'a.html'}" in result.stderr
+    parser = parse((tmp_path / "a.html").read_text(encoding="utf-8"))
+    text = (tmp_path / "a.json").read_text()
+    assert json.loads(parser.scripts["stabcli-report"]) == json.loads(text)
+    assert_numbers_match(parser, json.loads(text), least=8)
+    assert len(parser.tables["keys"]) == 1 + 30  # every key, with the displacement the page asked for
+    if plots:  # the page's figures are the --plots files: drawn once
+        import base64
+
+        images = [base64.b64decode(u.split(",", 1)[1]) for u in parser.urls if u.startswith("data:image/png")]
+        files = [p.read_bytes() for p in sorted((tmp_path / "plots").iterdir())]
+        assert sorted(images) == sorted(files) and len(files) == 4
+    again = invoke("audit", root, *CLI_FAST, "--html", tmp_path / "a.html")
+    assert_bad_input(again, f"--html {tmp_path / 'a.html'}: already exists; pass --force to replace it")
+    assert invoke("audit", root, *CLI_FAST, "--html", tmp_path / "a.html", "--force").exit_code == 0
+
+
+def test_html_output_that_is_an_input_is_refused(tmp_path):
+    root = make_runset(tmp_path / "runs", runs=2, n=20, dim=4)
+    before = files_state(tmp_path)
+    result = invoke("audit", root, *CLI_FAST, "--html", root / "keys.txt")
+    assert_bad_input(result, "--html", tmp_path, before)
+    assert "lies inside the input" in result.stderr
+
+
+def test_drift_html_from_the_command_line(tmp_path):
+    noise = make_runset(tmp_path / "noise", runs=4, n=30, dim=5)
+    result = invoke(
+        "drift",
+        noise / "run-000" / "vectors.npy",
+        noise / "run-001" / "vectors.npy",
+        "--noise",
+        noise,
+        "--keys",
+        noise / "keys.txt",
+        "--knn-k",
+        "3",
+        "--html",
+        tmp_path / "d.html",
+        "--json",
+        tmp_path / "d.json",
+    )
+    assert result.exit_code == 0, result.output
+    parser = parse((tmp_path / "d.html").read_text(encoding="utf-8"))
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert json.loads(parser.scripts["stabcli-report"]) == data
+    assert_numbers_match(parser, data, least=10)
+    assert len(parser.tables["keys"]) == 1 + 30

@@ -10,12 +10,16 @@ import typer
 
 from stabcli.cli.options import (
     DownstreamModel,
+    HtmlPath,
     InputFormat,
     JsonPath,
     KeyNames,
     Keys,
     KnnK,
     MarkdownPath,
+    Mlflow,
+    MlflowExperiment,
+    Quiet,
     ReportForce,
     ReportFormat,
     SplitSeed,
@@ -36,9 +40,13 @@ from stabcli.cli.options import (
 )
 from stabcli.cli.output import (
     EXIT_FAILED_CHECK,
+    Renderings,
     err,
+    log_report,
+    open_tracker,
     out,
     report_outputs,
+    set_quiet,
     warn,
     write_json_stdout,
     write_report_outputs,
@@ -81,11 +89,16 @@ def audit_and_render(
     encoding: str | None = None,
     force: bool = False,
     read: ReadOptions | None = None,
+    html_path: Path | None = None,
+    mlflow: bool = False,
+    mlflow_experiment: str | None = None,
+    options_given: dict[str, Any] | None = None,
 ) -> AuditReport:
-    """Validate, load, compute, write every requested rendering; returns the report."""
+    """Validate, load, compute, write every requested rendering (and log them to MLflow with
+    ``mlflow``: ``options_given`` are the params); returns the report."""
     from stabcli.commands.audit import build_report, load_runs, validate_checks
     from stabcli.inputs.keytable import per_key_format, per_key_frame, read_key_names
-    from stabcli.reports.audit_render import render_markdown, render_terminal, require_plots, write_plots
+    from stabcli.reports.audit_render import plot_figures, render_html, render_markdown, render_terminal, require_plots
     from stabcli.reports.schema import dumps
 
     validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
@@ -93,12 +106,13 @@ def audit_and_render(
         require_plots()
     if per_key:
         per_key_format(per_key)
-    plan = report_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
+    plan = report_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force, html_path)
     if read is not None and read.keys_file is not None:
         plan.add_input(read.keys_file)
     if options.eis_anchor is not None:
         plan.add_input(options.eis_anchor)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
+    tracker = open_tracker(mlflow, mlflow_experiment)
     names = read_key_names(key_names, encoding or "utf-8") if key_names else None
 
     runs = load_runs(inputs, on_warning=warn, read=read)
@@ -110,7 +124,7 @@ def audit_and_render(
             downstream=downstream,
             checks=checks,
             key_names=names,
-            per_key=per_key is not None,
+            per_key=per_key is not None or html_path is not None or tracker is not None,
             on_warning=warn,
         )
     text = dumps(report)
@@ -128,17 +142,17 @@ def audit_and_render(
             stats.knn_overlap,
         )
 
-    write_report_outputs(
-        plan,
+    renderings = Renderings(
         text,
-        lambda: render_markdown(report),
-        json_path,
-        markdown_path,
-        plots,
-        lambda directory: write_plots(report, directory),
-        per_key,
+        lambda key_rows: render_markdown(report, key_rows),
+        lambda: plot_figures(report),
         frame,
+        lambda figures, table: render_html(report, table, figures, text),
+        len(report.representation.least_stable),
     )
+    write_report_outputs(plan, renderings, json_path, markdown_path, plots, per_key, html_path)
+    if tracker is not None:
+        log_report(tracker, "audit", options_given or {}, renderings)
     if fmt == "json":
         write_json_stdout(text)
     else:
@@ -147,6 +161,7 @@ def audit_and_render(
 
 
 def audit_cmd(
+    ctx: typer.Context,
     inputs: Annotated[
         list[Path], typer.Argument(metavar="INPUTS...", help="A run set directory, or two or more embedding files.")
     ],
@@ -177,6 +192,7 @@ def audit_cmd(
     fmt: ReportFormat = "table",
     json_path: JsonPath = None,
     markdown_path: MarkdownPath = None,
+    html_path: HtmlPath = None,
     plots: Annotated[
         Path | None,
         plots_option(
@@ -256,6 +272,9 @@ def audit_cmd(
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,
     keys: Keys = None,
+    mlflow: Mlflow = False,
+    mlflow_experiment: MlflowExperiment = None,
+    quiet: Quiet = False,
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
@@ -274,8 +293,13 @@ def audit_cmd(
         stabcli audit runs/exp1 --labels item_genres.tsv --check 'downstream.variants.h.churn<=0.05'
 
         stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
+
+        stabcli audit runs/exp1 --html audit.html --mlflow --mlflow-experiment embeddings
     """
     from stabcli.commands.audit import AuditOptions
+
+    set_quiet(quiet)
+    params = dict(ctx.params)  # the options as given, for --mlflow
 
     if encoding is not None:
         check_encoding("encoding", encoding)
@@ -342,6 +366,10 @@ def audit_cmd(
             encoding,
             force,
             read,
+            html_path,
+            mlflow,
+            mlflow_experiment,
+            params,
         )
     if not report.passed:
         raise typer.Exit(EXIT_FAILED_CHECK)

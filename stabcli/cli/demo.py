@@ -10,7 +10,7 @@ import typer
 
 from stabcli.cli.audit import audit_and_render
 from stabcli.cli.options import jobs_option
-from stabcli.cli.output import err, out
+from stabcli.cli.output import err, info, out
 from stabcli.cli.pretrain import report_pretrain, run_pretrain
 from stabcli.errors import UsageError
 from stabcli.inputs.corpus import CorpusOptions
@@ -32,22 +32,25 @@ def demo_cmd(
     """Run the pipeline on the bundled synthetic sample data (under a minute on 2 cores).
 
     Trains 5 item2vec runs (dim 32) on sample sessions into OUT/runs, audits them with the
-    sample's item genres as downstream labels (report also in OUT/audit.json, OUT/audit.md
-    and OUT/plots), featurizes every run with the same
-    random Fourier directions (M = 64) into OUT/runs-phi64, audits that too and shows both
-    side by side. Then a drift step: one run on a refreshed copy of the sessions in which 12
-    Horror items appear in Comedy sessions instead (OUT/runs-refreshed), compared with run 0 against
-    the noise band of the 5 runs (OUT/drift.json, OUT/drift.md). Rerunning reuses the
-    trained runs.
+    sample's item genres as downstream labels (report also in OUT/audit.json, OUT/audit.md,
+    OUT/audit.html and OUT/plots), featurizes every run with the same random Fourier
+    directions (M = 64) into OUT/runs-phi64, audits that too and compares both (stabcli
+    compare; OUT/compare.html). Then a drift step: one run on a refreshed copy of the
+    sessions in which 12 Horror items appear in Comedy sessions instead (OUT/runs-refreshed),
+    compared with run 0 against the noise band of the 5 runs (OUT/drift.json, OUT/drift.md,
+    OUT/drift.html). Rerunning reuses the trained runs.
 
     Example:
 
         stabcli demo --out /tmp/stabcli-demo
     """
     from stabcli.commands.audit import AuditOptions, build_report, load_runs
+    from stabcli.commands.compare import compare_audits, side_of
     from stabcli.commands.featurize import FeaturizeOptions, featurize
+    from stabcli.fs.outputs import OutputPlan
     from stabcli.measure.downstream import DownstreamOptions
-    from stabcli.reports.audit_render import comparison_table
+    from stabcli.reports import compare_render
+    from stabcli.reports.schema import dumps, to_json
 
     sessions = sample_path("sessions.txt")
     _check_demo_out(out_dir)  # before a minute of work, not after
@@ -80,13 +83,22 @@ def demo_cmd(
         out_dir / "plots",
         labels,
         force=True,
+        html_path=out_dir / "audit.html",
     )
     featurized = out_dir / "runs-phi64"
     # rebuilt from the current runs; --force replaces it only if it holds nothing but stabcli's run set
     featurize(out_dir / "runs", featurized, FeaturizeOptions(dim=64), force=True)
     phi = build_report(load_runs([featurized]), AuditOptions(top=0))
     out.print()
-    out.print(comparison_table({"raw h (32 dims)": raw, "phi(h) (64 dims)": phi}))
+    comparison = compare_audits(
+        (side_of(out_dir / "runs", to_json(raw), "run set"), to_json(raw)),
+        (side_of(featurized, to_json(phi), "run set"), to_json(phi)),
+    )
+    compare_render.render_terminal(comparison, out)
+    plan = OutputPlan([out_dir / "runs", featurized], force=True)
+    plan.add(out_dir / "compare.html", "demo")
+    with plan:
+        plan.write_text(out_dir / "compare.html", compare_render.render_html(comparison, dumps(comparison)))
     out.print(
         "Measured, not assumed: featurization helps where its column is more stable; see README "
         "'When featurization helps'.",
@@ -94,6 +106,10 @@ def demo_cmd(
     )
     out.print()
     _demo_drift(out_dir, config, jobs)
+    info(
+        f"HTML reports to open in a browser: {out_dir / 'audit.html'}, {out_dir / 'compare.html'}, "
+        f"{out_dir / 'drift.html'}"
+    )
 
 
 # everything the demo writes in its --out, and replaces when it runs again
@@ -105,6 +121,9 @@ DEMO_OUTPUTS = frozenset(
         "runs-refreshed",
         "audit.json",
         "audit.md",
+        "audit.html",
+        "compare.html",
+        "drift.html",
         "plots",
         "sessions-refreshed.txt",
         "drift.json",
@@ -137,7 +156,8 @@ def _demo_drift(out_dir: Path, config: TrainConfig, jobs: int | None) -> None:
 
     from stabcli.commands.drift import DriftOptions, compute_drift, load_inputs, move_items
     from stabcli.fs.outputs import OutputPlan
-    from stabcli.reports.drift_render import render_markdown, render_terminal
+    from stabcli.reports.drift_render import plot_figures, render_html, render_markdown, render_terminal
+    from stabcli.reports.figures import available
     from stabcli.reports.schema import dumps
 
     sessions = [line.split() for line in sample_path("sessions.txt").read_text(encoding="utf-8").splitlines() if line]
@@ -172,13 +192,16 @@ def _demo_drift(out_dir: Path, config: TrainConfig, jobs: int | None) -> None:
         timeout=None,
     )
     inputs = load_inputs(out_dir / "runs", out_dir / "runs-refreshed", out_dir / "runs")
-    report, _ = compute_drift(inputs, DriftOptions(top=15))
+    report, table = compute_drift(inputs, DriftOptions(top=15))
     plan = OutputPlan([out_dir / "runs", out_dir / "runs-refreshed"], force=True)
-    plan.add(out_dir / "drift.json", "demo")
-    plan.add(out_dir / "drift.md", "demo")
+    for name in ("drift.json", "drift.md", "drift.html"):
+        plan.add(out_dir / name, "demo")
     with plan:
-        plan.write_text(out_dir / "drift.json", dumps(report))
+        text = dumps(report)
+        plan.write_text(out_dir / "drift.json", text)
         plan.write_text(out_dir / "drift.md", render_markdown(report))
+        figures = plot_figures(report, table) if available() else None
+        plan.write_text(out_dir / "drift.html", render_html(report, table, figures, text))
     render_terminal(report, out)
     found = sum(t.key in moved for t in report.drift.top)
     out.print(

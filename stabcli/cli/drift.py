@@ -10,12 +10,16 @@ import typer
 
 from stabcli.cli.options import (
     DownstreamModel,
+    HtmlPath,
     InputFormat,
     JsonPath,
     KeyNames,
     Keys,
     KnnK,
     MarkdownPath,
+    Mlflow,
+    MlflowExperiment,
+    Quiet,
     ReportForce,
     ReportFormat,
     SplitSeed,
@@ -32,12 +36,24 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import EXIT_FAILED_CHECK, err, out, report_outputs, write_json_stdout, write_report_outputs
+from stabcli.cli.output import (
+    EXIT_FAILED_CHECK,
+    Renderings,
+    err,
+    log_report,
+    open_tracker,
+    out,
+    report_outputs,
+    set_quiet,
+    write_json_stdout,
+    write_report_outputs,
+)
 from stabcli.errors import OptionError, UsageError
 from stabcli.inputs.embeddings import ReadOptions
 
 
 def drift_cmd(
+    ctx: typer.Context,
     before: Annotated[
         Path, typer.Argument(metavar="BEFORE", help="An embedding file, or a run set (its --reference run).")
     ],
@@ -90,11 +106,15 @@ def drift_cmd(
     fmt: ReportFormat = "table",
     json_path: JsonPath = None,
     markdown_path: MarkdownPath = None,
+    html_path: HtmlPath = None,
     plots: Annotated[Path | None, plots_option("Write PNG figures into this new directory.")] = None,
     force: ReportForce = False,
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,
     keys: Keys = None,
+    mlflow: Mlflow = False,
+    mlflow_experiment: MlflowExperiment = None,
+    quiet: Quiet = False,
 ) -> None:
     """Which keys did a refresh really move, and which only changed by training noise?
 
@@ -110,6 +130,8 @@ def drift_cmd(
         stabcli drift before.vec after.vec --noise runs/before --check 'drift.moved_share<0.05' --json drift.json
 
         stabcli drift runs/ml ml-new.npy --noise runs/ml --key-names ml-100k/u.item --per-key drift.csv --plots figs
+
+        stabcli drift runs/ml ml-new.npy --noise runs/ml --html drift.html --mlflow
     """
     from stabcli.commands.drift import (
         DriftOptions,
@@ -120,8 +142,11 @@ def drift_cmd(
         validate_checks,
     )
     from stabcli.reports.audit_render import require_plots
-    from stabcli.reports.drift_render import render_markdown, render_terminal, write_plots
+    from stabcli.reports.drift_render import plot_figures, render_html, render_markdown, render_terminal
     from stabcli.reports.schema import dumps
+
+    set_quiet(quiet)
+    params = dict(ctx.params)  # the options as given, for --mlflow
 
     if fmt not in ("table", "json"):
         raise OptionError("fmt", f"{fmt!r}: choose table or json")
@@ -160,10 +185,12 @@ def drift_cmd(
         per_key,
         key_names,
         force,
+        html_path,
     )
     if keys is not None:
         plan.add_input(keys)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
+    tracker = open_tracker(mlflow, mlflow_experiment)
     inputs = load_inputs(before, after, noise, reference, read)
     names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
     with err.status("drift", spinner="dots") if err.is_terminal else nullcontext() as status:
@@ -177,17 +204,17 @@ def drift_cmd(
         )
     report = evaluate_checks(report, parsed)
     text = dumps(report)
-    write_report_outputs(
-        plan,
+    renderings = Renderings(
         text,
-        lambda: render_markdown(report),
-        json_path,
-        markdown_path,
-        plots,
-        lambda directory: write_plots(report, table, directory),
-        per_key,
-        lambda: table.frame(compact=per_key_csv),
+        lambda key_rows: render_markdown(report, key_rows),
+        lambda: plot_figures(report, table),
+        lambda: table.frame(compact=per_key_csv or per_key is None),
+        lambda figures, _: render_html(report, table, figures, text),
+        len(report.drift.top),
     )
+    write_report_outputs(plan, renderings, json_path, markdown_path, plots, per_key, html_path)
+    if tracker is not None:
+        log_report(tracker, "drift", params, renderings)
     if fmt == "json":
         write_json_stdout(text)
     else:

@@ -3,6 +3,7 @@ exit codes, and a report command's output files (all or nothing)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from stabcli.reports.text import literal, plain_console
 if TYPE_CHECKING:
     from stabcli.fs.outputs import OutputPlan
     from stabcli.measure.downstream import DownstreamOptions
+    from stabcli.reports.html import Figure
+    from stabcli.reports.tracking import Tracker
 
 EXIT_FAILED_CHECK = 1
 EXIT_BAD_INPUT = 2
@@ -81,7 +84,7 @@ def progress() -> Progress:
         TimeElapsedColumn(),
         console=err,
         transient=True,
-        disable=not err.is_terminal,
+        disable=not err.is_terminal or _state["quiet"],
     )
 
 
@@ -104,8 +107,9 @@ def report_outputs(
     per_key: Path | None,
     key_names: Path | None,
     force: bool,
+    html_path: Path | None = None,
 ) -> OutputPlan:
-    """Every output of an audit or a drift (--json, --markdown, --plots, --per-key,
+    """Every output of an audit or a drift (--json, --markdown, --html, --plots, --per-key,
     GITHUB_STEP_SUMMARY) against every input (``inputs`` with their companion keys files,
     --labels, --key-names)."""
     from stabcli.fs.outputs import OutputPlan, plots_owned, with_companions
@@ -121,6 +125,8 @@ def report_outputs(
         plan.add(json_path, "--json")
     if markdown_path:
         plan.add(markdown_path, "--markdown")
+    if html_path:
+        plan.add(html_path, "--html")
     if plots:
         plan.add(plots, "--plots", kind="dir", owned=plots_owned)
     if os.environ.get("GITHUB_STEP_SUMMARY"):
@@ -128,35 +134,168 @@ def report_outputs(
     return plan
 
 
+class Renderings:
+    """A finished report's renderings, each made once and only when some output needs it:
+    the JSON ``text``, ``markdown(key_rows)`` (per-key lists cut to ``key_rows`` rows, None:
+    all of them), the figures, the per-key table and the HTML page built from them."""
+
+    def __init__(
+        self,
+        text: str,
+        markdown: Callable[[int | None], str],
+        draw: Callable[[], list[Figure]],
+        frame: Callable[[], Any],
+        page: Callable[[list[Figure] | None, Any], str],
+        key_rows: int,
+    ):
+        self.text, self._markdown, self._draw, self._frame, self._page = text, markdown, draw, frame, page
+        self.key_rows = key_rows
+        self._cache: dict[str, Any] = {}
+
+    def _once(self, name: str, make: Callable[[], Any]) -> Any:
+        if name not in self._cache:
+            self._cache[name] = make()
+        return self._cache[name]
+
+    def markdown(self, key_rows: int | None = None) -> str:
+        return (
+            self._markdown(key_rows) if key_rows is not None else self._once("markdown", lambda: self._markdown(None))
+        )
+
+    def figures(self) -> list[Figure] | None:
+        """The figures; None without matplotlib (the HTML page then says so)."""
+        from stabcli.reports.figures import available
+
+        return self._once("figures", lambda: self._draw() if available() else None)
+
+    def frame(self) -> Any:
+        return self._once("frame", self._frame)
+
+    def page(self) -> str:
+        return self._once("page", lambda: self._page(self.figures(), self.frame()))
+
+
+def step_summary(path: str, renderings: Renderings) -> str | None:
+    """The Markdown to append to GITHUB_STEP_SUMMARY ``path``, cut to fit GitHub's 1 MiB per
+    step with what the file holds already; None (with a warning) when nothing fits."""
+    from stabcli.reports.summary import STEP_SUMMARY_LIMIT, bounded
+
+    try:
+        used = os.path.getsize(path) if os.path.isfile(path) else 0
+    except OSError:
+        used = 0
+    text = bounded(renderings.markdown, renderings.key_rows, used)
+    if text is None:
+        warn(
+            f"GITHUB_STEP_SUMMARY {path} holds {used:,} bytes; with this report it would pass GitHub's "
+            f"{STEP_SUMMARY_LIMIT:,}-byte limit for a step, so the report is not appended to it"
+        )
+    return text
+
+
 def write_report_outputs(
     plan: OutputPlan,
-    text: str,
-    markdown: Callable[[], str],
+    renderings: Renderings,
     json_path: Path | None,
     markdown_path: Path | None,
     plots: Path | None,
-    write_plots: Callable[[Path], list[Path]],
     per_key: Path | None,
-    frame: Callable[[], Any],
+    html_path: Path | None = None,
 ) -> None:
-    """Write a report command's outputs (``report_outputs``) all or nothing: the JSON
-    ``text``, the Markdown (also appended to GITHUB_STEP_SUMMARY), the figures
-    ``write_plots(directory)`` draws and the per-key table ``frame()``; names the figures."""
+    """Write a report command's outputs (``report_outputs``) all or nothing: the JSON, the
+    Markdown (also appended to GITHUB_STEP_SUMMARY, within GitHub's size limit), the HTML
+    page, the figures and the per-key table; names the figures."""
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     written: list[Path] = []
     with plan:  # all or nothing: every output appears together, or none on any failure
         if json_path:
-            plan.write_text(json_path, text)
-        rendered = markdown() if markdown_path or summary else ""
+            plan.write_text(json_path, renderings.text)
         if markdown_path:
-            plan.write_text(markdown_path, rendered)
-        if summary:
-            plan.write_text(summary, rendered)
+            plan.write_text(markdown_path, renderings.markdown())
+        if summary and (bounded := step_summary(summary, renderings)) is not None:
+            plan.write_text(summary, bounded)
+        if html_path:
+            plan.write_text(html_path, renderings.page())
         if plots:
-            written = [plots / path.name for path in write_plots(plan.staging(plots))]
+            from stabcli.reports.figures import save
+
+            written = [plots / path.name for path in save(renderings.figures() or [], plan.staging(plots))]
         if per_key:
             from stabcli.inputs.keytable import write_per_key  # pandas (60 MB, a second): only when asked
 
-            write_per_key(frame(), per_key, plan.staging(per_key))
+            write_per_key(renderings.frame(), per_key, plan.staging(per_key))
     for path in written:
-        err.print(literal(f"wrote {path}"), soft_wrap=True)
+        info(f"wrote {path}")
+    if html_path:
+        info(f"wrote {html_path}")
+
+
+def open_tracker(mlflow: bool, experiment: str | None) -> Tracker | None:
+    """The MLflow experiment to log into (``--mlflow``), opened before any work so that a
+    missing extra or a store MLflow refuses is one error line first; None without ``--mlflow``."""
+    if experiment is not None and not mlflow:
+        from stabcli.errors import UsageError
+
+        raise UsageError("--mlflow-experiment only applies with --mlflow")
+    if not mlflow:
+        return None
+    import logging
+
+    from stabcli.reports.tracking import Tracker, require_mlflow
+
+    require_mlflow()
+    importlib.import_module("mlflow")  # MLflow configures its loggers on import: quiet them after
+
+    if not os.environ.get("MLFLOW_LOGGING_LEVEL"):  # MLflow's INFO lines (database setup) are noise in a report
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+    return Tracker(experiment)
+
+
+def log_report(tracker: Tracker, command: str, options: dict[str, Any], renderings: Renderings) -> None:
+    """Log a report command's run: its options as params, every number of the report as a
+    metric, and the JSON, Markdown, HTML, figures and per-key table as artifacts."""
+    import json
+
+    from stabcli.inputs.keytable import write_per_key
+    from stabcli.reports.tracking import RunRecord, params_of, report_metrics, report_tags
+
+    data = json.loads(renderings.text)
+    artifacts: dict[str, bytes | str] = {
+        f"{command}.json": renderings.text,
+        f"{command}.md": renderings.markdown(),
+        f"{command}.html": renderings.page(),
+    }
+    for figure in renderings.figures() or []:
+        artifacts[f"plots/{figure.name}"] = figure.png
+    frame = renderings.frame()
+    writers = (
+        {} if frame is None else {f"{command}-per-key.csv": lambda path: write_per_key(frame, Path(path.name), path)}
+    )
+    run = tracker.log(
+        RunRecord(
+            name=f"stabcli {command}",
+            params=params_of(options),
+            metrics=list(report_metrics(data)),
+            tags={"stabcli.command": command, **report_tags(data)},
+            artifacts=artifacts,
+            writers=writers,
+        )
+    )
+    info(f"logged to MLflow: run {run.run_id} in experiment {tracker.experiment!r} at {tracker.tracking_uri}")
+
+
+# -- quiet and progress -------------------------------------------------------------------
+
+
+_state = {"quiet": False}
+
+
+def set_quiet(quiet: bool) -> None:
+    """``--quiet``: no progress and no informational lines on stderr for this command."""
+    _state["quiet"] = bool(quiet)
+
+
+def info(text: str) -> None:
+    """One informational line on stderr (not with --quiet)."""
+    if not _state["quiet"]:
+        err.print(literal(text), soft_wrap=True)

@@ -11,8 +11,16 @@ import typer
 from rich.table import Table
 
 from stabcli import __version__
-from stabcli.cli.options import ReportFormat, jobs_option, scheduler_option, seed_option
-from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress
+from stabcli.cli.options import (
+    Mlflow,
+    MlflowExperiment,
+    Quiet,
+    ReportFormat,
+    jobs_option,
+    scheduler_option,
+    seed_option,
+)
+from stabcli.cli.output import EXIT_BAD_INPUT, err, info, open_tracker, out, print_line, progress, set_quiet
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
 from stabcli.inputs.corpus import CorpusOptions
 from stabcli.reports.text import literal
@@ -97,6 +105,7 @@ def report_pretrain(result: PretrainResult, fmt: str) -> None:
 
 
 def pretrain_cmd(
+    ctx: typer.Context,
     corpus: Path | None = typer.Argument(None, metavar="CORPUS", help="Training corpus (optional with --script)."),
     out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Run set directory to create or resume."),
     runs: int = typer.Option(10, "--runs", "-n", min=1, metavar="N", help="Number of independent runs."),
@@ -186,6 +195,9 @@ def pretrain_cmd(
         None, "--min-rating", metavar="RATING", help="Tables: keep ratings >= this [default: keep all]."
     ),
     fmt: ReportFormat = "table",
+    mlflow: Mlflow = False,
+    mlflow_experiment: MlflowExperiment = None,
+    quiet: Quiet = False,
 ) -> None:
     """Train N independent runs of an embedding into a run set.
 
@@ -201,7 +213,12 @@ def pretrain_cmd(
         stabcli pretrain docs.tsv --model doc2vec --out runs/docs --param dm_mean=1
 
         stabcli pretrain --script 'python train.py --seed {seed} --out {out}' --runs 5 --out runs/mine
+
+        stabcli pretrain sessions.txt --out runs/exp1 --runs 5 --mlflow --mlflow-experiment item2vec
     """
+    set_quiet(quiet)
+    params = dict(ctx.params)  # the options as given, for --mlflow
+    tracker = open_tracker(mlflow, mlflow_experiment)
     config = TrainConfig(
         model=model,
         dim=dim,
@@ -228,4 +245,12 @@ def pretrain_cmd(
         corpus_options=options,
         timeout=timeout,
     )
+    if tracker is not None:
+        from stabcli.reports.tracking import log_nested, pretrain_records
+
+        top, children = log_nested(tracker, *pretrain_records(result, params))
+        info(
+            f"logged to MLflow: run {top.run_id} with {len(children)} nested runs in experiment "
+            f"{tracker.experiment!r} at {tracker.tracking_uri}"
+        )
     report_pretrain(result, fmt)

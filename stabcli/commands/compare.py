@@ -98,6 +98,20 @@ class CompareReport:
     passed: bool = doc("true when every check passed (true without checks)", default=True)
 
 
+def load_sides(
+    paths: Sequence[str | Path], audit: Callable[[Path], dict[str, Any]]
+) -> list[tuple[Side, dict[str, Any]]]:
+    """Every side (``load_side``), the saved reports read and the run sets opened before any
+    run set is audited: a bad side fails before minutes of work on the other."""
+    from stabcli.runset.store import is_runset
+
+    for path in map(Path, paths):
+        if path.is_dir() and not is_runset(path):
+            raise InputError(f"{path}: a directory but not a run set (no stabcli.json)")
+    saved = {i: load_side(path, audit) for i, path in enumerate(paths) if not Path(path).is_dir()}
+    return [saved[i] if i in saved else load_side(path, audit) for i, path in enumerate(paths)]
+
+
 def load_side(path: str | Path, audit: Callable[[Path], dict[str, Any]]) -> tuple[Side, dict[str, Any]]:
     """One side: a run-set directory (``audit(path)`` returns its audit JSON) or a saved audit
     JSON report. InputError naming the file for anything else."""
@@ -114,12 +128,18 @@ def load_side(path: str | Path, audit: Callable[[Path], dict[str, Any]]) -> tupl
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})") from None
         kind = "json"
+    return side_of(path, data, kind), data
+
+
+def side_of(source: str | Path, data: Any, kind: str) -> Side:
+    """The side of an audit report's JSON ``data`` read from ``source``; InputError naming
+    ``source`` when ``data`` is not an audit report."""
     problem = _audit_problem(data)
     if problem:
-        raise InputError(f"{path}: not a stabcli audit report ({problem})")
+        raise InputError(f"{source}: not a stabcli audit report ({problem})")
     inp = data["input"]
-    side = Side(
-        source=str(path),
+    return Side(
+        source=str(source),
         kind=kind,
         stabcli_version=data.get("stabcli_version"),
         runs=int(inp["runs"]),
@@ -127,7 +147,6 @@ def load_side(path: str | Path, audit: Callable[[Path], dict[str, Any]]) -> tupl
         dim=int(inp["dim"]),
         featurized=inp.get("featurized"),
     )
-    return side, data
 
 
 def _audit_problem(data: Any) -> str | None:

@@ -386,27 +386,6 @@ def downstream_notes(ds: DownstreamSection) -> list[str]:
     return notes
 
 
-COMPARED = [
-    ("noise_share", "coordinate noise", _pct),
-    ("aligned_noise_share", "aligned noise", _pct),
-    ("inner_product_noise_share", "inner-product noise", _pct),
-    ("knn_overlap", "k-NN overlap", lambda v: _num(v, 3)),
-    ("cka", "linear CKA", lambda v: _num(v, 4)),
-    ("semantic_displacement", "semantic displacement", lambda v: _num(v, 3)),
-]
-
-
-def comparison_table(reports: dict[str, AuditReport]) -> Table:
-    """Representation metrics of several variants side by side (e.g. raw h and phi(h))."""
-    table = Table(title="Raw vs featurized, same runs", title_justify="left")
-    table.add_column("metric")
-    for name in reports:
-        table.add_column(literal(name), justify="right")
-    for key, label, fmt in COMPARED:
-        table.add_row(*_plain([label, *[fmt(getattr(r.representation, key)) for r in reports.values()]]))
-    return table
-
-
 def render_checks(report: AuditReport, console: Console) -> None:
     """Checks last, failed ones in red, so CI logs end with what failed."""
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
@@ -484,16 +463,17 @@ def render_html(
         for name, value, reading, path in metric_rows(report)
     ]
     hist = rep.noise_share_histogram
-    bins: list[list[str | Cell]] = [
-        [f"{low:.1f} – {high:.1f}", Cell(f"{count:,}", count, f"representation.noise_share_histogram.counts.{i}")]
-        for i, (low, high, count) in enumerate(zip(hist.edges, hist.edges[1:], hist.counts, strict=False))
+    bins: list[str | Cell] = [
+        Cell(f"{count:,}", count, f"representation.noise_share_histogram.counts.{i}")
+        for i, count in enumerate(hist.counts)
     ]
+    ranges = [f"{low:.1f}–{high:.1f}" for low, high in zip(hist.edges, hist.edges[1:], strict=False)]
     body.append(
         html.section(
             "Representation stability",
             html.table(["metric", "value", "reading"], metrics, reading_column=2),
-            html.paragraph(f"Per-dimension noise share, 0 → 1: {sparkline(hist.counts)}"),
-            html.table(["noise share", "dimensions"], bins),
+            html.paragraph(f"Dimensions by their noise share, 0 → 1: {sparkline(hist.counts)}"),
+            html.table(["noise share", *ranges], [["dimensions", *bins]]),
         )
     )
     if rep.least_stable:

@@ -34,7 +34,7 @@ h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border
 .verdict{font-weight:600;font-size:1.05em;background:#f3f6f9;border-left:4px solid #4c72b0;padding:.6em .8em}
 table{border-collapse:collapse;margin:.6em 0;font-variant-numeric:tabular-nums}
 th,td{padding:.25em .7em;border-bottom:1px solid #e4e8ec;text-align:left;vertical-align:top}
-td.num,th.num{text-align:right}th{background:#f6f8fa}
+td.num,th.num{text-align:right;white-space:nowrap}th{background:#f6f8fa}
 table.sortable th{cursor:pointer;user-select:none}
 th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after{content:" \\25BC"}
 td.reading{color:#57606a}.note{color:#57606a}.fail{color:#b4232a;font-weight:600}.pass{color:#1a7f37}
@@ -142,7 +142,8 @@ def table(
     ``reading_column`` is dimmed (the "how to read it" text); ``row_class(row)`` names a CSS
     class for a row (``chosen``, ``fail``) or None."""
     head = "".join(
-        f'<th scope="col"{_class("num" if i >= right_from else None)}>{esc(h)}</th>' for i, h in enumerate(headers)
+        f'<th scope="col"{_class("num" if i >= right_from and i != reading_column else None)}>{esc(h)}</th>'
+        for i, h in enumerate(headers)
     )
     body = []
     for row in rows:

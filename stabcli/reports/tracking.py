@@ -212,3 +212,53 @@ def _mlflow_errors(uri: str | None) -> Iterator[None]:
         raise UsageError(f"{where}: {exc.message.strip().splitlines()[0]}") from None
     except OSError as exc:
         raise UsageError(f"{where}: {exc}") from None
+
+
+def pretrain_records(result: Any, options: Mapping[str, Any]) -> tuple[RunRecord, list[RunRecord]]:
+    """The runs ``pretrain --mlflow`` logs for a ``PretrainResult``: a parent for the run set
+    (the options, run and key counts, the corpus, the manifest as an artifact) and one child
+    per run (its seed, seconds, final loss, the loss of every epoch as steps, its status)."""
+    from stabcli.runset.store import MANIFEST, RunSet, is_runset
+
+    runset = RunSet.open(result.root) if is_runset(result.root) else None
+    counts = {status: sum(r.status == status for r in result.runs) for status in ("complete", "kept", "failed")}
+    metrics = [(f"runs_{status}", float(n), 0) for status, n in counts.items()]
+    if result.keys is not None:
+        metrics.append(("keys", float(result.keys), 0))
+    for name, value in (result.corpus or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            metrics.append((metric_name(f"corpus.{name}"), float(value), 0))
+    manifest = result.root / MANIFEST
+    parent = RunRecord(
+        name=f"stabcli pretrain {result.root.name}",
+        params=params_of(options),
+        metrics=metrics,
+        tags={"stabcli.command": "pretrain", "stabcli.run_set": str(result.root)},
+        artifacts={MANIFEST: manifest.read_bytes()} if manifest.is_file() else None,
+    )
+    children = []
+    for run in result.runs:
+        losses = (runset.losses(run.index) if runset is not None and run.status != "failed" else None) or []
+        child_metrics = [("loss", float(v), epoch) for epoch, v in enumerate(losses, start=1) if v is not None]
+        for name in ("seconds", "final_loss"):
+            value = getattr(run, name)
+            if value is not None:
+                child_metrics.append((name, float(value), 0))
+        children.append(
+            RunRecord(
+                name=f"run-{run.index:03d}",
+                params={"seed": str(run.seed), "run": str(run.index)},
+                metrics=child_metrics,
+                tags={
+                    "stabcli.status": run.status,
+                    **({"stabcli.error": run.error[:_TAG_LENGTH]} if run.error else {}),
+                },
+            )
+        )
+    return parent, children
+
+
+def log_nested(tracker: Tracker, parent: RunRecord, children: Sequence[RunRecord]) -> tuple[LoggedRun, list[LoggedRun]]:
+    """``parent`` and every child as its nested run."""
+    top = tracker.log(parent)
+    return top, [tracker.log(child, parent=top.run_id) for child in children]

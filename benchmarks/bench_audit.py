@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 def write_runset(root: Path, n: int, runs: Iterable[np.ndarray]) -> None:
     """A run set `stabcli audit` reads: keys k0..k{n-1} shared by every run, one
     ``run-NNN/vectors.npy`` per array (written as they come), a minimal manifest."""
-    from stabcli.runset.store import write_json_atomic
+    from stabcli.fs.atomic import write_json_atomic
 
     root.mkdir(parents=True)
     (root / "keys.txt").write_text("".join(f"k{i}\n" for i in range(n)))

@@ -34,6 +34,7 @@ def main() -> None:
 
     from stabcli.measure import anchor as a
     from stabcli.measure import metrics as m
+    from stabcli.measure.align import generalized_procrustes
 
     print(f"R={args.runs} runs × d={args.dim}; anchor file d={args.anchor_dim}; best of {args.repeat}")
     print(
@@ -53,7 +54,7 @@ def main() -> None:
             start = time.perf_counter()
             grams = m.gram_blocks(runs)
             lap = {"gram": time.perf_counter() - start}
-            rotations, _ = m.generalized_procrustes(grams)
+            rotations, _ = generalized_procrustes(grams)
             steps = {
                 "eis": lambda g=grams, q=rotations: a.eis_pairs(g, a.consensus_anchor(g, q)),
                 "eis_file": lambda g=grams, h=runs, e=anchor: a.eis_pairs(g, a.file_anchor(h, e, g.scale, "f")),

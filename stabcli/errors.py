@@ -56,6 +56,12 @@ class OptionError(UsageError):
         self.problem = problem
 
 
+class WriteError(StabcliError):
+    """An output could not be written (disk full, file-size limit, read-only file system,
+    stdout on a full device, an output another command published first). The message names
+    the output; the CLI exits 2, never 1 (the code of a failed ``--check``)."""
+
+
 class RunSetError(StabcliError):
     """A run set on disk is inconsistent, locked, or was made with another configuration."""
 

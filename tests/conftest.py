@@ -178,6 +178,43 @@ def start_slow_featurize(tmp_path: Path, new_session: bool = False):
     return proc, before
 
 
+def make_zipf_text(n_sentences: int = 3000, topics: int = 8, words_per_topic: int = 60, seed: int = 0) -> str:
+    """A word corpus with text's shape: sentences of one topic's words (Zipf within the topic)
+    mixed with 12 function words (Zipf, 45% of the tokens, in every topic)."""
+    rng = np.random.default_rng(seed)
+    function_p = 1 / np.arange(1, 13)
+    function_p /= function_p.sum()
+    topic_p = 1 / np.arange(1, words_per_topic + 1) ** 1.1
+    topic_p /= topic_p.sum()
+    lines = []
+    for _ in range(n_sentences):
+        topic = rng.integers(topics)
+        tokens = [
+            f"f{rng.choice(12, p=function_p)}"
+            if rng.random() < 0.45
+            else f"t{topic}w{rng.choice(words_per_topic, p=topic_p)}"
+            for _ in range(int(rng.integers(6, 14)))
+        ]
+        lines.append(" ".join(tokens))
+    return "\n".join(lines) + "\n"
+
+
+def make_interactions(users: int = 800, items: int = 1500, genres: int = 6, seed: int = 0) -> str:
+    """MovieLens-shaped sessions: each user rates 5–39 items, nearly all of one favourite
+    genre; item popularity Zipf (exponent 1.3), so a long tail of items rated once or twice."""
+    rng = np.random.default_rng(seed)
+    genre = rng.integers(genres, size=items)
+    popularity = 1 / np.arange(1, items + 1) ** 1.3
+    rng.shuffle(popularity)
+    lines = []
+    for _ in range(users):
+        favourite = rng.integers(genres)
+        weights = popularity * np.where(genre == favourite, 1.0, 0.01)
+        chosen = rng.choice(items, size=int(rng.integers(5, 40)), replace=False, p=weights / weights.sum())
+        lines.append(" ".join(f"i{c:04d}" for c in chosen))
+    return "\n".join(lines) + "\n"
+
+
 # ---- HTML reports: a parser that checks a page is well formed and self-contained (test_html, test_compare)
 
 VOID = {"meta", "link", "img", "input", "br", "hr", "col", "source", "wbr", "area", "base", "embed", "track"}

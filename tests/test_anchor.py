@@ -8,6 +8,7 @@ from scipy.stats import ortho_group
 
 from stabcli.measure import anchor as a
 from stabcli.measure import metrics as m
+from stabcli.measure.align import generalized_procrustes
 
 
 def runs_and_anchor(seed=0, n=40, d=5, runs=3, anchor_dim=7, noise=0.4):
@@ -76,7 +77,7 @@ def test_eis_with_one_anchor_per_pair_and_a_file_anchor(monkeypatch):
 def test_eis_with_the_consensus_anchor_equals_the_formula_on_the_formed_consensus():
     runs, _ = runs_and_anchor(runs=3)
     grams = m.gram_blocks(runs)
-    rotations, _ = m.generalized_procrustes(grams)
+    rotations, _ = generalized_procrustes(grams)
     consensus = sum(h @ q for h, q in zip(runs, rotations, strict=True)) / 3
     got = a.eis_pairs(grams, a.consensus_anchor(grams, rotations), alpha=3.0)
     want = [eis_reference(runs[r], runs[s], consensus, consensus, 3.0) for r, s in combinations(range(3), 2)]
@@ -173,7 +174,7 @@ def test_audit_reports_the_three_measures_with_their_pair_spread(tmp_path):
     arrays = [np.asarray(h, dtype=np.float64) for h in runs.arrays]
     options = AuditOptions(pairs=100, knn_k=3, knn_queries=10, top=2)
     rep = build_report(runs, options).representation
-    rotations, _ = m.generalized_procrustes(m.gram_blocks(arrays))
+    rotations, _ = generalized_procrustes(m.gram_blocks(arrays))
     consensus = sum(h @ q for h, q in zip(arrays, rotations, strict=True)) / 3
     want = [eis_reference(arrays[r], arrays[s], consensus, consensus, 3.0) for r, s in combinations(range(3), 2)]
     assert rep.eis_anchor == "consensus" and rep.eis_alpha == 3.0 and rep.eis_keys == 40

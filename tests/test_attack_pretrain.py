@@ -360,7 +360,7 @@ def test_a_stale_lock_whose_pid_was_reused_is_taken_over(tmp_path, sessions_file
 HOLDER = """
 import sys, time
 from pathlib import Path
-from stabcli.runset.store import RunSetLock
+from stabcli.runset import RunSetLock
 with RunSetLock(Path(sys.argv[1])):
     Path(sys.argv[1], "stabcli.lock").write_text("")  # as between creating the lock and writing its pid
     print("held", flush=True)

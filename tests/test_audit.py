@@ -152,7 +152,7 @@ def test_checks():
 
 # ------------------------------------------------------------ typed report, new content
 
-from conftest import make_runset  # noqa: E402
+from conftest import make_interactions, make_runset, make_zipf_text  # noqa: E402
 from stabcli.measure import metrics  # noqa: E402
 from stabcli.reports.schema import dumps  # noqa: E402
 
@@ -192,9 +192,10 @@ def test_epoch_variance_is_the_direct_across_run_variance(tmp_path):
     assert means == pytest.approx([means[-1] * (e / 4) ** 2 for e in range(1, 5)], rel=1e-6)
 
 
-def test_least_stable_ranks_by_relative_instability_not_by_norm(tmp_path):
-    """A popular key with a large norm and a large absolute variance is stable relative to
-    its size; a small key whose direction flips between runs is not."""
+def test_least_stable_ranks_by_knn_overlap_and_relative_instability_is_per_key(tmp_path):
+    """The list is ordered by k-NN overlap (lowest first, ties by relative instability); a
+    popular key with a large norm is stable relative to its size, a small key whose
+    direction is redrawn in every run is not, and its neighbours are not either."""
     rng = np.random.default_rng(3)
     base = rng.standard_normal((40, 4))
     base[0] *= 100.0  # big and stable: absolute variance large, relative small
@@ -203,19 +204,24 @@ def test_least_stable_ranks_by_relative_instability_not_by_norm(tmp_path):
         h = base + 0.05 * rng.standard_normal(base.shape) * np.linalg.norm(base, axis=1, keepdims=True)
         h[1] = rng.standard_normal(4) * 0.1  # small and pure noise
         runs.append(h)
-    report = build_report(load_runs(files(tmp_path, runs)), replace(SMALL, top=40))
-    least = report.representation.least_stable
-    assert least[0].key == "k1"
+    report = build_report(load_runs(files(tmp_path, runs)), replace(SMALL, top=40, knn_queries=None))
+    rep = report.representation
+    least = rep.least_stable
+    assert rep.least_stable_ranked == 40 and len(least) == 40
+    order = [(i.knn_overlap, -i.relative_instability) for i in least]
+    assert order == sorted(order)
     assert max(least, key=lambda i: i.aligned_variance).key == "k0"
-    assert [i.key for i in least].index("k0") > 20
-    relative = [i.relative_instability for i in least]
-    assert relative == sorted(relative, reverse=True)
+    assert max(least, key=lambda i: i.relative_instability).key == "k1"
+    by_key = {i.key: i for i in least}
+    assert by_key["k1"].knn_overlap <= np.median([i.knn_overlap for i in least])
     for item in least[:3]:
         assert item.relative_instability == pytest.approx(item.aligned_variance * 4 / item.mean_squared_norm)
         row = int(item.key[1:])
         assert item.mean_squared_norm == pytest.approx(
             np.mean([np.sum(np.square(h[row].astype(np.float32), dtype=np.float64)) for h in runs])
         )
+    stats = report.key_stats
+    np.testing.assert_allclose([i.knn_overlap for i in least], stats.knn_overlap[[int(i.key[1:]) for i in least]])
 
 
 def test_least_stable_names_and_frequencies(tmp_path):
@@ -307,3 +313,156 @@ def test_markdown_keeps_names_with_pipes_in_their_cell(tmp_path):
     report = build_report(load_runs([root]), replace(SMALL, top=6), key_names={f"k{i}": f"A|B {i}" for i in range(6)})
     rows = [line for line in render_markdown(report).splitlines() if line.startswith("| `k")]
     assert len(rows) == 6 and all(r"A\|B" in row and row.count(" | ") == 4 for row in rows)
+
+
+# ---------------------------------------------------------------- every number against its noise
+
+
+def test_pure_noise_level_is_stated_with_its_spread(tmp_path):
+    rng = np.random.default_rng(0)
+    (tmp_path / "a").mkdir()
+    independent = files(tmp_path / "a", [rng.standard_normal((200, 6)) for _ in range(4)])
+    rep = build_report(load_runs(independent), SMALL).representation
+    assert rep.noise_share_independent == 0.75 and 0 < rep.noise_share_independent_std < 0.1
+    assert rep.at_pure_noise_level
+    from stabcli.reports.audit_render import verdict
+
+    report = build_report(load_runs(independent), SMALL)
+    assert "pure noise: 75% ± 1.8%; at the pure-noise level" in verdict(report)
+    assert 2 * rep.noise_share_independent_std == pytest.approx(0.018, abs=0.0005)
+    base = rng.standard_normal((200, 6))
+    (tmp_path / "b").mkdir()
+    stable = files(tmp_path / "b", [base + 0.1 * rng.standard_normal(base.shape) for _ in range(4)])
+    report = build_report(load_runs(stable), SMALL)
+    assert not report.representation.at_pure_noise_level and "pure-noise level" not in verdict(report)
+
+
+def test_pairwise_measures_report_their_spread_over_run_pairs(tmp_path):
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((60, 5))
+    runs = [base + s * rng.standard_normal(base.shape) for s in (0.05, 0.1, 0.3, 0.6)]  # pairs differ a lot
+    report = build_report(load_runs(files(tmp_path, runs)), replace(SMALL, knn_queries=None))
+    rep = report.representation
+    spreads = rep.by_pair
+    assert spreads.cka.pairs == 6
+    arrays = [np.asarray(r, dtype=np.float32) for r in runs]
+    grams = metrics.gram_blocks(arrays)
+    for name, values in (
+        ("cka", metrics.pairwise_values(grams, metrics.linear_cka)),
+        ("eigenspace_overlap", metrics.pairwise_values(grams, metrics.eigenspace_overlap)),
+        ("pip_loss", metrics.pairwise_values(grams, metrics.pip_loss)),
+        ("semantic_displacement", metrics.displacement_by_pair(arrays, grams)),
+        ("knn_overlap", metrics.knn_overlap_by_pair(arrays, np.arange(60), 3).mean(axis=1)),
+    ):
+        spread = getattr(spreads, name)
+        assert (spread.min, spread.median, spread.max) == pytest.approx(
+            (values.min(), np.median(values), values.max()), rel=1e-6
+        ), name
+        assert spread.min < spread.max
+        assert spread.min <= getattr(rep, name) <= spread.max
+    data = to_json(report)["representation"]["by_pair"]
+    assert set(data["cka"]) == {"mean", "std", "min", "median", "max", "pairs"}
+
+
+# ---------------------------------------------------------------- stability by frequency
+
+
+def test_by_frequency_bands_against_a_direct_computation(tmp_path):
+    root = make_runset(tmp_path / "runs", runs=3, n=30)
+    counts = [1] * 4 + [3] * 6 + [10] * 8 + [50] * 6 + [500] * 4 + [5000] * 2
+    (root / "key_counts.txt").write_text("".join(f"{c}\n" for c in counts))
+    report = build_report(load_runs([root]), replace(SMALL, knn_queries=None))
+    rep = report.representation
+    assert rep.frequency_source == "run set"
+    assert [(b.band, b.low, b.high, b.keys) for b in rep.by_frequency] == [
+        ("1", 1, 1, 4),
+        ("2–5", 2, 5, 6),
+        ("6–20", 6, 20, 8),
+        ("21–100", 21, 100, 6),
+        ("101–1,000", 101, 1000, 4),
+        (">1,000", 1001, None, 2),
+    ]
+    stats = report.key_stats
+    energy = stats.norm**2
+    start = 0
+    for band in rep.by_frequency:
+        rows = slice(start, start + band.keys)
+        start += band.keys
+        assert band.relative_instability_median == pytest.approx(np.median(stats.relative_instability[rows]))
+        assert band.knn_overlap_median == pytest.approx(np.median(stats.knn_overlap[rows]))
+        assert band.knn_keys == band.keys
+        pooled = np.sum(stats.aligned_variance[rows]) * 4 / np.sum(energy[rows])
+        assert band.aligned_noise_share == pytest.approx(pooled, rel=1e-5)
+    by_key = {i.key: i for i in rep.least_stable}
+    for item in by_key.values():
+        band = next(b for b in rep.by_frequency if b.band == item.band)
+        assert item.peers_knn_overlap_median == band.knn_overlap_median
+
+
+def test_sampled_knn_gives_every_band_its_queries(tmp_path, monkeypatch):
+    """Above the every-key limit, the sampled queries are topped up per band."""
+    from stabcli.commands import audit
+
+    monkeypatch.setattr(audit, "KNN_ALL_MAX_KEYS", 10)
+    monkeypatch.setattr(audit, "BAND_KNN_MIN", 5)
+    root = make_runset(tmp_path / "runs", runs=3, n=200)
+    counts = [1] * 150 + [7] * 45 + [2000] * 5
+    (root / "key_counts.txt").write_text("".join(f"{c}\n" for c in counts))
+    rep = build_report(load_runs([root]), replace(SMALL, knn_queries=8)).representation
+    assert rep.knn_queries == 8
+    assert [b.knn_keys >= 5 for b in rep.by_frequency] == [True, True, True]
+    assert rep.least_stable_ranked == sum(b.knn_keys for b in rep.by_frequency)
+
+
+def test_min_frequency_filters_the_list_and_needs_frequencies(tmp_path):
+    root = make_runset(tmp_path / "runs", runs=3, n=30)
+    (root / "key_counts.txt").write_text("".join(f"{1 + i}\n" for i in range(30)))
+    rep = build_report(load_runs([root]), replace(SMALL, knn_queries=None, top=30, min_frequency=11)).representation
+    assert rep.min_frequency == 11 and rep.least_stable_ranked == 20
+    assert len(rep.least_stable) == 20 and min(i.frequency for i in rep.least_stable) == 11
+    (root / "key_counts.txt").unlink()
+    with pytest.raises(OptionError, match="needs key frequencies"):
+        build_report(load_runs([root]), replace(SMALL, min_frequency=2))
+    rep = build_report(load_runs([root]), SMALL, frequencies={f"k{i}": 3 for i in range(30)}).representation
+    assert rep.frequency_source == "--frequencies" and [b.band for b in rep.by_frequency] == ["2–5"]
+
+
+# ---------------------------------------------------------------- a ranking that holds on text and interactions
+
+
+@pytest.fixture(scope="module")
+def text_and_interactions(tmp_path_factory):
+    """Three word2vec runs on a Zipfian word corpus and on MovieLens-shaped sessions."""
+    tmp = tmp_path_factory.mktemp("ranking")
+    roots = {}
+    for name, corpus in (("text", make_zipf_text()), ("interactions", make_interactions())):
+        path = tmp / f"{name}.txt"
+        path.write_text(corpus)
+        roots[name] = tmp / name
+        pretrain(roots[name], path, TrainConfig(dim=16, epochs=10, window=5), runs=3, jobs=2)
+    return roots
+
+
+@pytest.mark.parametrize("kind", ["text", "interactions"])
+def test_least_stable_list_agrees_with_neighbourhood_instability(text_and_interactions, kind):
+    """Listed keys' median k-NN overlap is below that of all keys, and the ranking score
+    (position in the list) has Spearman ≤ −0.5 with k-NN overlap; relative instability,
+    the previous ranking, fails the first on text (its list is as stable as the median key)."""
+    from scipy.stats import spearmanr
+
+    report = build_report(load_runs([text_and_interactions[kind]]), AuditOptions(top=20))
+    rep, stats = report.representation, report.key_stats
+    listed = [i.knn_overlap for i in rep.least_stable]
+    assert len(listed) == 20 and rep.least_stable_ranked == len(stats.keys)
+    assert np.median(listed) < np.median(stats.knn_overlap)
+    full = build_report(load_runs([text_and_interactions[kind]]), AuditOptions(top=len(stats.keys)))
+    position = {item.key: p for p, item in enumerate(full.representation.least_stable)}
+    score = [-position[k] for k in stats.keys]  # first listed = highest score
+    assert spearmanr(score, stats.knn_overlap)[0] <= -0.5
+    if kind == "text":
+        by_relative = np.argsort(-stats.relative_instability)[:20]
+        assert np.median(stats.knn_overlap[by_relative]) >= np.median(stats.knn_overlap)
+    else:  # interactions: a long tail of items rated once, whose neighbours are the least stable
+        bands = {b.band: b for b in rep.by_frequency}
+        assert bands["1"].keys > 50
+        assert bands["1"].knn_overlap_median < bands["21–100"].knn_overlap_median

@@ -69,6 +69,8 @@ def bad(work, fragment, *args):
         (["--no-such-option"], "No such option: --no-such-option"),
         (["--normalize=3"], "--normalize"),
         (["--json"], "Option '--json' requires an argument"),
+        (["--min-frequency", "0"], "'--min-frequency': Input should be greater than or equal to 1"),
+        (["--min-frequency", "3"], "--min-frequency: needs key frequencies"),
     ],
 )
 def test_bad_option_values(work, args, fragment):
@@ -113,7 +115,7 @@ def test_bad_check_paths(work, check, fragment):
 @pytest.mark.parametrize(
     "check, fragment",
     [
-        ("representation.least_stable.999.knn_overlap<1", "representation.least_stable has 20 entries, no '999'"),
+        ("representation.least_stable.999.knn_overlap<1", "representation.least_stable has 5 entries, no '999'"),
         ("representation.noise_share_per_dim.99<1", f"representation.noise_share_per_dim has {DIM} entries, no '99'"),
         ("training.by_epoch.7.noise_share<1", "training.by_epoch has 2 entries, no '7'"),
     ],
@@ -221,19 +223,23 @@ def test_key_names_with_an_empty_name_are_accepted(work):
 
 
 @pytest.mark.bad_input
-def test_key_names_in_latin1_need_the_encoding(work):
+def test_key_names_follow_the_movielens_encoding_rule(work):
     root, _ = work
-    names = root / "u.item"
-    names.write_bytes("1|Café (1995)|01-Jan-1995\n".encode("latin-1"))
-    bad(work, "u.item: not valid utf-8 text (MovieLens item files need --encoding latin-1)", "--key-names", names)
+    names = root / "u.item"  # MovieLens item files are latin-1 without --encoding, as for --labels
+    names.write_bytes("k1|Café (1995)|01-Jan-1995\n".encode("latin-1"))
+    assert invoke("audit", work[1], "--knn-k", "3", "--key-names", names).exit_code == 0
+    other = root / "names.csv"  # any other file is UTF-8 unless --encoding says otherwise
+    other.write_bytes("k1,Café\n".encode("latin-1"))
+    bad(work, "names.csv:1: not valid utf-8 (byte 0xe9 at column 7)", "--key-names", other)
+    assert invoke("audit", work[1], "--knn-k", "3", "--key-names", other, "--encoding", "latin-1").exit_code == 0
     bad(work, "--encoding: unknown encoding 'no-such-codec'", "--key-names", names, "--encoding", "no-such-codec")
 
 
 @pytest.mark.bad_input
 def test_key_names_missing_or_a_directory(work):
     root, _ = work
-    bad(work, "missing.tsv: cannot read", "--key-names", root / "missing.tsv")
-    bad(work, "cannot read", "--key-names", root)
+    bad(work, "missing.tsv: no such file", "--key-names", root / "missing.tsv")
+    bad(work, "is a directory, not a key-name file", "--key-names", root)
 
 
 @pytest.mark.bad_input
@@ -369,3 +375,27 @@ def _anchor(root, keys, nan_row=None):
         + "".join(k + " " + " ".join(str(float(v)) for v in row) + "\n" for k, row in zip(keys, values, strict=True))
     )
     return path
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("key\tcount\nk1\t3\nk2\tmany\n", "counts.tsv line 3: count 'many' is not a non-negative integer"),
+        ("k1,3\nk2,-4\n", "counts.tsv line 2: count '-4' is not a non-negative integer"),
+        ("k1\t3\nk1\t4\n", "counts.tsv line 2: key 'k1' appears twice"),
+        ("only-a-key\n", "counts.tsv line 1: expected a key and a count, found 'only-a-key'"),
+        ("", "counts.tsv: no key and count found"),
+        ("x1\t3\nx2\t5\n", "--frequencies: none of the 30 compared keys has a count in the file"),
+        (b"k1\t3\n\xff\xfe\t2\n", "counts.tsv: not valid utf-8 text"),
+    ],
+)
+def test_bad_frequencies_file(work, content, fragment):
+    path = work[0] / "counts.tsv"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    bad(work, fragment, "--frequencies", path)
+
+
+@pytest.mark.bad_input
+def test_frequencies_file_missing(work):
+    bad(work, "counts.tsv: cannot read", "--frequencies", work[0] / "counts.tsv")

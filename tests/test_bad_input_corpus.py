@@ -79,9 +79,26 @@ CASES = [
     ("corpus is a directory", pretrain(lambda t: t), "is a directory, not a corpus file"),
     ("corpus is a FIFO", pretrain(fifo), "pipe: is a FIFO, not a regular file"),
     ("corpus is /dev/zero", pretrain(lambda t: Path("/dev/zero")), "/dev/zero: is a device"),
-    ("corpus is gzip", pretrain(lambda t: put(t, "c.txt.gz", gzip.compress(b"a b\nb c\n"))), "is gzip-compressed"),
-    ("corpus is bzip2", pretrain(lambda t: put(t, "c.bz2", bz2.compress(b"a b\nb c\n"))), "is bzip2-compressed"),
-    ("corpus is xz", pretrain(lambda t: put(t, "c.xz", lzma.compress(b"a b\nb c\n"))), "is xz-compressed"),
+    (
+        "corpus gzip truncated",
+        pretrain(lambda t: put(t, "c.txt.gz", gzip.compress(b"a b\nb c\n" * 50)[:-12])),
+        "c.txt.gz: gzip data is truncated or corrupt",
+    ),
+    (
+        "corpus bzip2 corrupt",
+        pretrain(lambda t: put(t, "c.bz2", bz2.compress(b"a b\nb c\n" * 50)[:12] + bytes(40))),
+        "c.bz2: bzip2 data is truncated or corrupt",
+    ),
+    (
+        "corpus xz truncated",
+        pretrain(lambda t: put(t, "c.xz", lzma.compress(b"a b\nb c\n" * 50)[:-30])),
+        "c.xz: xz data is truncated or corrupt",
+    ),
+    (
+        "corpus is zstd",
+        pretrain(lambda t: put(t, "c.txt.zst", b"\x28\xb5\x2f\xfd" + bytes(30))),
+        "c.txt.zst: is zstd-compressed, which stabcli does not read",
+    ),
     ("corpus is a zip", pretrain(lambda t: put(t, "c.zip", zipped(b"a b\nb c\n"))), "is a zip archive"),
     (
         "utf-16 corpus without BOM",
@@ -281,7 +298,11 @@ CASES = [
     ("labels is a directory", labels(lambda t: t), "is a directory, not a label file"),
     ("labels is a FIFO", labels(fifo), "pipe: is a FIFO, not a regular file"),
     ("labels is /dev/zero", labels(lambda t: Path("/dev/zero")), "/dev/zero: is a device"),
-    ("labels gzip", labels(lambda t: put(t, "l.csv.gz", gzip.compress(good_labels(t).encode()))), "is gzip-compressed"),
+    (
+        "labels gzip truncated",
+        labels(lambda t: put(t, "l.csv.gz", gzip.compress(good_labels(t).encode())[:-10])),
+        "l.csv.gz: gzip data is truncated or corrupt",
+    ),
     (
         "labels unknown encoding",
         labels(lambda t: t / "nope.csv", "--encoding", "klingon"),

@@ -86,3 +86,23 @@ def test_drift_refuses_a_noise_set_of_identical_runs(tmp_path, seedless_noise, m
     result = invoke("drift", before_path, after_path, "--noise", seedless_noise[mode], "--json", tmp_path / "d.json")
     assert_bad_input(result, fragment, tmp_path, before)
     assert "zero width" in result.stderr and "{seed}" in result.stderr
+
+
+# --- outputs: a GITHUB_STEP_SUMMARY hard-linked into the run set of an input file -------------
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("linked", ["stabcli.json", "keys.txt", "run-001/losses.json"])
+@pytest.mark.parametrize("command", ["audit", "drift"])
+def test_a_summary_hard_linked_into_the_run_set_of_an_input_file_is_refused(tmp_path, monkeypatch, linked, command):
+    import os
+
+    from conftest import make_runset
+
+    monkeypatch.chdir(tmp_path)
+    make_runset(tmp_path / "runs", runs=2, n=30, dim=4, epochs=1)
+    os.link(tmp_path / "runs" / linked, tmp_path / "summary.md")
+    before = files_state(tmp_path)
+    argv = [command, "runs/run-000/vectors.npy", "runs/run-001/vectors.npy", "--knn-k", "2"]
+    result = runner.invoke(app, argv, env={"GITHUB_STEP_SUMMARY": "summary.md"})
+    assert_bad_input(result, f"GITHUB_STEP_SUMMARY summary.md: is runs/{linked} (a hard link to it)", tmp_path, before)

@@ -207,7 +207,7 @@ def test_audit_terminal_report(runset):
     assert first.startswith("coordinates: ") and "inner products: " in first and "% stable" in first
     for text in ("Representation stability", "k-NN overlap@3", "PIP loss", "Least stable keys", "Training convergence"):
         assert text in result.output
-    assert first == result.stdout.splitlines()[0] and "(pure noise: 67%)" in first
+    assert first == result.stdout.splitlines()[0] and "(pure noise: 67% ± " in first
     assert "variance mean" in result.stdout and result.stderr == ""
 
 
@@ -255,6 +255,7 @@ def test_audit_json_markdown_plots_and_step_summary(runset, tmp_path, monkeypatc
     assert markdown.startswith("## stabcli audit") and "| linear CKA |" in markdown
     assert summary.read_text() == "earlier step\n" + markdown
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "by_frequency.png",
         "fig1a_variance_per_dim.png",
         "fig1b_loss_by_epoch.png",
         "fig1c_noise_by_epoch.png",
@@ -268,6 +269,7 @@ def test_audit_json_markdown_plots_and_step_summary(runset, tmp_path, monkeypatc
             "fig1b_loss_by_epoch.png",
             "fig1c_noise_by_epoch.png",
             "fig1d_coordinate_vs_inner_product.png",
+            "by_frequency.png",
         )
     ]
 
@@ -354,6 +356,7 @@ def test_audit_with_labels_table_json_markdown_plots(runset, genre_labels, tmp_p
             "fig1b_loss_by_epoch.png",
             "fig1c_noise_by_epoch.png",
             "fig1d_coordinate_vs_inner_product.png",
+            "by_frequency.png",
             "fig2_downstream_spread.png",
         )
     ]

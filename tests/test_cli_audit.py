@@ -133,7 +133,7 @@ def test_verdict_states_pure_noise_and_featurized_input(tmp_path):
     result = invoke("audit", root, *FAST)
     assert result.exit_code == 0, result.output
     first = result.stdout.splitlines()[0]
-    assert "(pure noise: 75%)" in first and first.endswith("featurized run set (phi M=16, σ=0.5)")
+    assert "(pure noise: 75% ± " in first and first.endswith("featurized run set (phi M=16, σ=0.5)")
     data = strict_json(invoke("audit", root, *FAST, "--format", "json").stdout)
     assert data["input"]["featurized"] == block
 
@@ -151,12 +151,12 @@ def test_tables_do_not_wrap_in_a_pipe_and_honour_columns(tmp_path):
     long_name = "A Very Long Display Name That Would Wrap At Eighty Columns In A CI Log (1995)"
     names = tmp_path / "names.tsv"
     names.write_text("".join(f"k{i}\t{long_name} #{i}\n" for i in range(12)))
-    args = ["audit", root, *FAST, "--top", "12", "--key-names", names]
+    args = ["audit", root, *FAST, "--knn-queries", "12", "--top", "12", "--key-names", names]
     piped = _stabcli(args)
     assert piped.returncode == 0, piped.stderr
     lines = piped.stdout.splitlines()
     assert sum(long_name in line for line in lines) == 12  # every name whole, on one line
-    assert any(line.startswith("Least stable keys (top 12 by relative instability") for line in lines)
+    assert any(line.startswith("Least stable keys (top 12 of 12 by k-NN overlap") for line in lines)
     assert max(map(len, lines)) > 120
     narrow = _stabcli(args, {"COLUMNS": "80"})  # tables fit the width asked for; sentences stay whole
     table_lines = [line for line in narrow.stdout.splitlines() if line[:1] in "┏┃┡│└"]
@@ -180,3 +180,46 @@ def test_closed_pipe_is_quiet(tmp_path, fmt):
     code = proc.wait(timeout=120)
     assert first.strip()
     assert stderr == "" and code in (0, EXIT_BROKEN_PIPE), (code, stderr)
+
+
+def test_frequencies_file_gives_the_table_in_every_output(tmp_path):
+    """Embedding files have no recorded counts: --frequencies adds the band table to the
+    terminal, JSON, Markdown and plots; keys without a count are in no band (a warning)."""
+    rng = np.random.default_rng(0)
+    paths = []
+    for r in range(3):
+        path = tmp_path / f"run{r}.txt"
+        path.write_text(
+            "40 4\n"
+            + "".join(f"w{i} " + " ".join(f"{v:.4f}" for v in rng.standard_normal(4)) + "\n" for i in range(40))
+        )
+        paths.append(path)
+    counts = tmp_path / "counts.tsv"
+    counts.write_text("word\tcount\n" + "".join(f"w{i}\t{1 + i * i}\n" for i in range(39)))
+    result = invoke(
+        "audit",
+        *paths,
+        "--knn-k",
+        "3",
+        "--frequencies",
+        counts,
+        "--min-frequency",
+        "2",
+        "--json",
+        tmp_path / "r.json",
+        "--markdown",
+        tmp_path / "r.md",
+        "--plots",
+        tmp_path / "plots",
+    )
+    assert result.exit_code == 0, result.output
+    assert "Stability by frequency (--frequencies)" in result.stdout
+    assert "Least stable keys (top 20 of 38 by k-NN overlap, lowest first; frequency ≥ 2)" in result.stdout
+    assert "warning: --frequencies: 1 of the 40 compared keys have no count; they are in no band" in result.stderr
+    rep = strict_json((tmp_path / "r.json").read_text())["representation"]
+    assert [b["band"] for b in rep["by_frequency"]] == ["1", "2–5", "6–20", "21–100", "101–1,000", ">1,000"]
+    assert sum(b["keys"] for b in rep["by_frequency"]) == 39
+    assert rep["frequency_source"] == "--frequencies" and rep["min_frequency"] == 2
+    assert all(item["frequency"] >= 2 for item in rep["least_stable"])
+    assert "Stability by frequency (--frequencies):" in (tmp_path / "r.md").read_text()
+    assert (tmp_path / "plots" / "by_frequency.png").stat().st_size > 0

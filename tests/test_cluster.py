@@ -60,7 +60,7 @@ def _pid(_: int) -> int:
 def test_preflight_passes_and_names_the_worker_and_problem(local2, tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a b c\n")
-    from stabcli.inputs.corpus import file_sha256
+    from stabcli.fs.atomic import file_sha256
 
     local2.preflight(Preflight(read=[(corpus, file_sha256(corpus))], write=[tmp_path]))
     with pytest.raises(UsageError, match=r"Dask worker tcp://.*: cannot read .*missing\.txt"):

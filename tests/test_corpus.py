@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from stabcli.errors import InputError, OptionError
-from stabcli.inputs.corpus import CorpusOptions, detect_format, file_sha256, read_corpus
+from stabcli.inputs.corpus import CorpusOptions, detect_format, read_corpus
 
 
 def write(tmp_path: Path, name: str, data: str | bytes) -> Path:
@@ -159,14 +159,6 @@ def test_missing_file_and_unknown_format(tmp_path):
         read_corpus(tmp_path / "nope.txt")
     with pytest.raises(OptionError, match="corpus_format: unknown corpus format 'xml'"):
         read_corpus(write(tmp_path, "c.txt", "a"), options=CorpusOptions(format="xml"))
-
-
-def test_file_sha256_matches_hashlib(tmp_path):
-    import hashlib
-
-    data = b"x" * (3 << 20)
-    path = write(tmp_path, "big.txt", data)
-    assert file_sha256(path) == hashlib.sha256(data).hexdigest()
 
 
 # ---- fixtures shaped like real interaction files (generated, never copies of MovieLens)
@@ -460,15 +452,34 @@ def test_a_directory_a_fifo_and_a_device_are_refused_without_reading(tmp_path):
         read_corpus("/dev/zero")  # would never end if read
 
 
+@pytest.mark.parametrize("module", ["gzip", "bz2", "lzma"])
 @pytest.mark.parametrize(
-    "module, kind", [("gzip", "gzip-compressed"), ("bz2", "bzip2-compressed"), ("lzma", "xz-compressed")]
+    "name, text, options",
+    [
+        ("c.txt", "a b c\nb c d\nc d a\n", CorpusOptions(format="lines")),
+        ("d.tsv", "d1\ta b c\nd2\tb c d\n", CorpusOptions(format="tagged")),
+        ("e.csv", "uid,movie,when\nu1,m1,3\nu1,m2,1\nu2,m1,5\nu2,m3,2\n", CorpusOptions(time_col="when")),
+        (
+            "ratings.csv",
+            "userId,movieId,rating,timestamp\n1,10,4,1000002\n1,11,3,1000001\n2,10,5,1000003\n2,12,1,1000004\n",
+            CorpusOptions(),
+        ),
+        ("u.data", "1\t10\t4\t1000002\n1\t11\t3\t1000001\n2\t10\t5\t1000003\n2\t12\t1\t1000004\n", CorpusOptions()),
+    ],
 )
-def test_compressed_corpora_are_refused_naming_the_tool(tmp_path, module, kind):
+def test_compressed_corpora_read_as_their_plain_text(tmp_path, module, name, text, options):
     import importlib
 
-    data = importlib.import_module(module).compress(b"a b c\nb c d\n")
-    with pytest.raises(InputError, match=rf"c\.txt\.gz: is {kind}; decompress it first"):
-        read_corpus(write(tmp_path, "c.txt.gz", data))
+    suffix = {"gzip": ".gz", "bz2": ".bz2", "lzma": ".xz"}[module]
+    plain = read_corpus(write(tmp_path, name, text), "doc2vec" if options.format == "tagged" else "word2vec", options)
+    packed = write(tmp_path, name + suffix, importlib.import_module(module).compress(("\ufeff" + text).encode()))
+    read = read_corpus(packed, "doc2vec" if options.format == "tagged" else "word2vec", options)
+    assert (read.format, read.sequences, read.tags, read.columns) == (
+        plain.format,
+        plain.sequences,
+        plain.tags,
+        plain.columns,
+    )
 
 
 def test_min_rating_without_ratings_is_refused(tmp_path):

@@ -8,8 +8,9 @@ from sklearn.model_selection import train_test_split
 from stabcli import FourierFeaturizer
 from stabcli.errors import InputError, UsageError
 from stabcli.inputs.labels import read_labels
+from stabcli.measure.align import generalized_procrustes
 from stabcli.measure.downstream import DownstreamOptions, churn, downstream_report, parse_variants, recommend
-from stabcli.measure.metrics import generalized_procrustes, gram_blocks
+from stabcli.measure.metrics import gram_blocks
 
 N, D, CLASSES = 400, 8, 4
 

@@ -27,7 +27,8 @@ from stabcli.errors import OptionError, UsageError
 from stabcli.inputs.corpus import CorpusOptions
 from stabcli.inputs.embeddings import write_embedding
 from stabcli.measure import drift_stats as dm
-from stabcli.runset.store import RunSet
+from stabcli.measure.align import procrustes_rotation
+from stabcli.runset import RunSet
 from stabcli.training.pretrain import TrainConfig, pretrain
 
 runner = CliRunner()
@@ -103,7 +104,7 @@ def rng_matrix(n=50, d=6, seed=0):
 def test_rotated_after_has_zero_drift_after_alignment():
     b = rng_matrix()
     q = ortho_group.rvs(6, random_state=1)
-    change = dm.key_change(b, b @ q, dm.alignment_rotation(b, b @ q))
+    change = dm.key_change(b, b @ q, procrustes_rotation(b @ q, b))
     np.testing.assert_allclose(change.distance, 0, atol=1e-10)
     np.testing.assert_allclose(change.cosine_distance, 0, atol=1e-12)
     np.testing.assert_allclose(change.norm_change, 0, atol=1e-12)
@@ -124,7 +125,7 @@ def test_key_moved_by_known_vector_has_exactly_that_distance():
 def test_measures_match_direct_formulas():
     b, a = rng_matrix(seed=2), rng_matrix(seed=3)
     a[4] = 0  # a zero row: cosine distance 0 by convention, the distance is its norm
-    q = dm.alignment_rotation(b, a)
+    q = procrustes_rotation(a, b)
     change = dm.key_change(b, a, q)
     aq = a @ q
     for i in range(len(b)):

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from conftest import REPO, start_slow_featurize, wait_for
 from conftest import SUBPROCESS_ENV as ENV
 from stabcli.cli.app import app
-from stabcli.runset.store import RunSet
+from stabcli.runset import RunSet
 from stabcli.training import trainers
 from stabcli.training.pretrain import TrainConfig, pretrain
 
@@ -71,8 +71,8 @@ def test_ctrl_c_in_featurize_and_audit_exits_130_without_partial_output(tmp_path
     from stabcli.commands import featurize as featurize_module
     from stabcli.inputs.embeddings import write_embedding
 
-    for name in ("a.npy", "b.npy"):
-        write_embedding(tmp_path / name, [f"k{i}" for i in range(20)], np.random.default_rng(0).random((20, 4)))
+    for seed, name in enumerate(("a.npy", "b.npy")):  # two different runs: identical ones get a warning
+        write_embedding(tmp_path / name, [f"k{i}" for i in range(20)], np.random.default_rng(seed).random((20, 4)))
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

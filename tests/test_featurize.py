@@ -15,6 +15,7 @@ from stabcli.commands.audit import load_runs
 from stabcli.commands.featurize import FeaturizeOptions, featurize
 from stabcli.inputs.embeddings import read_embedding, write_embedding
 from stabcli.measure.fourier import choose_dimension, gaussian_kernel_error
+from stabcli.runset import RunSet
 
 runner = CliRunner()
 
@@ -214,6 +215,21 @@ def test_run_set_becomes_a_run_set_audit_reads(tmp_path, sessions_file):
     assert runs.dim == 10 and len(runs.arrays) == 3 and runs.keys == load_runs([tmp_path / "runs"]).keys
     manifest = json.loads((tmp_path / "phi" / "stabcli.json").read_text())
     assert manifest["featurize"]["dim"] == 10 and manifest["source_run_set"].endswith("runs")
+    # written through the run-set writer: the source's keys, counts, losses and logs, no lock or partial left
+    for name in ("keys.txt", "key_counts.txt"):
+        assert (tmp_path / "phi" / name).read_bytes() == (tmp_path / "runs" / name).read_bytes()
+    source, derived = RunSet.open(tmp_path / "runs"), RunSet.open(tmp_path / "phi")
+    assert derived.runs == [0, 1, 2] and derived.key_counts() == source.key_counts()
+    assert [derived.losses(i) for i in derived.runs] == [source.losses(i) for i in source.runs]
+    assert derived.log(1) == source.log(1) and derived.log(1)
+    assert sorted(p.name for p in (tmp_path / "phi").iterdir()) == [
+        "key_counts.txt",
+        "keys.txt",
+        "run-000",
+        "run-001",
+        "run-002",
+        "stabcli.json",
+    ]
     U = FourierFeaturizer(n_components=10, random_state=0).fit(np.zeros((1, 6))).directions_
     raw = np.load(tmp_path / "runs" / "run-002" / "vectors.npy").astype(np.float64)
     phi = np.load(tmp_path / "phi" / "run-002" / "vectors.npy")
@@ -373,7 +389,7 @@ def test_align_to_a_run_set_uses_its_reference_run(tmp_path, sessions_file):
     np.testing.assert_allclose(np.load(tmp_path / "back.npy"), run1.vectors, atol=1e-4)
     side = json.loads((tmp_path / "back.npy.featurize.json").read_text())
     assert side["align_to_run"] == "run-001"
-    from stabcli.inputs.corpus import file_sha256
+    from stabcli.fs.atomic import file_sha256
 
     assert side["align_to_sha256"] == file_sha256(tmp_path / "runs" / "run-001" / "vectors.npy")
 

@@ -8,6 +8,7 @@ from scipy.linalg import orthogonal_procrustes
 from scipy.stats import ortho_group
 
 from stabcli.measure import metrics as m
+from stabcli.measure.align import generalized_procrustes, rotation_from_cross
 
 N, D, R = 60, 5, 4
 
@@ -86,26 +87,6 @@ def test_eigenspace_overlap_with_rank_deficient_input():
     assert m.eigenspace_overlap(grams, 0, 1) == pytest.approx(np.linalg.norm(ua.T @ ub) ** 2 / 5, rel=1e-8)
 
 
-def test_procrustes_rotation_from_cross_product_equals_scipy_on_the_matrices():
-    a, b = random_runs()[:2]
-    direct, _ = orthogonal_procrustes(a, b)
-    np.testing.assert_allclose(m.procrustes_rotation(a.T @ b), direct, atol=1e-12)
-
-
-def test_generalized_procrustes_reaches_the_direct_iteration():
-    runs = random_runs(noise=0.8)
-    rotations, iterations = m.generalized_procrustes(m.gram_blocks(runs), tol=1e-14, max_iter=500)
-    # direct GPA on the n×d matrices
-    reference = runs[0]
-    aligned = [h @ orthogonal_procrustes(h, reference)[0] for h in runs]
-    for _ in range(500):
-        consensus = np.mean(aligned, axis=0)
-        aligned = [h @ orthogonal_procrustes(h, consensus)[0] for h in runs]
-    got = [h @ q for h, q in zip(runs, rotations, strict=False)]
-    np.testing.assert_allclose(np.mean(got, axis=0), np.mean(aligned, axis=0), atol=1e-6)
-    assert 1 <= iterations < 500
-
-
 def test_semantic_displacement_matches_direct_pairwise_procrustes():
     runs = random_runs(noise=0.5)[:3]
     grams = m.gram_blocks(runs)
@@ -167,7 +148,7 @@ def test_knn_overlap_matches_direct_computation():
 
 def all_metrics(runs):
     grams = m.gram_blocks(runs)
-    rotations, _ = m.generalized_procrustes(grams)
+    rotations, _ = generalized_procrustes(grams)
     first, second = m.sample_pairs(len(runs[0]), 2000, np.random.default_rng(0))
     return {
         "share": m.noise_share(runs).overall,
@@ -248,7 +229,7 @@ def test_per_key_numbers_match_direct_formulas():
     np.testing.assert_allclose(energy, np.mean([np.sum(h**2, axis=1) for h in runs], axis=0), rtol=1e-12)
     displacement = m.per_key_displacement(runs, grams)
     assert displacement.mean() == pytest.approx(m.semantic_displacement(runs, grams), rel=1e-12)
-    q = m.procrustes_rotation(grams.G[1, 0])  # run 1 onto run 0
+    q = rotation_from_cross(grams.G[1, 0])  # run 1 onto run 0
     aligned = runs[1] @ q
     cos = np.sum(runs[0] * aligned, axis=1) / np.linalg.norm(runs[0], axis=1) / np.linalg.norm(aligned, axis=1)
     only_01 = m.per_key_displacement(runs[:2], m.gram_blocks(runs[:2]))
@@ -266,7 +247,7 @@ def test_per_key_numbers_match_direct_formulas():
 def invariant_metrics(runs):
     """Every scale-invariant number the audit reports."""
     grams = m.gram_blocks(runs)
-    rotations, _ = m.generalized_procrustes(grams)
+    rotations, _ = generalized_procrustes(grams)
     first, second = m.sample_pairs(len(runs[0]), 500, np.random.default_rng(0))
     raw, aligned = m.noise_share(runs), m.noise_share(runs, rotations)
     return {
@@ -391,3 +372,52 @@ def test_the_largest_float64_values_scale_without_overflow():
     runs[0][0, 0] = big / 2
     share = m.noise_share(runs)
     assert np.isfinite(share.overall) and 0 <= share.overall <= 1
+
+
+def _structured_runs(R=5, n=400, d=8, noise=0.4, seed=1):
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((n, d)) * np.linspace(3, 0.2, d)
+    return [(base + noise * rng.standard_normal((n, d))).astype(np.float32) for _ in range(R)]
+
+
+def test_rotated_noise_share_from_grams_equals_the_direct_share():
+    runs = _structured_runs()
+    grams = m.gram_blocks(runs)
+    rng = np.random.default_rng(7)
+    rotations = [m.random_rotation(8, rng) for _ in runs]
+    assert all(np.allclose(q @ q.T, np.eye(8), atol=1e-12) for q in rotations)
+    assert m.rotated_noise_share(grams, rotations) == pytest.approx(m.noise_share(runs, rotations).overall, abs=1e-10)
+
+
+def test_pure_noise_spread_matches_seeded_random_rotations():
+    """Mean (R−1)/R and the closed-form std against 400 seeded Haar rotations of every run."""
+    runs = _structured_runs()
+    grams = m.gram_blocks(runs)
+    rng = np.random.default_rng(0)
+    shares = [m.rotated_noise_share(grams, [m.random_rotation(8, rng) for _ in runs]) for _ in range(400)]
+    std = m.pure_noise_share_std(grams)
+    assert np.mean(shares) == pytest.approx(4 / 5, abs=3 * std / np.sqrt(400))
+    assert np.std(shares) == pytest.approx(std, rel=0.15)
+    assert m.noise_share(runs).overall < 4 / 5 - 2 * std  # shared structure: far below pure noise
+
+
+def test_per_pair_values_average_to_the_reported_means():
+    runs = _structured_runs(R=4, n=120)
+    grams = m.gram_blocks(runs)
+    pairs = list(combinations(range(4), 2))
+    by_pair = m.knn_overlap_by_pair(runs, np.arange(30), 5)
+    assert by_pair.shape == (6, 30)
+    np.testing.assert_allclose(by_pair.mean(axis=0), m.knn_overlap(runs, np.arange(30), 5), atol=1e-12)
+    for p, (r, s) in enumerate(pairs):  # one pair alone gives the same value as its row
+        np.testing.assert_allclose(by_pair[p], m.knn_overlap([runs[r], runs[s]], np.arange(30), 5), atol=1e-12)
+        assert m.displacement_by_pair(runs, grams)[p] == pytest.approx(
+            m.semantic_displacement([runs[r], runs[s]], m.gram_blocks([runs[r], runs[s]])), rel=1e-9
+        )
+    assert np.mean(m.displacement_by_pair(runs, grams)) == pytest.approx(m.semantic_displacement(runs, grams))
+    relative = m.relative_pip_loss_by_pair(grams)
+    assert relative is not None and np.mean(relative) == pytest.approx(m.relative_pip_loss(grams))
+    direct_cka = []
+    for r, s in pairs:
+        x, y = (runs[i].astype(np.float64) - runs[i].mean(axis=0) for i in (r, s))
+        direct_cka.append(np.linalg.norm(x.T @ y) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)))
+    np.testing.assert_allclose(m.pairwise_values(grams, m.linear_cka), direct_cka, rtol=1e-9)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from stabcli.errors import UsageError
-from stabcli.fs.outputs import OutputPlan, foreign_entry, plots_owned, runset_owned
+from stabcli.errors import UsageError, WriteError
+from stabcli.fs.outputs import OutputPlan, foreign_entry, plots_owned
+from stabcli.runset import owned as runset_owned
 
 
 def make_runset(root: Path) -> Path:
@@ -143,7 +144,7 @@ def test_missing_parent_and_unwritable_parent(tmp_path):
 def test_a_failure_rolls_back_every_output_and_names_the_real_file(tmp_path):
     plan = OutputPlan()
     a, b = plan.add(tmp_path / "a.npy", "--out"), plan.add(tmp_path / "b.json", "--json")
-    with pytest.raises(UsageError, match=r"b.json: cannot write \(No space left on device\)"):
+    with pytest.raises(WriteError, match=r"b.json: cannot write \(No space left on device\)"):
         with plan:
             plan.write_text(a, "a")
             staged = plan.staging(b)
@@ -181,7 +182,7 @@ def test_a_file_size_limit_names_the_real_file_and_leaves_no_temporary(tmp_path)
     script = (
         "import resource, signal, sys\n"
         "from stabcli.fs.outputs import OutputPlan\n"
-        "from stabcli.errors import UsageError\n"
+        "from stabcli.errors import WriteError\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
         "plan = OutputPlan()\n"
@@ -189,7 +190,7 @@ def test_a_file_size_limit_names_the_real_file_and_leaves_no_temporary(tmp_path)
         "try:\n"
         "    with plan:\n"
         "        plan.write_bytes(path, b'x' * 5000)\n"
-        "except UsageError as exc:\n"
+        "except WriteError as exc:\n"
         "    print(exc)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

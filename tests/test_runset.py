@@ -7,16 +7,9 @@ import numpy as np
 import pytest
 
 from stabcli.errors import InputError, RunSetError
-from stabcli.runset.store import (
-    SCHEMA_VERSION,
-    RunSet,
-    RunSetLock,
-    complete_runs,
-    failed_dir,
-    partial_dir,
-    read_manifest,
-    write_json_atomic,
-)
+from stabcli.fs.atomic import write_json_atomic
+from stabcli.runset import SCHEMA_VERSION, RunSet, RunSetLock, complete_runs, read_manifest
+from stabcli.runset.layout import failed_dir, partial_dir
 
 
 def test_complete_runs_sees_only_finished_directories(tmp_path):
@@ -90,7 +83,7 @@ def test_runset_load_rejects_keys_that_do_not_match_rows(tmp_path):
     ],
 )
 def test_write_run_refuses_keys_its_reader_would_reject(tmp_path, keys, message):
-    from stabcli.runset.store import write_run
+    from stabcli.runset import write_run
 
     with pytest.raises(InputError, match=message):
         write_run(tmp_path, np.ones((2, 2)), keys, name="run-000")
@@ -98,7 +91,7 @@ def test_write_run_refuses_keys_its_reader_would_reject(tmp_path, keys, message)
 
 
 def test_write_run_writes_what_runset_reads(tmp_path):
-    from stabcli.runset.store import KEYS, MANIFEST, write_run
+    from stabcli.runset import KEYS, MANIFEST, write_run
 
     (tmp_path / MANIFEST).write_text(json.dumps({"schema_version": 1, "runs": {}}))
     (tmp_path / KEYS).write_text("a\nb\n")
@@ -133,27 +126,35 @@ def test_atomic_path_leaves_the_target_on_failure(tmp_path):
     assert np.load(target)["a"].tolist() == [1.0, 1.0]
 
 
-def test_remove_runset_refuses_foreign_files_and_removes_only_its_own(tmp_path):
-    from stabcli.runset.store import remove_runset
+def test_a_run_set_with_foreign_files_is_not_removable_and_removal_keeps_them(tmp_path):
+    from stabcli.runset import check_removable_runset, remove_stabcli_entries
 
     root = tmp_path / "phi"
     (root / "run-000").mkdir(parents=True)
     (root / "stabcli.json").write_text("{}")
     (root / "mywork.txt").write_text("mine")
     with pytest.raises(RunSetError, match=r"holds mywork\.txt"):
-        remove_runset(root)
-    assert (root / "mywork.txt").read_text() == "mine" and (root / "run-000").is_dir()
-    (root / "mywork.txt").unlink()
+        check_removable_runset(root)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep").write_text("k")
     (root / "run-000" / "link").symlink_to(outside)
-    remove_runset(root)
-    assert not root.exists() and (outside / "keep").read_text() == "k"
+    remove_stabcli_entries(root)
+    assert [p.name for p in root.iterdir()] == ["mywork.txt"] and (outside / "keep").read_text() == "k"
+
+
+def test_file_sha256_matches_hashlib(tmp_path):
+    import hashlib
+
+    from stabcli.fs.atomic import file_sha256
+
+    data = b"x" * (3 << 20)
+    (tmp_path / "big.txt").write_bytes(data)
+    assert file_sha256(tmp_path / "big.txt") == hashlib.sha256(data).hexdigest()
 
 
 def test_a_reader_follows_a_symlinked_run_but_a_writer_refuses_it(tmp_path):
-    from stabcli.runset.store import check_entries
+    from stabcli.runset import check_entries
 
     root = tmp_path / "r"
     root.mkdir()
@@ -166,3 +167,40 @@ def test_a_reader_follows_a_symlinked_run_but_a_writer_refuses_it(tmp_path):
     assert RunSet.open(root).load(0).keys == ["a"]
     with pytest.raises(RunSetError, match="symbolic link"):
         check_entries(root)
+
+
+@pytest.mark.parametrize(
+    "rel, kind",
+    [
+        ("stabcli.json", "file"),
+        ("stabcli.lock", "file"),
+        ("key_counts.txt", "file"),
+        (".corpus.txt", "file"),
+        ("run-000", "dir"),
+        ("run-1234", "dir"),
+        (".run-000.partial-123xab", "dir"),
+        ("run-000.failed", "dir"),
+        ("run-000/vectors.npy", "file"),
+        ("run-000/epochs", "dir"),
+        ("run-000/epochs/003.npy", "file"),
+        ("run-000/.vectors.npy.tmp-77", "temp"),
+        (".keys.txt.tmp-12", "temp"),
+        (".out.partial-12", "temp"),
+        (".run-000.partial-1x2/output/anything.bin", "any"),
+        ("run-000.failed/corpus.txt", "any"),
+        ("run-00", None),
+        ("notes.txt", None),
+        ("run-000/notes.txt", None),
+        ("run-000/epochs/x.npy", None),
+        ("mine/run-000", None),
+    ],
+)
+def test_entry_kind_is_the_one_answer_to_what_stabcli_wrote(rel, kind):
+    from pathlib import PurePosixPath
+
+    from stabcli.runset import entry_kind, owned
+
+    assert entry_kind(rel) == kind
+    path = PurePosixPath(rel)
+    assert owned(path, True) == (kind in ("dir", "temp", "any"))
+    assert owned(path, False) == (kind in ("file", "temp", "any"))

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import EXAMPLE_SCRIPT, REPO
 from stabcli.errors import OptionError, RunSetError, UsageError
-from stabcli.runset.store import RunSet
+from stabcli.runset import RunSet
 from stabcli.training.pretrain import TrainConfig, parse_params, pretrain, script_argv
 
 SMALL = TrainConfig(dim=8, window=2, negative=2, epochs=3)
@@ -226,6 +226,8 @@ def test_script_mode_with_the_example_trainer(tmp_path, sessions_file):
     assert "--seed 1" in (root / "run-001" / "log.txt").read_text()
     assert not (root / "run-001" / "output").exists()
     assert not np.allclose(runset.load(0).vectors, emb.vectors)
+    tokens = sessions_file.read_text().split()  # the corpus stabcli parsed gives the script's keys their counts
+    assert runset.key_counts() == {key: tokens.count(key) for key in set(tokens)}
 
 
 FAILING = """
@@ -325,7 +327,14 @@ def test_key_counts_and_the_corpus_summary_are_recorded(tmp_path, sessions_file)
 
     result = pretrain(tmp_path / "r", sessions_file, SMALL, runs=1, jobs=1)
     tokens = sessions_file.read_text().split()
-    assert result.corpus == {"format": "lines", "sequences": 120, "tokens": len(tokens), "distinct_keys": 40}
+    assert {k: result.corpus[k] for k in ("format", "sequences", "tokens", "distinct_keys", "columns")} == {
+        "format": "lines",
+        "sequences": 120,
+        "tokens": len(tokens),
+        "distinct_keys": 40,
+        "columns": None,
+    }
+    assert result.corpus["description"] == f"lines: 120 sequences, {len(tokens):,} tokens, 40 distinct keys"
     assert RunSet.open(tmp_path / "r").key_counts() == dict(Counter(tokens))
 
 
@@ -402,11 +411,12 @@ def test_the_json_summary_names_the_corpus_reading(tmp_path, sessions_file):
     )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
-    assert payload["corpus"] == {
+    assert {k: payload["corpus"][k] for k in ("format", "sequences", "distinct_keys", "delimiter", "header")} == {
         "format": "lines",
         "sequences": 120,
-        "tokens": payload["corpus"]["tokens"],
         "distinct_keys": 40,
+        "delimiter": None,
+        "header": None,
     }
     assert payload["keys"] == 40 and result.stderr == ""
     table = CliRunner().invoke(
@@ -432,7 +442,7 @@ def test_the_json_summary_names_the_corpus_reading(tmp_path, sessions_file):
 def test_a_worker_never_publishes_only_the_lock_holder_does(tmp_path, sessions_file):
     """An orphaned worker of a killed pretrain runs `execute` to the end: its run stays in its
     own partial directory, which the next pretrain (the lock holder) discards."""
-    from stabcli.runset.store import partial_dir
+    from stabcli.runset.layout import partial_dir
     from stabcli.training.trainers import RunTask, execute
 
     root = tmp_path / "r"

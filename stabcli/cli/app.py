@@ -28,6 +28,7 @@ from stabcli.cli.output import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILED_CHECK,
     EXIT_INTERRUPTED,
+    STDOUT,
     err,
     print_line,
     quiet_broken_pipe,
@@ -134,7 +135,13 @@ class _Group(_ReadableHelp, TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context
         previous = _handle_stop_signals()
         try:
-            return super().invoke(ctx)
+            try:
+                result = super().invoke(ctx)
+            except typer.Exit:  # a failed check (exit 1) still has a report to deliver
+                STDOUT.flush()
+                raise
+            STDOUT.flush()  # a full device fails here, as one line, not at interpreter exit
+            return result
         except StabcliError as exc:
             if _debug_enabled(ctx):
                 raise

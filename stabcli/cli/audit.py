@@ -89,6 +89,7 @@ def audit_and_render(
     encoding: str | None = None,
     force: bool = False,
     read: ReadOptions | None = None,
+    frequencies: Path | None = None,
     html_path: Path | None = None,
     mlflow: bool = False,
     mlflow_experiment: str | None = None,
@@ -97,7 +98,7 @@ def audit_and_render(
     """Validate, load, compute, write every requested rendering (and log them to MLflow with
     ``mlflow``: ``options_given`` are the params); returns the report."""
     from stabcli.commands.audit import build_report, load_runs, validate_checks
-    from stabcli.inputs.keytable import per_key_format, per_key_frame, read_key_names
+    from stabcli.inputs.keytable import per_key_format, per_key_frame, read_frequencies, read_key_names
     from stabcli.reports.audit_render import plot_figures, render_html, render_markdown, render_terminal, require_plots
     from stabcli.reports.schema import dumps
 
@@ -111,9 +112,12 @@ def audit_and_render(
         plan.add_input(read.keys_file)
     if options.eis_anchor is not None:
         plan.add_input(options.eis_anchor)
+    if frequencies is not None:
+        plan.add_input(frequencies)
     plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
     tracker = open_tracker(mlflow, mlflow_experiment)
-    names = read_key_names(key_names, encoding or "utf-8") if key_names else None
+    names = read_key_names(key_names, encoding) if key_names else None
+    counts = read_frequencies(frequencies, encoding or "utf-8") if frequencies else None
 
     runs = load_runs(inputs, on_warning=warn, read=read)
     with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
@@ -126,6 +130,7 @@ def audit_and_render(
             key_names=names,
             per_key=per_key is not None or html_path is not None or tracker is not None,
             on_warning=warn,
+            frequencies=counts,
         )
     text = dumps(report)
 
@@ -170,9 +175,30 @@ def audit_cmd(
         int, typer.Option("--pairs", min=1, metavar="N", help="Key pairs sampled for the inner-product noise share.")
     ] = 10_000,
     knn_k: KnnK = 10,
-    knn_queries: Annotated[int, knn_queries_option("Sampled query keys for k-NN overlap.")] = 1_000,
+    knn_queries: Annotated[
+        int | None,
+        knn_queries_option("Sampled query keys for k-NN overlap [default: every key up to 10,000 keys, else 1,000]."),
+    ] = None,
     seed: Annotated[int, seed_option("Seed for the sampled pairs and queries.")] = 0,
-    top: Annotated[int, top_option("Least stable keys to list.")] = 20,
+    top: Annotated[int, top_option("Least stable keys to list (lowest k-NN overlap first).")] = 20,
+    min_frequency: Annotated[
+        int | None,
+        typer.Option(
+            "--min-frequency",
+            min=1,
+            metavar="N",
+            help="List only keys that occur at least N times in the training corpus (needs frequencies).",
+        ),
+    ] = None,
+    frequencies: Annotated[
+        Path | None,
+        typer.Option(
+            "--frequencies",
+            metavar="FILE",
+            help="Key and count per line (tab, comma or space separated) for the stability-by-frequency table "
+            "[default: the counts the run set recorded].",
+        ),
+    ] = None,
     eis_anchor: Annotated[
         Path | None,
         typer.Option(
@@ -294,6 +320,8 @@ def audit_cmd(
 
         stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
 
+        stabcli audit a.vec b.vec c.vec --frequencies counts.tsv --min-frequency 5
+
         stabcli audit runs/exp1 --html audit.html --mlflow --mlflow-experiment embeddings
     """
     from stabcli.commands.audit import AuditOptions
@@ -311,6 +339,7 @@ def audit_cmd(
         knn_queries=knn_queries,
         seed=seed,
         top=top,
+        min_frequency=min_frequency,
         eis_alpha=eis_alpha,
         eis_anchor=eis_anchor,
     )
@@ -366,6 +395,7 @@ def audit_cmd(
             encoding,
             force,
             read,
+            frequencies,
             html_path,
             mlflow,
             mlflow_experiment,

@@ -14,7 +14,7 @@ from stabcli.cli.output import err, info, out
 from stabcli.cli.pretrain import report_pretrain, run_pretrain
 from stabcli.errors import UsageError
 from stabcli.inputs.corpus import CorpusOptions
-from stabcli.runset.store import check_removable_runset
+from stabcli.runset import check_removable_runset
 from stabcli.training.pretrain import TrainConfig
 
 

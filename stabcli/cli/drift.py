@@ -98,7 +98,13 @@ def drift_cmd(
     model: DownstreamModel = None,
     test_size: TestSize = 0.2,
     split_seed: SplitSeed = 0,
-    encoding: Annotated[str, encoding_option("Text encoding of --labels and --key-names.")] = "utf-8",
+    encoding: Annotated[
+        str | None,
+        encoding_option(
+            "Text encoding of --labels and --key-names [default: utf-8; latin-1 for MovieLens u.item and "
+            "movies.dat; a byte-order mark decides]."
+        ),
+    ] = None,
     per_key: Annotated[
         Path | None, per_key_option("Every key's measures, noise band and verdict (.csv, .tsv or .parquet).")
     ] = None,

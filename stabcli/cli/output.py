@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
+from stabcli.fs.atomic import cannot_write
 from stabcli.reports.text import literal, plain_console
 
 if TYPE_CHECKING:
@@ -47,6 +48,34 @@ def quiet_broken_pipe() -> None:
     raise SystemExit(EXIT_BROKEN_PIPE)
 
 
+class _Stdout:
+    """``sys.stdout`` (whatever it is at the moment, for tests' captures), except that a write
+    that fails for any reason but a closed pipe (``> /dev/full``, a file-size limit) is a
+    ``WriteError`` naming stdout: one line and exit 2, never a traceback or exit 1."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stdout.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise cannot_write("stdout", exc) from None
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise cannot_write("stdout", exc) from None
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: rich asks
+        return getattr(sys.stdout, name)
+
+
+STDOUT = _Stdout()
+
+
 class _Console(Console):
     """rich's console, but a closed pipe ends stabcli with ``EXIT_BROKEN_PIPE``, not 1 (the
     code of a failed check)."""
@@ -68,7 +97,7 @@ def _console(stream: Any, stderr: bool = False) -> Console:
         width = None  # rich asks the terminal
     else:
         width = PIPE_WIDTH
-    return plain_console(_Console, stderr=stderr, width=width)
+    return plain_console(_Console, stderr=stderr, width=width, file=None if stderr else STDOUT)
 
 
 err = _console(sys.stderr, stderr=True)
@@ -94,8 +123,8 @@ def warn(msg: str) -> None:
 
 
 def write_json_stdout(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    STDOUT.write(text)
+    STDOUT.flush()
 
 
 def report_outputs(

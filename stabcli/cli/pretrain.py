@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,7 +19,17 @@ from stabcli.cli.options import (
     scheduler_option,
     seed_option,
 )
-from stabcli.cli.output import EXIT_BAD_INPUT, err, info, open_tracker, out, print_line, progress, set_quiet
+from stabcli.cli.output import (
+    EXIT_BAD_INPUT,
+    err,
+    info,
+    open_tracker,
+    out,
+    print_line,
+    progress,
+    set_quiet,
+    write_json_stdout,
+)
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
 from stabcli.inputs.corpus import CorpusOptions
 from stabcli.reports.text import literal
@@ -88,16 +97,12 @@ def report_pretrain(result: PretrainResult, fmt: str) -> None:
             "runs": [r.__dict__ for r in result.runs],
             "failed": len(result.failed),
         }
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        write_json_stdout(json.dumps(payload, indent=2) + "\n")
     else:
         out.print(_summary_table(result))
         if result.corpus:
             c = result.corpus
-            out.print(
-                f"corpus read as {c['format']}: {c['sequences']:,} sequences, {c['tokens']:,} tokens, "
-                f"{c['distinct_keys']:,} distinct keys",
-                highlight=False,
-            )
+            out.print(f"corpus read as {c['description']}", highlight=False)
     for r in result.failed:
         print_line(err, "failed:", "bold red", shorten(one_line(r.error or ""), MESSAGE_LIMIT))
     if result.failed:

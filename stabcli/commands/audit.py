@@ -18,15 +18,18 @@ import numpy as np
 from stabcli import __version__
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.resources import require_memory
-from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
 from stabcli.measure import anchor as spectral
 from stabcli.measure import metrics as m
+from stabcli.measure.align import generalized_procrustes, match_keys, matched_vectors
 from stabcli.measure.anchor import DEFAULT_EIS_ALPHA
 from stabcli.reports import schema
 from stabcli.reports.audit_report import (
     AuditReport,
+    ByPair,
     DownstreamSection,
     EpochRow,
+    FrequencyBand,
     Histogram,
     InputSection,
     PairSpread,
@@ -36,12 +39,17 @@ from stabcli.reports.audit_report import (
     UnstableKey,
 )
 from stabcli.reports.schema import Check, parse_check
-from stabcli.runset.store import RunSet, is_runset
+from stabcli.runset import RunSet, is_runset
 
 if TYPE_CHECKING:  # downstream imports scikit-learn (seconds); only an audit with labels needs it
     from stabcli.measure.downstream import DownstreamOptions
 
 HISTOGRAM_BINS = 10
+KNN_ALL_MAX_KEYS = 10_000  # k-NN overlap of every key up to this many keys (O(n²·d) per run), else a sample
+KNN_SAMPLE = 1_000  # keys sampled above KNN_ALL_MAX_KEYS when --knn-queries is not given
+BAND_KNN_MIN = 200  # with a sample, every frequency band gets at least this many k-NN queries (or all its keys)
+# Frequency bands (occurrences in the training corpus), low and high inclusive; None: no upper bound.
+FREQUENCY_BANDS: tuple[tuple[int, int | None], ...] = ((1, 1), (2, 5), (6, 20), (21, 100), (101, 1000), (1001, None))
 
 
 @dataclass(frozen=True)
@@ -55,15 +63,25 @@ class AuditOptions:
     normalize: bool = False
     pairs: int = 10_000
     knn_k: int = 10
-    knn_queries: int = 1_000
+    knn_queries: int | None = None  # None: every key up to KNN_ALL_MAX_KEYS keys, else KNN_SAMPLE sampled
     seed: int = 0
     top: int = 20
+    min_frequency: int | None = None
     eis_alpha: float = DEFAULT_EIS_ALPHA
     eis_anchor: Path | None = None  # None: the consensus of the runs
 
     def __post_init__(self) -> None:
-        for name, least in (("pairs", 1), ("knn_k", 1), ("knn_queries", 1), ("top", 0), ("seed", 0)):
+        for name, least in (
+            ("pairs", 1),
+            ("knn_k", 1),
+            ("knn_queries", 1),
+            ("top", 0),
+            ("seed", 0),
+            ("min_frequency", 1),
+        ):
             value = getattr(self, name)
+            if value is None and name in ("knn_queries", "min_frequency"):
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise OptionError(name, f"expected an integer, got {value!r}")
             if value < least:
@@ -129,17 +147,13 @@ def load_runs(
     for emb in embeddings[1:]:
         if emb.dim != first.dim:
             raise InputError(f"{emb.source}: dimension {emb.dim}, but {first.source} has {first.dim}")
-    keys, rows, dropped = _common_keys(embeddings)
+    match = match_keys([e.keys for e in embeddings])
+    keys, rows, dropped = match.keys, match.rows, match.dropped
     if not keys:
         raise InputError(f"{embeddings[1].source}: no keys in common with {first.source}")
     if first.dim == 0:
         raise InputError(f"{first.source}: vectors have 0 dimensions; there is nothing to compare")
-    arrays = [
-        emb.vectors if idx is None else np.asarray(emb.vectors[idx], dtype=np.float32)
-        for emb, idx in zip(embeddings, rows, strict=False)
-    ]
-    for emb, arr in zip(embeddings, arrays, strict=False):
-        _check_finite(emb, arr, keys)
+    arrays = [matched_vectors(emb, idx, keys) for emb, idx in zip(embeddings, rows, strict=True)]
     if dropped and on_warning:  # after the checks: a bad input is one error line, not a warning and an error
         on_warning(f"{dropped} keys are not in every run and were left out; comparing {len(keys)} common keys")
     if on_warning:
@@ -158,29 +172,6 @@ def warn_same_runs(names: list[str], arrays: list[np.ndarray], on_warning: Calla
             f"{describe_same(pairs, names, len(arrays))}: the noise measured between them is zero by "
             "construction; were they trained with the same seed? (a --script must use {seed})"
         )
-
-
-def _common_keys(embeddings: list[Embedding]) -> tuple[list[str], list[np.ndarray | None], int]:
-    first = embeddings[0].keys
-    if all(e.keys == first for e in embeddings[1:]):
-        return first, [None] * len(embeddings), 0
-    common = set(first)
-    union = set(first)
-    for e in embeddings[1:]:
-        common &= set(e.keys)
-        union |= set(e.keys)
-    keys = [k for k in first if k in common]
-    rows: list[np.ndarray | None] = []
-    for e in embeddings:
-        position = {k: i for i, k in enumerate(e.keys)}
-        rows.append(np.fromiter((position[k] for k in keys), dtype=np.int64, count=len(keys)))
-    return keys, rows, len(union) - len(keys)
-
-
-def _check_finite(emb: Embedding, arr: np.ndarray, keys: list[str]) -> None:
-    step = 1 << 16
-    for start in range(0, arr.shape[0], step):
-        require_finite(emb.source, keys, arr[start : start + step], start)
 
 
 def _normalized(arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -209,7 +200,7 @@ def _frame(runs: Runs, options: AuditOptions, step: Callable[[str], None]) -> _F
             + (f" ({len(zero)} such runs)" if len(zero) > 1 else "")
         )
     step("Procrustes alignment")
-    rotations, iterations = m.generalized_procrustes(grams)
+    rotations, iterations = generalized_procrustes(grams)
     return _Frame(arrays, grams, rotations, iterations)
 
 
@@ -240,11 +231,114 @@ class KeyStats:
     displacement: np.ndarray | None  # mean cosine distance after pairwise Procrustes
 
 
-def _frequencies(runs: Runs) -> np.ndarray | None:
-    counts = runs.runset.key_counts() if runs.runset else None
+def _frequencies(runs: Runs, given: Mapping[str, int] | None) -> tuple[np.ndarray | None, str | None]:
+    """Every key's frequency (-1 where unknown) and where it comes from: ``given``
+    (``--frequencies``) first, else the run set's recorded counts."""
+    counts, source = given, "--frequencies" if given is not None else None
+    if counts is None and runs.runset is not None:
+        counts, source = runs.runset.key_counts(), "run set"
     if counts is None:
-        return None
-    return np.array([counts.get(k, -1) for k in runs.keys], dtype=np.int64)
+        return None, None
+    return np.array([counts.get(k, -1) for k in runs.keys], dtype=np.int64), source
+
+
+def band_label(low: int, high: int | None) -> str:
+    """``1``, ``2–5``, ``>1,000``: how a frequency band is written everywhere."""
+    if high is None:
+        return f">{low - 1:,}"
+    return f"{low:,}" if low == high else f"{low:,}–{high:,}"
+
+
+def frequency_bands(frequency: np.ndarray) -> list[tuple[int, int | None, np.ndarray]]:
+    """(low, high, key indices) of every non-empty band of ``FREQUENCY_BANDS`` (a band ``0``
+    first when some key has frequency 0); keys of unknown frequency (-1) are in none."""
+    bands: list[tuple[int, int | None]] = [(0, 0), *FREQUENCY_BANDS]
+    out = []
+    for low, high in bands:
+        inside = (frequency >= low) & (frequency <= (high if high is not None else np.iinfo(np.int64).max))
+        if inside.any():
+            out.append((low, high, np.flatnonzero(inside)))
+    return out
+
+
+def _knn_queries(
+    n: int, options: AuditOptions, frequency: np.ndarray | None, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(headline queries, extra queries): every key up to ``KNN_ALL_MAX_KEYS`` keys (unless
+    ``--knn-queries`` is given), else a seeded sample; with frequencies, extra queries so
+    that every band has at least ``BAND_KNN_MIN`` keys with a k-NN overlap."""
+    if options.knn_queries is None and n <= KNN_ALL_MAX_KEYS:
+        return np.arange(n), np.empty(0, dtype=np.int64)
+    size = min(options.knn_queries or KNN_SAMPLE, n)
+    queries = np.sort(rng.choice(n, size=size, replace=False))
+    extra: list[np.ndarray] = []
+    if frequency is not None:
+        chosen = np.zeros(n, dtype=bool)
+        chosen[queries] = True
+        for _, _, members in frequency_bands(frequency):
+            missing = BAND_KNN_MIN - int(chosen[members].sum())
+            left = members[~chosen[members]]
+            if missing > 0 and left.size:
+                extra.append(np.sort(rng.choice(left, size=min(missing, left.size), replace=False)))
+    return queries, np.concatenate(extra) if extra else np.empty(0, dtype=np.int64)
+
+
+def by_frequency(
+    frequency: np.ndarray,
+    relative: np.ndarray,
+    variance_scaled: np.ndarray,
+    energy: np.ndarray,
+    knn: np.ndarray,
+    d: int,
+) -> list[FrequencyBand]:
+    """Per band: keys, median relative instability, the band's aligned noise share and the
+    median k-NN overlap of its keys that have one (``knn`` NaN elsewhere)."""
+    rows = []
+    for low, high, members in frequency_bands(frequency):
+        band_knn = knn[members]
+        band_knn = band_knn[~np.isnan(band_knn)]
+        total = float(energy[members].sum())
+        rows.append(
+            FrequencyBand(
+                band=band_label(low, high),
+                low=low,
+                high=high,
+                keys=len(members),
+                relative_instability_median=float(np.median(relative[members])),
+                aligned_noise_share=float(variance_scaled[members].sum()) * d / total if total > 0 else 0.0,
+                knn_overlap_median=float(np.median(band_knn)) if band_knn.size else None,
+                knn_keys=int(band_knn.size),
+            )
+        )
+    return rows
+
+
+def least_stable_keys(
+    knn: np.ndarray, relative: np.ndarray, frequency: np.ndarray | None, options: AuditOptions
+) -> tuple[np.ndarray, int]:
+    """(indices of the ``--top`` listed keys, keys ranked): lowest k-NN overlap first, ties
+    by highest relative instability, among keys with a k-NN overlap and (with
+    ``--min-frequency``) a frequency at least that."""
+    eligible = ~np.isnan(knn)
+    if options.min_frequency is not None and frequency is not None:
+        eligible &= frequency >= options.min_frequency
+    candidates = np.flatnonzero(eligible)
+    order = np.lexsort((-relative[candidates], knn[candidates]))
+    return candidates[order[: options.top]], len(candidates)
+
+
+def pair_spreads(arrays: Sequence[np.ndarray], grams: m.Grams, knn_by_pair: np.ndarray) -> ByPair:
+    """The spread over run pairs of k-NN overlap, CKA, eigenspace overlap, PIP loss
+    (absolute and relative) and semantic displacement."""
+    relative = m.relative_pip_loss_by_pair(grams)
+    return ByPair(
+        knn_overlap=pair_spread(knn_by_pair.mean(axis=1)),
+        cka=pair_spread(m.pairwise_values(grams, m.linear_cka)),
+        eigenspace_overlap=pair_spread(m.pairwise_values(grams, m.eigenspace_overlap)),
+        pip_loss=pair_spread(m.pairwise_values(grams, m.pip_loss)),
+        pip_loss_relative=pair_spread(relative if relative is not None else np.empty(0)),
+        semantic_displacement=pair_spread(m.displacement_by_pair(arrays, grams)),
+    )
 
 
 def representation_report(
@@ -254,11 +348,14 @@ def representation_report(
     step: Callable[[str], None],
     key_names: Mapping[str, str] | None = None,
     per_key: bool = False,
+    frequencies: Mapping[str, int] | None = None,
 ) -> tuple[RepresentationSection, KeyStats]:
-    """Every representation metric over the common keys of ``runs``, and the per-key table."""
+    """Every representation metric over the common keys of ``runs``, and the per-key table;
+    ``frequencies`` (``--frequencies``) replaces the run set's recorded key counts."""
     n, R, d = len(runs.keys), len(runs.arrays), runs.dim
-    arrays, grams, iterations = frame.arrays, frame.grams, frame.iterations
+    arrays, grams = frame.arrays, frame.grams
     rng = np.random.default_rng(options.seed)
+    frequency, source = _frequencies(runs, frequencies)
 
     step("coordinate noise")
     raw = m.noise_share(arrays)
@@ -270,75 +367,108 @@ def representation_report(
     first, second = m.sample_pairs(n, options.pairs, rng)
     inner = m.inner_product_noise_share(arrays, first, second)
     step("nearest neighbours")
-    queries = np.sort(rng.choice(n, size=min(options.knn_queries, n), replace=False))
-    least_idx = np.argsort(-relative, kind="stable")[: options.top]
-    # one pass over every run serves both the sampled queries and the least stable keys
-    overlaps = m.knn_overlap(arrays, np.concatenate([queries, least_idx]), options.knn_k)
-    knn, least_knn = overlaps[: len(queries)], overlaps[len(queries) :]
+    queries, extra = _knn_queries(n, options, frequency, rng)
+    by_pair = m.knn_overlap_by_pair(arrays, np.concatenate([queries, extra]), options.knn_k)
+    knn = np.full(n, np.nan)
+    knn[np.concatenate([queries, extra])] = by_pair.mean(axis=0)
+    least_idx, ranked = least_stable_keys(knn, relative, frequency, options)
     step("PIP, CKA, eigenspaces, displacement")
-    pip = m.pairwise_mean(grams, m.pip_loss)
-    counts, edges = np.histogram(raw.per_dim, bins=HISTOGRAM_BINS, range=(0.0, 1.0))
-    frequency = _frequencies(runs)
-    names = key_names or {}
-    knn_by_key = np.full(n, np.nan)
-    knn_by_key[queries] = knn
-    knn_by_key[least_idx] = least_knn
     stats = KeyStats(
         keys=runs.keys,
         frequency=frequency,
         norm=np.sqrt(energy) * aligned.scale,
         aligned_variance=aligned.per_key_variance,
         relative_instability=relative,
-        knn_overlap=knn_by_key,
+        knn_overlap=knn,
         displacement=m.per_key_displacement(arrays, grams) if per_key else None,
     )
+    bands = (
+        by_frequency(frequency, relative, aligned.per_key_variance_scaled, energy, knn, d)
+        if frequency is not None
+        else []
+    )
+    counts, edges = np.histogram(raw.per_dim, bins=HISTOGRAM_BINS, range=(0.0, 1.0))
+    pure_std = m.pure_noise_share_std(grams)
     section = RepresentationSection(
         noise_share=raw.overall,
         noise_share_independent=(R - 1) / R,
+        noise_share_independent_std=pure_std,
+        at_pure_noise_level=bool(raw.overall >= (R - 1) / R - 2 * pure_std),
         noise_share_per_dim=[float(v) for v in raw.per_dim],  # shares are never beyond float64
         noise_share_histogram=Histogram(edges=[float(v) for v in edges], counts=[int(c) for c in counts]),
         variance_per_dim=_floats(raw.variance_per_dim),
         aligned_noise_share=aligned.overall,
         aligned_noise_share_per_dim=[float(v) for v in aligned.per_dim],
-        procrustes_iterations=iterations,
+        procrustes_iterations=frame.iterations,
         inner_product_noise_share=inner,
         inner_product_pairs=options.pairs,
         inner_to_coordinate_ratio=inner / raw.overall if raw.overall > 0 else None,
-        knn_overlap=float(knn.mean()),
+        knn_overlap=float(by_pair[:, : len(queries)].mean()),
         knn_k=options.knn_k,
         knn_queries=len(queries),
         knn_chance=options.knn_k / (n - 1),
-        pip_loss=_finite(pip),
+        pip_loss=_finite(m.pairwise_mean(grams, m.pip_loss)),
         pip_loss_relative=m.relative_pip_loss(grams),
         cka=m.pairwise_mean(grams, m.linear_cka),
         eigenspace_overlap=m.pairwise_mean(grams, m.eigenspace_overlap),
         semantic_displacement=m.semantic_displacement(arrays, grams),
-        least_stable=[
-            UnstableKey(
-                key=runs.keys[i],
-                name=names.get(runs.keys[i]),
-                frequency=None if frequency is None or frequency[i] < 0 else int(frequency[i]),
-                aligned_variance=_finite(aligned.per_key_variance[i]),
-                mean_squared_norm=_finite(m.rescaled(energy[i], aligned.scale, 2)),
-                relative_instability=float(relative[i]),
-                knn_overlap=float(o),
-            )
-            for i, o in zip(least_idx, least_knn, strict=False)
-        ],
+        by_pair=pair_spreads(arrays, grams, by_pair[:, : len(queries)]),
+        least_stable=_unstable_keys(least_idx, stats, energy, aligned.scale, bands, key_names or {}),
+        least_stable_ranked=ranked,
+        min_frequency=options.min_frequency,
+        frequency_source=source,
+        by_frequency=bands,
     )
     return section, stats
 
 
+def _unstable_keys(
+    indices: np.ndarray,
+    stats: KeyStats,
+    energy: np.ndarray,
+    scale: float,
+    bands: list[FrequencyBand],
+    names: Mapping[str, str],
+) -> list[UnstableKey]:
+    frequency = stats.frequency
+
+    def band_of(i: int) -> FrequencyBand | None:
+        if frequency is None or frequency[i] < 0:
+            return None
+        f = int(frequency[i])
+        return next((b for b in bands if b.low <= f and (b.high is None or f <= b.high)), None)
+
+    out = []
+    for i in indices:
+        band = band_of(int(i))
+        key = stats.keys[i]
+        out.append(
+            UnstableKey(
+                key=key,
+                name=names.get(key),
+                frequency=None if frequency is None or frequency[i] < 0 else int(frequency[i]),
+                band=band.band if band else None,
+                aligned_variance=_finite(stats.aligned_variance[i]),
+                mean_squared_norm=_finite(m.rescaled(energy[i], scale, 2)),
+                relative_instability=float(stats.relative_instability[i]),
+                knn_overlap=float(stats.knn_overlap[i]),
+                peers_knn_overlap_median=band.knn_overlap_median if band else None,
+            )
+        )
+    return out
+
+
 def pair_spread(values: np.ndarray) -> PairSpread:
-    """Mean, std (ddof=1), min and max over run pairs of the finite ``values``."""
+    """Mean, std (ddof=1), min, median and max over run pairs of the finite ``values``."""
     finite = np.asarray(values, dtype=np.float64)
     finite = finite[np.isfinite(finite)]
     if not finite.size:
-        return PairSpread(mean=None, std=None, min=None, max=None, pairs=0)
+        return PairSpread(mean=None, std=None, min=None, median=None, max=None, pairs=0)
     return PairSpread(
         mean=float(finite.mean()),
         std=float(finite.std(ddof=1)) if finite.size > 1 else None,
         min=float(finite.min()),
+        median=float(np.median(finite)),
         max=float(finite.max()),
         pairs=int(finite.size),
     )
@@ -350,13 +480,12 @@ def read_anchor(path: Path, runs: Runs, normalize: bool) -> tuple[np.ndarray, np
     from stabcli.inputs.embeddings import read_embedding
 
     emb = read_embedding(path)
-    position = {k: i for i, k in enumerate(emb.keys)}
-    where = np.fromiter((i for i, k in enumerate(runs.keys) if k in position), dtype=np.int64)
-    if len(where) < 2:
-        raise InputError(f"{path}: shares {len(where)} key(s) with the runs; EIS needs at least 2")
-    rows = np.fromiter((position[runs.keys[i]] for i in where), dtype=np.int64, count=len(where))
-    vectors = np.asarray(emb.vectors[rows])
-    _check_finite(Embedding([runs.keys[i] for i in where], vectors, Path(path)), vectors, [runs.keys[i] for i in where])
+    match = match_keys([runs.keys, emb.keys])
+    common = match.keys
+    if len(common) < 2:
+        raise InputError(f"{path}: shares {len(common)} key(s) with the runs; EIS needs at least 2")
+    where = np.arange(len(common)) if match.rows[0] is None else match.rows[0]
+    vectors = matched_vectors(emb, match.rows[1], common, dtype=None)
     if vectors.shape[1] == 0:
         raise InputError(f"{path}: vectors have 0 dimensions")
     return (m.unit_rows(vectors) if normalize else vectors), where
@@ -465,10 +594,9 @@ def _epoch_noise(runs: Runs, epoch: int, normalize: bool) -> m.NoiseShare | None
                 f"{path}: checkpoint of shape {snapshot.shape} and type {snapshot.dtype} does not "
                 f"match the run's float vectors of dimension {runs.dim}"
             )
-        array = snapshot if rows is None else np.asarray(snapshot[rows], dtype=np.float32)
-        if array.shape[0] != len(runs.keys):
-            raise InputError(f"{path}: {array.shape[0]} rows, but the run has {len(runs.keys)} keys")
-        _check_finite(Embedding(runs.keys, array, path), array, runs.keys)
+        if (snapshot.shape[0] if rows is None else len(rows)) != len(runs.keys):
+            raise InputError(f"{path}: {snapshot.shape[0]} rows, but the run has {len(runs.keys)} keys")
+        array = matched_vectors(Embedding(runs.keys, snapshot, path), rows, runs.keys)
         arrays.append(array)
     return m.noise_share(_normalized(arrays) if normalize else arrays)
 
@@ -476,6 +604,28 @@ def _epoch_noise(runs: Runs, epoch: int, normalize: bool) -> m.NoiseShare | None
 def _featurized(runs: Runs) -> dict[str, Any] | None:
     block = runs.runset.manifest.get("featurize") if runs.runset else None
     return block if isinstance(block, dict) else None
+
+
+def _check_frequencies(
+    runs: Runs,
+    options: AuditOptions,
+    frequencies: Mapping[str, int] | None,
+    on_warning: Callable[[str], None] | None,
+) -> None:
+    """``--min-frequency`` needs frequencies; a ``--frequencies`` file that misses keys is noted."""
+    if frequencies is None:
+        if options.min_frequency is not None and (runs.runset is None or runs.runset.key_counts() is None):
+            raise OptionError(
+                "min_frequency", "needs key frequencies: a run set made by stabcli pretrain, or --frequencies FILE"
+            )
+        return
+    missing = sum(1 for k in runs.keys if k not in frequencies)
+    if missing == len(runs.keys):
+        raise InputError(f"--frequencies: none of the {len(runs.keys):,} compared keys has a count in the file")
+    if missing and on_warning:
+        on_warning(
+            f"--frequencies: {missing:,} of the {len(runs.keys):,} compared keys have no count; they are in no band"
+        )
 
 
 def build_report(
@@ -487,6 +637,7 @@ def build_report(
     key_names: Mapping[str, str] | None = None,
     per_key: bool = False,
     on_warning: Callable[[str], None] | None = None,
+    frequencies: Mapping[str, int] | None = None,
 ) -> AuditReport:
     """The whole audit report; ``downstream`` (label options) adds the downstream section,
     ``checks`` (expressions) its check results, ``per_key`` the per-key displacement."""
@@ -494,6 +645,7 @@ def build_report(
     for expression in checks:
         parse_check(expression)  # a malformed expression fails before any work
     _check_sizes(options, runs)
+    _check_frequencies(runs, options, frequencies, on_warning)
     plan = None
     if downstream:  # options against the runs, labels, split, memory: all before the Gram pass
         from stabcli.measure.downstream import plan_downstream
@@ -507,7 +659,7 @@ def build_report(
 
         raw = downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step, plan)
         labelled = DownstreamSection.from_dict(raw)
-    representation, stats = representation_report(runs, frame, options, step, key_names, per_key)
+    representation, stats = representation_report(runs, frame, options, step, key_names, per_key, frequencies)
     step("EIS, weighted eigenspace overlap, debiased CKA")
     representation = replace(representation, **spectral_fields(runs, frame, options, given_anchor))
     report = AuditReport(

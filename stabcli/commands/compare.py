@@ -103,7 +103,7 @@ def load_sides(
 ) -> list[tuple[Side, dict[str, Any]]]:
     """Every side (``load_side``), the saved reports read and the run sets opened before any
     run set is audited: a bad side fails before minutes of work on the other."""
-    from stabcli.runset.store import is_runset
+    from stabcli.runset.layout import is_runset
 
     for path in map(Path, paths):
         if path.is_dir() and not is_runset(path):

@@ -21,12 +21,13 @@ import numpy as np
 
 from stabcli import __version__
 from stabcli.errors import InputError, OptionError
-from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs, require_finite
+from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
 from stabcli.measure import drift_stats as dm
 from stabcli.measure import metrics as m
+from stabcli.measure.align import match_keys, matched_vectors, procrustes_rotation, rows_of
 from stabcli.reports import schema
 from stabcli.reports.schema import Check, doc, to_json
-from stabcli.runset.store import RunSet, is_runset
+from stabcli.runset import RunSet, is_runset
 
 if TYPE_CHECKING:
     from stabcli.measure.downstream import DownstreamOptions
@@ -87,11 +88,7 @@ class DriftInputs:
 def _load_side(path: Path, reference: int, read: ReadOptions) -> tuple[Embedding, RunSet | None, int | None]:
     """An embedding file, or the ``reference`` run of a run set."""
     if path.is_dir():
-        if not is_runset(path):
-            raise InputError(f"{path}: a directory but not a run set (no stabcli.json)")
-        runset = RunSet.open(path)
-        if not runset.runs:
-            raise InputError(f"{path}: the run set has no finished run")
+        runset = RunSet.open_finished(path)
         if reference >= len(runset.runs):
             raise OptionError(
                 "reference", f"{reference}: {path} has {len(runset.runs)} finished run(s) (0 to {len(runset.runs) - 1})"
@@ -123,13 +120,13 @@ def load_inputs(
         raise InputError(f"{a_emb.source}: dimension {a_emb.dim}, but {b_emb.source} has {b_emb.dim}")
     b_emb, a_emb = match_inputs([b_emb, a_emb], read.keys_file)
     b_keyless = b_emb.keyless
-    keys, b_rows, a_rows, added, removed = _match(b_emb.keys, a_emb.keys)
+    match = match_keys([b_emb.keys, a_emb.keys])
+    keys, removed, added = match.keys, match.only_in(0), match.only_in(1)
     if not keys:
         raise InputError(f"{a_emb.source}: no keys in common with {b_emb.source}")
     if len(keys) < 2:
         raise InputError(f"{a_emb.source}: only 1 key in common with {b_emb.source}; drift needs at least 2")
-    b = _rows(b_emb, b_rows, keys)
-    a = _rows(a_emb, a_rows, keys)
+    b, a = (matched_vectors(emb, rows, keys) for emb, rows in zip((b_emb, a_emb), match.rows, strict=True))
     inputs = DriftInputs(str(before), str(after), keys, b, a, added, removed, b_keyless)
     frequency_set = b_set
     if noise is not None:
@@ -143,7 +140,7 @@ def load_inputs(
         for emb in runs:
             if emb.dim != b_emb.dim:
                 raise InputError(f"{emb.source}: dimension {emb.dim}, but {b_emb.source} has {b_emb.dim}")
-            arrays.append(_rows(emb, _cover(emb, keys, noise), keys))
+            arrays.append(matched_vectors(emb, _cover(emb, keys, noise), keys))
         member = member_by_path or any(np.array_equal(arr, b) for arr in arrays)
         minimum = 3 if member else 4
         if len(arrays) < minimum:
@@ -183,48 +180,19 @@ def _noise_runset(noise: Path) -> RunSet:
     return RunSet.open(noise)
 
 
-def _match(
-    b_keys: list[str], a_keys: list[str]
-) -> tuple[list[str], np.ndarray | None, np.ndarray | None, list[str], list[str]]:
-    if b_keys == a_keys:
-        return b_keys, None, None, [], []
-    a_pos = {k: i for i, k in enumerate(a_keys)}
-    keys = [k for k in b_keys if k in a_pos]
-    b_set = set(b_keys)
-    b_pos = {k: i for i, k in enumerate(b_keys)}
-    b_rows = np.fromiter((b_pos[k] for k in keys), dtype=np.int64, count=len(keys))
-    a_rows = np.fromiter((a_pos[k] for k in keys), dtype=np.int64, count=len(keys))
-    added = [k for k in a_keys if k not in b_set]
-    removed = [k for k in b_keys if k not in a_pos]
-    return keys, b_rows, a_rows, added, removed
-
-
 def _cover(emb: Embedding, keys: list[str], noise: Path) -> np.ndarray | None:
     """Row indices of ``keys`` in a noise run; InputError when some are missing."""
-    if emb.keys == keys:
-        return None
-    pos = {k: i for i, k in enumerate(emb.keys)}
-    missing = [k for k in keys if k not in pos]
+    rows, missing = rows_of(keys, emb.keys)
     if missing:
         raise InputError(
             f"{noise}: {len(missing):,} of the {len(keys):,} compared keys are not in its run "
             f"{emb.source.parent.name} (e.g. {missing[0]!r}); the noise run set must be trained on "
             "BEFORE's data"
         )
-    return np.fromiter((pos[k] for k in keys), dtype=np.int64, count=len(keys))
+    return rows
 
 
-def _rows(emb: Embedding, rows: np.ndarray | None, keys: list[str]) -> np.ndarray:
-    arr = emb.vectors if rows is None else np.asarray(emb.vectors[rows], dtype=np.float32)
-    if arr.dtype.kind != "f":
-        arr = np.asarray(arr, dtype=np.float64)
-    step = 1 << 16
-    for start in range(0, arr.shape[0], step):
-        require_finite(emb.source, keys, arr[start : start + step], start)
-    return arr
-
-
-def read_key_names(path: str | Path, known: set[str], encoding: str = "utf-8") -> dict[str, str]:
+def read_key_names(path: str | Path, known: set[str], encoding: str | None = None) -> dict[str, str]:
     """Display names (``keytable.read_key_names``, the reader audit uses: ``key,name`` or
     ``key<TAB>name``, MovieLens ``u.item`` / ``movies.dat`` / ``movies.csv``); InputError when
     none of its keys is a compared key."""
@@ -429,7 +397,7 @@ def compute_drift(
         train, test = split(targets, downstream.test_size, downstream.split_seed)
 
     step("alignment")
-    rotation = dm.alignment_rotation(inputs.b, inputs.a) if options.align else None
+    rotation = procrustes_rotation(inputs.a, inputs.b) if options.align else None
     change = dm.key_change(inputs.b, inputs.a, rotation)
     residual = None
     if rotation is not None:

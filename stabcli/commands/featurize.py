@@ -12,7 +12,6 @@ import hashlib
 import io
 import json
 import math
-import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,9 +23,9 @@ import numpy as np
 
 from stabcli import __version__
 from stabcli.errors import InputError, OptionError, UsageError
-from stabcli.fs.outputs import OutputPlan, runset_owned, with_companions
+from stabcli.fs.atomic import file_sha256
+from stabcli.fs.outputs import OutputPlan, with_companions
 from stabcli.fs.resources import require_memory
-from stabcli.inputs.corpus import file_sha256
 from stabcli.inputs.embeddings import (
     WRITE_FORMATS,
     Embedding,
@@ -40,6 +39,7 @@ from stabcli.inputs.embeddings import (
     require_finite,
     write_embedding,
 )
+from stabcli.measure.align import alignment_residuals, match_keys, procrustes_rotation
 from stabcli.measure.fourier import (
     check_output_dim,
     check_seed,
@@ -47,11 +47,10 @@ from stabcli.measure.fourier import (
     choose_dimension,
     draw_directions,
     fourier_features,
-    procrustes_rotation,
     rahimi_recht_dimension,
 )
 from stabcli.measure.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
-from stabcli.runset.store import KEY_COUNTS, KEYS, MANIFEST, RunSet, is_runset
+from stabcli.runset import VECTORS, RunSet, RunSetWriter, owned, run_name, write_run
 
 DEFAULT_DIM = 128
 SIDECAR_SUFFIX = ".featurize.json"
@@ -150,35 +149,20 @@ def _sha256_array(a: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(a, dtype="<f8").tobytes()).hexdigest()
 
 
-def is_keyless(emb: Embedding) -> bool:
-    """Whether ``emb``'s keys are only row numbers (an ``.npy`` read without a keys file)."""
-    return emb.keyless
-
-
 def _alignment(emb: Embedding, reference: Embedding) -> tuple[np.ndarray, float, float]:
-    """Rotation of ``emb`` onto ``reference`` over shared keys (by position when both are
-    keyless), with relative residuals before/after."""
+    """Rotation of ``emb`` onto ``reference`` over shared keys, with relative residuals
+    before/after. Keyless inputs were matched by position already (``match_inputs``: their
+    keys are the same row numbers)."""
     if reference.dim != emb.dim:
         raise InputError(f"{reference.source}: dimension {reference.dim}, but {emb.source} has {emb.dim}")
-    if is_keyless(emb) != is_keyless(reference):
-        keyless, keyed = (emb, reference) if is_keyless(emb) else (reference, emb)
-        raise UsageError(
-            f"{keyless.source} has no keys file ({keys_path_for(keyless.source).name}) but {keyed.source} "
-            f"has keys: rows cannot be matched; give both keys or neither"
-        )
-    if is_keyless(emb):
-        if len(emb.keys) != len(reference.keys):
-            raise InputError(
-                f"{reference.source}: {len(reference.keys)} rows, but {emb.source} has {len(emb.keys)}; "
-                f"keyless arrays are aligned row by row and need the same number of rows"
-            )
-        return procrustes_rotation(emb.vectors, reference.vectors)
-    position = {k: i for i, k in enumerate(reference.keys)}
-    mine = [i for i, k in enumerate(emb.keys) if k in position]
-    if not mine:
+    match = match_keys([emb.keys, reference.keys])
+    if not match.keys:
         raise InputError(f"{reference.source}: no keys in common with {emb.source}")
-    theirs = [position[emb.keys[i]] for i in mine]
-    return procrustes_rotation(emb.vectors[mine], reference.vectors[theirs])
+    mine, theirs = match.rows
+    X = emb.vectors if mine is None else emb.vectors[mine]
+    R = reference.vectors if theirs is None else reference.vectors[theirs]
+    rotation = procrustes_rotation(X, R)
+    return (rotation, *alignment_residuals(X, R, rotation))
 
 
 # Output bytes per chunk by default: the chunk's buffers stay in a core's L2 cache. On the
@@ -370,14 +354,7 @@ def _output_format(output: Path, fmt: str | None, runset: bool) -> str:
 
 
 def _open_runset(path: Path) -> RunSet | None:
-    if not path.is_dir():
-        return None
-    if not is_runset(path):
-        raise InputError(f"{path}: a directory but not a run set (no {MANIFEST})")
-    runset = RunSet.open(path)
-    if not runset.runs:
-        raise InputError(f"{path}: run set has no complete runs")
-    return runset
+    return RunSet.open_finished(path) if path.is_dir() else None
 
 
 def _load_reference(options: FeaturizeOptions, read: ReadOptions) -> tuple[Embedding | None, Path | None]:
@@ -395,7 +372,7 @@ def _load_reference(options: FeaturizeOptions, read: ReadOptions) -> tuple[Embed
             f"(positions 0 to {len(runset.runs) - 1})",
         )
     index = runset.runs[options.reference]
-    return runset.load(index), runset.run_dir(index) / "vectors.npy"
+    return runset.load(index), runset.run_dir(index) / VECTORS
 
 
 def featurize(
@@ -427,7 +404,7 @@ def featurize(
         force=force,
     )
     if runset is not None:
-        plan.add(output, "--out", kind="dir", owned=runset_owned)
+        plan.add(output, "--out", kind="dir", owned=owned)
     else:
         plan.add(output, "--out")
         if (options.fmt or format_for(output)) == "npy":
@@ -522,24 +499,27 @@ def _featurize_runset(
     sidecar: dict,
     on_run: Callable[[str], None] | None,
 ) -> None:
-    """Write the featurized run set into ``building`` (the output's temporary directory)."""
-    for name in (KEYS, KEY_COUNTS):
-        if (runset.root / name).is_file():
-            shutil.copyfile(runset.root / name, building / name)
-    for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments, strict=True):
-        src, dst = runset.run_dir(index), building / runset.run_dir(index).name
-        dst.mkdir()
-        for name in (KEYS, "losses.json", "log.txt"):
-            if (src / name).is_file():
-                shutil.copyfile(src / name, dst / name)
-        with open(dst / "vectors.npy", "wb") as file:
-            _write_npy(emb, file, rotation, directions, options)
-        if on_run:
-            on_run(dst.name)
-    manifest = dict(runset.manifest)
-    manifest["featurize"] = sidecar
-    manifest["source_run_set"] = str(runset.root.resolve())
-    (building / MANIFEST).write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    """Write the featurized run set into ``building`` (the output's temporary directory)
+    through the run-set writer: the source's manifest with the sidecar, its shared keys and
+    key counts, and per run the features, keys, losses and log."""
+    with RunSetWriter(building) as writer:
+        writer.create({**runset.manifest, "featurize": sidecar, "source_run_set": str(runset.root.resolve())})
+        shared = runset.shared_keys()
+        if shared is not None:
+            counts = runset.key_counts()
+            writer.write_keys(shared, None if counts is None else [counts[k] for k in shared])
+        elif (counts := runset.key_counts()) is not None:  # a --script run set: its corpus's counts
+            writer.write_corpus_counts(counts)
+        for index, emb, (rotation, _, _) in zip(runset.runs, embeddings, alignments, strict=True):
+            partial = writer.new_partial(index)
+
+            def stream(file: BinaryIO, emb: Embedding = emb, rotation: np.ndarray | None = rotation) -> None:
+                _write_npy(emb, file, rotation, directions, options)
+
+            write_run(partial, stream, emb.keys, shared_keys=shared, losses=runset.losses(index), log=runset.log(index))
+            writer.publish(index, partial)
+            if on_run:
+                on_run(run_name(index))
 
 
 def _save_transform(

@@ -34,10 +34,9 @@ Example
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import json
 import os
-import re
 import shutil
 import stat
 from collections.abc import Callable, Iterable
@@ -45,35 +44,19 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from stabcli.errors import UsageError
+from stabcli.errors import UsageError, WriteError
+from stabcli.fs.atomic import cannot_write, is_temp_name, remove_stale_temporaries, rename_noreplace, temp_path
+from stabcli.inputs.embeddings import keys_path_for
+from stabcli.runset.layout import enclosing_runset
 
 Owned = Callable[[PurePosixPath, bool], bool]
-"""``owned(relative_path, is_dir)``: whether stabcli writes this entry of a directory output."""
-
-_RUN = r"run-\d{3,}"
-_TMP = re.compile(r"^\..+\.(tmp|partial|old)-\d+(\..*)?$")
-
-
-def runset_owned(rel: PurePosixPath, is_dir: bool) -> bool:
-    """The entries of a run set that stabcli writes (``runset.py``'s layout)."""
-    parts = rel.parts
-    if _TMP.match(parts[-1]):
-        return True
-    top = parts[0]
-    if len(parts) == 1:
-        if is_dir:
-            return bool(re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", top))
-        return top in ("stabcli.json", "keys.txt", "key_counts.txt", "stabcli.lock", ".corpus.txt")
-    if not re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", top):
-        return False
-    if len(parts) == 2:
-        return (parts[1] == "epochs") if is_dir else parts[1] in ("vectors.npy", "keys.txt", "losses.json", "log.txt")
-    return len(parts) == 3 and parts[1] == "epochs" and not is_dir and bool(re.fullmatch(r"\d+\.npy", parts[2]))
+"""``owned(relative_path, is_dir)``: whether stabcli writes this entry of a directory output
+(``stabcli.runset.owned`` for a run set, :func:`plots_owned` for ``--plots``)."""
 
 
 def plots_owned(rel: PurePosixPath, is_dir: bool) -> bool:
     """The PNG figures ``audit --plots`` writes."""
-    return len(rel.parts) == 1 and not is_dir and (rel.name.endswith(".png") or bool(_TMP.match(rel.name)))
+    return len(rel.parts) == 1 and not is_dir and (rel.name.endswith(".png") or is_temp_name(rel.name))
 
 
 def foreign_entry(root: Path, owned: Owned) -> Path | None:
@@ -94,26 +77,12 @@ def with_companions(path: str | Path) -> list[Path]:
     declare them all as inputs. A directory input covers everything inside it already."""
     path = Path(path)
     if path.suffix.lower() == ".npy":
-        return [path, path.with_name(path.stem + ".keys.txt")]
+        return [path, keys_path_for(path)]
     return [path]
 
 
 def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
-
-
-def enclosing_runset(path: str | Path) -> Path | None:
-    """The run set holding ``path`` (a run's vectors, checkpoint, keys or losses), resolved,
-    or None: the directory above a ``run-NNN/`` (or partial, failed) folder that holds a
-    manifest ``stabcli.json``. Reading one run's file makes its whole run set an input."""
-    real = _real(Path(path))
-    for folder in real.parents:
-        if (
-            re.fullmatch(rf"{_RUN}|\.{_RUN}\.partial|{_RUN}\.failed", folder.name)
-            and (folder.parent / "stabcli.json").is_file()
-        ):
-            return folder.parent
-    return None
 
 
 def _shown(path: Path) -> str:
@@ -161,6 +130,17 @@ def _special(path: Path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+def _remove_entry(path: Path) -> None:
+    """Remove a file, symlink or directory tree (never following a symlink); quietly."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def _inside(path: Path, directory: Path) -> bool:
     return path != directory and path.is_relative_to(directory)
 
@@ -173,6 +153,8 @@ class _Output:
     owned: Owned | None = None
     exists_ok: bool = False
     staged: Path | None = None  # the temporary name once something was written
+    replaces: bool = False  # existed at check time (with force): replaced at commit
+    aside: Path | None = None  # the replaced output, kept until every output is in place
     nested: bool = False  # staged inside a private temporary directory (``staging(nested=True)``)
     text: list[str] = field(default_factory=list)  # what an "append" output receives on commit
 
@@ -181,8 +163,10 @@ class _Output:
         return f"{self.label} {self.path}" if self.label else str(self.path)
 
     def temporary(self) -> Path:
-        suffix = "partial" if self.kind == "dir" else "tmp"
-        return self.path.with_name(f".{self.path.name}.{suffix}-{os.getpid()}")
+        return temp_path(self.path, kind="partial" if self.kind == "dir" else "tmp")
+
+    def old(self) -> Path:
+        return temp_path(self.path, kind="old")
 
 
 def _append(path: Path, data: bytes) -> None:
@@ -267,7 +251,11 @@ class OutputPlan:
     # -- checking ------------------------------------------------------------------------
     def check(self) -> None:
         """Refuse (UsageError naming the paths) any output that collides with an input or
-        another output, exists without ``force``, or cannot be created. Writes nothing."""
+        another output, exists without ``force``, or cannot be created. Writes nothing but
+        removes the stale temporaries of these outputs that a killed stabcli left."""
+        for output in self._outputs:
+            if not output.exists_ok:
+                remove_stale_temporaries(output.path)
         inputs = [(given, _real(given)) for given in self._inputs]
         runsets = [(given, runset) for given in self._inputs if (runset := enclosing_runset(given)) is not None]
         seen: list[tuple[_Output, Path]] = []
@@ -291,6 +279,12 @@ class OutputPlan:
                 if source.is_dir() and (twin := _hard_link_to(real, source)) is not None:
                     raise UsageError(
                         f"{output.name}: is the input {_shown(twin)} (a hard link to it); write the output elsewhere"
+                    )
+            for given, runset in runsets:  # ... and so is a hard link into the run set of an input file
+                if (twin := _hard_link_to(real, runset)) is not None:
+                    raise UsageError(
+                        f"{output.name}: is {_shown(twin)} (a hard link to it) in the run set of the input {given}; "
+                        "write the output elsewhere"
                     )
             for other, other_real in seen:
                 if real == other_real:
@@ -330,6 +324,7 @@ class OutputPlan:
             raise UsageError(f"{output.name}: exists and is not a directory")
         if not self.force:
             raise UsageError(f"{output.name}: already exists; pass --force to replace it")
+        output.replaces = True
         if output.kind == "dir":
             if path.is_symlink():
                 raise UsageError(f"{output.name}: is a symlink; stabcli replaces only directories it wrote")
@@ -388,8 +383,14 @@ class OutputPlan:
         self.write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
 
     def commit(self) -> None:
-        """Rename every staged output into place (replacing what ``force`` allows), then
-        append to the ``append`` outputs. On failure, roll back and raise UsageError."""
+        """Publish every staged output, then append to the ``append`` outputs, all or nothing.
+
+        The order: each output that ``force`` replaces is renamed aside (``.NAME.old-PID``);
+        each staged output is renamed into place without replacing (an output that appeared
+        since :meth:`check`, written by another command, is refused here); the appends run
+        last; only then are the replaced outputs removed. A failure at any step (a full disk
+        while appending to ``GITHUB_STEP_SUMMARY`` included) removes what this plan published
+        and puts every replaced output back, then raises WriteError naming the output."""
         try:
             for output in self._outputs:
                 if output.staged is not None:
@@ -399,46 +400,59 @@ class OutputPlan:
                 if output.kind == "append" and output.text:
                     self._current = output
                     _append(output.path, "".join(output.text).encode("utf-8"))
+        except FileExistsError:
+            assert self._current is not None
+            error = WriteError(
+                f"{self._current.name}: was created by another command while this one ran; refusing to "
+                "replace it (nothing was written)"
+            )
+            self.rollback()
+            raise error from None
         except OSError as exc:
             error = self.write_error(exc)
             self.rollback()
             raise error from None
+        for output in self._outputs:  # everything is in place: drop the replaced outputs
+            if output.aside is not None:
+                _remove_entry(output.aside)
+                output.aside = None
+        self._committed.clear()
 
     def _publish(self, output: _Output) -> None:
         assert output.staged is not None
         existed = os.path.lexists(output.path)
-        if output.kind == "dir" and existed:
-            aside = output.path.with_name(f".{output.path.name}.old-{os.getpid()}")
-            os.rename(output.path, aside)
-            os.rename(output.staged, output.path)
-            shutil.rmtree(aside)
-        else:
+        if output.exists_ok:  # the caller owns this output's existence (pretrain resuming)
             os.replace(output.staged, output.path)
-            if output.nested:
-                shutil.rmtree(output.staged.parent)
+        else:
+            if output.replaces and existed:
+                os.rename(output.path, output.old())
+                output.aside, existed = output.old(), False
+            rename_noreplace(output.staged, output.path)
+        if output.nested:
+            shutil.rmtree(output.staged.parent)
         output.staged = None
         self._committed.append((output, existed))
 
     def rollback(self) -> None:
-        """Remove every temporary name and every output this plan already created."""
+        """Remove every temporary name and every output this plan already created, and put
+        back every output it was replacing."""
         for output in self._outputs:
             staged = output.staged.parent if output.staged is not None and output.nested else output.staged
             if staged is not None and os.path.lexists(staged):
-                if staged.is_dir() and not staged.is_symlink():
-                    shutil.rmtree(staged, ignore_errors=True)
-                else:
-                    staged.unlink(missing_ok=True)
+                _remove_entry(staged)
             output.staged = None
             output.text.clear()
         for output, existed in self._committed:
             if not existed:
-                if output.kind == "dir":
-                    shutil.rmtree(output.path, ignore_errors=True)
-                else:
-                    output.path.unlink(missing_ok=True)
+                _remove_entry(output.path)
         self._committed.clear()
+        for output in self._outputs:
+            if output.aside is not None:
+                with contextlib.suppress(OSError):  # another command's output took the name: it stays
+                    rename_noreplace(output.aside, output.path)
+                output.aside = None
 
-    def write_error(self, exc: OSError) -> UsageError:
+    def write_error(self, exc: OSError) -> WriteError:
         """One line naming the real output (never a temporary name) for a failed write."""
         output, name = self._current, None
         filename = Path(exc.filename) if exc.filename else None
@@ -449,8 +463,7 @@ class OutputPlan:
                 if candidate.kind == "dir" and filename != tmp:  # a file inside a directory output
                     name = candidate.path / filename.relative_to(tmp)
         name = name or (output.path if output is not None else filename)
-        reason = exc.strerror or os.strerror(exc.errno or errno.EIO)
-        return UsageError(f"{name}: cannot write ({reason})")
+        return cannot_write(name if name is not None else "output", exc)
 
     def __enter__(self) -> OutputPlan:
         self.check()

@@ -23,7 +23,6 @@ an undecodable byte is an error naming the file and line, never silently replace
 from __future__ import annotations
 
 import csv
-import hashlib
 import math
 import re
 from array import array
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from stabcli.errors import InputError, OptionError
+from stabcli.inputs.compressed import inner_name
 from stabcli.inputs.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
 FORMATS = ("auto", "lines", "tagged", "movielens", "interactions")
@@ -285,6 +285,7 @@ class Corpus:
         how = self.format
         if self.table is not None:
             cols = ", ".join(f"{role} {col}" for role, col in self.columns.items())
+            cols += "" if "time" in self.columns else ", no time column (file order)"
             header = "header" if self.table.header is not None else "no header"
             how += f" ({DELIMITER_NAMES[self.table.delimiter]}, {header}; {cols})"
         skipped = f", {self.skipped_lines:,} rows below --min-rating skipped" if self.skipped_lines else ""
@@ -293,19 +294,10 @@ class Corpus:
         )
 
 
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def detect_format(path: Path, model: str, options: CorpusOptions) -> str:
     """Resolve ``auto``: MovieLens file names → movielens; doc2vec → tagged; a delimited
     table (see :func:`sniff_table`) → interactions; otherwise lines."""
-    if path.name in MOVIELENS_NAMES:
+    if inner_name(path).name in MOVIELENS_NAMES:
         return "movielens"
     if model == "doc2vec":
         return "tagged"
@@ -457,7 +449,10 @@ def sniff_table(path: Path, encoding: str) -> TableLayout | None:
             rows = [_split(line, delimiter) for line in sample]
         except _BadQuoting:
             continue
-        rows = [r[:-1] if len(r) > 2 and r[-1] == "" else r for r in rows]  # a trailing delimiter
+        if len({len(r) for r in rows}) != 1:  # a trailing delimiter on some lines, or on all
+            rows = [r[:-1] if len(r) > 2 and r[-1] == "" else r for r in rows]
+        elif len(rows[0]) > 2 and all(r[-1] == "" for r in rows):
+            rows = [r[:-1] for r in rows]
         widths = {len(r) for r in rows}
         if len(widths) != 1 or widths == {1}:
             continue
@@ -503,14 +498,15 @@ def _movielens_layout(rows: list[list[str]]) -> bool:
 
 
 def _layout_for(path: Path, options: CorpusOptions, fmt: str) -> TableLayout:
-    if fmt == "movielens" and path.name in MOVIELENS_NAMES:
-        if path.name == "ratings.csv":
+    name = inner_name(path).name
+    if fmt == "movielens" and name in MOVIELENS_NAMES:
+        if name == "ratings.csv":
             layout = sniff_table(path, options.encoding)
             if layout is None or layout.header is None or layout.header[:4] != MOVIELENS_HEADER:
                 first = next((line for _, line in text_lines(path, options.encoding) if line.strip()), "")
                 raise InputError(f"{path}:1: expected header {','.join(MOVIELENS_HEADER)}, found {first}")
             return layout
-        delimiter = "::" if path.name == "ratings.dat" else "\t"
+        delimiter = "::" if name == "ratings.dat" else "\t"
         return TableLayout(delimiter, None, 4)
     layout = sniff_table(path, options.encoding)
     if layout is None:
@@ -636,7 +632,7 @@ def _read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Corpus:
     in the order of their first interaction."""
     codec, _ = sniff_encoding(path, options.encoding)
     layout = _layout_for(path, options, fmt)
-    if fmt == "movielens" and layout.n_columns != 4 and not options.columns_given:
+    if fmt == "movielens" and layout.n_columns != 4 and layout.header is None and not options.columns_given:
         raise InputError(f"{path}:1: expected 4 fields (user item rating timestamp), found {layout.n_columns}")
     first_rows = []
     for _, fields in _table_rows(path, options.encoding, layout):

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from stabcli.errors import InputError, UsageError
+from stabcli.inputs.labels import encoding_for
+from stabcli.inputs.textfile import check_encoding, sniff_encoding, text_lines
 
 if TYPE_CHECKING:  # pandas is imported where a table is read or built: a suffix check needs none of its 60 MB
     import pandas as pd
@@ -26,9 +28,12 @@ PER_KEY_COLUMNS = [
 ]
 
 
-def read_key_names(path: Path, encoding: str = "utf-8") -> dict[str, str]:
+def read_key_names(path: Path, encoding: str | None = None) -> dict[str, str]:
     """Key → display name from a MovieLens item file (``id|title|…``, as ``u.item``) or a
     table whose first two columns are key and name (CSV, TSV; a header row is harmless).
+    gzip, bzip2 and xz files are read as streams. ``encoding`` None follows the rule of
+    label files (``labels.encoding_for``: latin-1 for MovieLens ``u.item`` and ``movies.dat``,
+    else UTF-8); a byte-order mark decides.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "u.item"
@@ -36,16 +41,11 @@ def read_key_names(path: Path, encoding: str = "utf-8") -> dict[str, str]:
     >>> read_key_names(p)
     {'1': 'Toy Story (1995)', '2': 'GoldenEye (1995)'}
     """
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        text = raw.decode(encoding)
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not valid {encoding} text (MovieLens item files need --encoding latin-1)") from None
-    except LookupError:
-        raise UsageError(f"--encoding {encoding}: unknown text encoding") from None
+    if encoding is not None:
+        check_encoding("encoding", encoding)
+    sniff_encoding(path, encoding or "utf-8", "key-name file")  # a directory, FIFO, device or archive
+    encoding = encoding_for(path, encoding)
+    text = "\n".join(line for _, line in text_lines(path, encoding))
     import pandas as pd
 
     text = text.lstrip("\ufeff")
@@ -69,6 +69,49 @@ def read_key_names(path: Path, encoding: str = "utf-8") -> dict[str, str]:
             f"({str(exc).splitlines()[0]})"
         ) from None
     return dict(zip(table[0].str.strip(), table[1].str.strip(), strict=True))
+
+
+def read_frequencies(path: Path, encoding: str = "utf-8") -> dict[str, int]:
+    """Key → frequency (``--frequencies``): one key and a non-negative integer count per line,
+    separated by a tab, a comma or spaces (the count last); a first line whose count is not a
+    number is a header. Raises ``InputError`` naming the file and line otherwise.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "counts.tsv"
+    >>> _ = p.write_text("key\tcount\nthe\t1061\nnew york\t3\n")
+    >>> read_frequencies(p)
+    {'the': 1061, 'new york': 3}
+    """
+    try:
+        text = path.read_bytes().decode(encoding).lstrip("\ufeff")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not valid {encoding} text") from None
+    except LookupError:
+        raise UsageError(f"--encoding {encoding}: unknown text encoding") from None
+    counts: dict[str, int] = {}
+    first = True
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        separator = "\t" if "\t" in line else "," if "," in line else None
+        parts = line.rsplit(separator, 1)
+        if len(parts) != 2 or not parts[0].strip():
+            raise InputError(f"{path} line {number}: expected a key and a count, found {line.strip()[:40]!r}")
+        key, value = parts[0].strip(), parts[1].strip()
+        if not value.isdigit():
+            if first:
+                first = False
+                continue  # a header row
+            raise InputError(f"{path} line {number}: count {value[:20]!r} is not a non-negative integer")
+        first = False
+        if key in counts:
+            raise InputError(f"{path} line {number}: key {key[:40]!r} appears twice")
+        counts[key] = int(value)
+    if not counts:
+        raise InputError(f"{path}: no key and count found")
+    return counts
 
 
 def _name(separator: str) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stabcli.errors import InputError
+from stabcli.inputs.compressed import inner_name
 from stabcli.inputs.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
 # u.genre of MovieLens 100K: the order of the flags in u.item
@@ -70,8 +71,7 @@ def read_labels(path: str | Path, known_keys: Collection[str], encoding: str | N
         raise InputError(f"{path}: label file not found")
     sniff_encoding(path, encoding or "utf-8", "label file")  # refuses a directory, FIFO, device or archive
     fmt = _detect(path, encoding or "utf-8")
-    if encoding is None:
-        encoding = MOVIELENS_ENCODING if fmt in ("u.item", "movies.dat") else "utf-8"
+    encoding = encoding_for(path, encoding, fmt)
     readers = {
         "delimited": lambda: _delimited(path, encoding, known_keys),
         "u.item": lambda: _u_item(path, encoding),
@@ -96,6 +96,17 @@ def read_labels(path: str | Path, known_keys: Collection[str], encoding: str | N
     return Labels(path, fmt, by_key)
 
 
+def encoding_for(path: Path, encoding: str | None, fmt: str | None = None) -> str:
+    """The one encoding rule for label and key-name files in every command: ``encoding``
+    when given, else latin-1 for MovieLens ``u.item`` and ``movies.dat`` (recognised by name,
+    also compressed, or by their first line; how GroupLens writes them), else UTF-8. A
+    byte-order mark still decides over either (``textfile.sniff_encoding``)."""
+    if encoding is not None:
+        return encoding
+    fmt = fmt or _detect(path, "utf-8")
+    return MOVIELENS_ENCODING if fmt in ("u.item", "movies.dat") else "utf-8"
+
+
 def _first_line(path: Path, encoding: str) -> str:
     for _, line in text_lines(path, encoding):
         if line.strip():
@@ -104,9 +115,9 @@ def _first_line(path: Path, encoding: str) -> str:
 
 
 def _detect(path: Path, encoding: str) -> str:
-    if path.name == "u.item":
+    if inner_name(path).name == "u.item":
         return "u.item"
-    if path.name == "movies.dat":
+    if inner_name(path).name == "movies.dat":
         return "movies.dat"
     try:
         first = _first_line(path, encoding)

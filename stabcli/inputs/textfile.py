@@ -1,5 +1,6 @@
-"""Reading text files as users have them: byte-order marks, UTF-16, CRLF, and refusing what is
-not a regular text file (directories, FIFOs, devices, compressed or binary files).
+"""Reading text files as users have them: gzip/bzip2/xz-compressed (streamed), byte-order
+marks, UTF-16, CRLF, and refusing what is not a regular text file (directories, FIFOs,
+devices, zstd or zip archives, binary files).
 
 Shared by the corpus and the label readers. Decoding is strict: an undecodable byte is an
 error naming the file, the line and the column, never silently replaced.
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from stabcli.errors import InputError, OptionError
+from stabcli.inputs.compressed import compression_of, open_stream
 
 BLOCK = 1 << 20
 
@@ -27,13 +29,6 @@ BOMS = (
     (codecs.BOM_UTF8, "utf-8"),
     (codecs.BOM_UTF16_LE, "utf-16-le"),
     (codecs.BOM_UTF16_BE, "utf-16-be"),
-)
-COMPRESSED = (
-    (b"\x1f\x8b", "gzip-compressed", "gunzip -k"),
-    (b"BZh", "bzip2-compressed", "bunzip2 -k"),
-    (b"\xfd7zXZ\x00", "xz-compressed", "unxz -k"),
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd"),
-    (b"PK\x03\x04", "a zip archive", "unzip"),
 )
 
 
@@ -72,17 +67,12 @@ def check_regular_file(path: Path, what: str = "file") -> None:
 
 
 def sniff_encoding(path: Path, encoding: str, what: str = "file") -> tuple[str, int]:
-    """(codec, bytes to skip): a byte-order mark decides the encoding and is skipped;
-    compressed files are refused naming the tool that unpacks them."""
+    """(codec, bytes to skip): a byte-order mark decides the encoding and is skipped. A
+    gzip, bzip2 or xz file is looked into (its decompressed start); zstd and zip files are
+    refused naming the tool that unpacks them."""
     check_regular_file(path, what)
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    for magic, kind, tool in COMPRESSED:
-        if head.startswith(magic):
-            raise InputError(f"{path}: is {kind}; decompress it first ({tool} {path.name})")
+    with open_stream(path, compression_of(path)) as fh:
+        head = fh.read(8)
     for bom, codec in BOMS:
         if head.startswith(bom):
             return codec, len(bom)
@@ -96,15 +86,16 @@ def _ascii_compatible(codec: str) -> bool:
 
 def text_lines(path: str | Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
     """Yield (line number, decoded line without its ``\\n`` or ``\\r\\n``), every line
-    including empty ones. A byte-order mark is skipped (and selects UTF-8/16/32); NUL
-    bytes, compressed files and undecodable bytes are errors naming the line."""
+    including empty ones. gzip, bzip2 and xz files are decompressed as they are read. A
+    byte-order mark is skipped (and selects UTF-8/16/32); NUL bytes and undecodable bytes
+    are errors naming the line."""
     path = Path(path)
     codec, skip = sniff_encoding(path, encoding)
     decoder = codecs.getincrementaldecoder(codec)(errors="strict")
     lineno = 1
     pending: list[str] = []  # the current line's text so far (no newline in it)
-    with open(path, "rb") as fh:
-        fh.seek(skip)
+    with open_stream(path, compression_of(path)) as fh:
+        fh.read(skip)
         while True:
             block = fh.read(BLOCK)
             final = not block

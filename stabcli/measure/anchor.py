@@ -27,6 +27,7 @@ from itertools import combinations, permutations
 import numpy as np
 
 from stabcli.measure import metrics as m
+from stabcli.measure.numerics import block_scale, row_chunks
 
 DEFAULT_EIS_ALPHA = 3.0  # anchor-stability's default exponent
 DEFAULT_OVERLAP_EXP = 1.0  # anchor-stability's default for the weighted overlap
@@ -81,7 +82,7 @@ def file_anchor(runs: Sequence[np.ndarray], anchor: np.ndarray, run_scale: float
     own = m.power_of_two_scale(max(m.peak(np.asarray(anchor[i : i + 65536])) for i in range(0, n, 65536)))
     gram = np.zeros((a, a))
     cross = np.zeros((len(runs), runs[0].shape[1], a))
-    for rows, stack in m._chunks(runs):
+    for rows, stack in row_chunks(runs):
         e = np.asarray(anchor[rows], dtype=np.float64)
         e = e / own if own != 1.0 else e
         gram += e.T @ e
@@ -102,12 +103,12 @@ def eis_from_blocks(
     ``‖(P_r − P_s)VR^alpha‖² = ‖A_r‖² + ‖A_s‖² − 2 tr(A_rᵀ U_rᵀU_s A_s)`` with ``A = UᵀV R^alpha``
     and ``UᵀV = S⁻¹ Wᵀ (HᵀE) W_E R⁻¹``. 0 for runs spanning the same space, at most 1.
     """
-    c = m._block_scale(g_rr, g_ss, g_rs)  # every ratio below is invariant to the runs' scale
+    c = block_scale(g_rr, g_ss, g_rs)  # every ratio below is invariant to the runs' scale
     b_r, b_s = Basis.of(g_rr / c), Basis.of(g_ss / c)
     if not len(b_r.s) or not len(b_s.s):
         return math.nan
     overlap = _cross(b_r, g_rs / c, b_s)
-    e_scale = max(m._block_scale(gram) for gram, _, _ in anchors)  # one scale for every anchor: tr R^{2 alpha} add up
+    e_scale = max(block_scale(gram) for gram, _, _ in anchors)  # one scale for every anchor: tr R^{2 alpha} add up
     numerator = denominator = 0.0
     for gram, cross_r, cross_s in anchors:
         b_e = Basis.of(gram / e_scale)
@@ -156,7 +157,7 @@ def weighted_eigenspace_overlap(
     ``eigen_overlap(weighted=True)``; weighted by run s's spectrum, so not symmetric).
     Normalized it lies in [0, 1] and is scale invariant; unnormalized it is in the input's
     units (``inf`` beyond float64's range)."""
-    c = m._block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])
+    c = block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])
     b_r, b_s = Basis.of(grams.G[r, r] / c), Basis.of(grams.G[s, s] / c)
     if not len(b_r.s) or not len(b_s.s):
         return 0.0
@@ -184,7 +185,7 @@ def centered_norm_products(runs: Sequence[np.ndarray], grams: m.Grams) -> np.nda
     key i's centred row (runs divided by ``grams.scale``, means from ``grams``), in one pass."""
     R = len(runs)
     total = np.zeros((R, R))
-    for _, stack in m._chunks(runs):
+    for _, stack in row_chunks(runs):
         if grams.scale != 1.0:
             stack = stack / grams.scale
         centred = stack - grams.means[:, None, :]
@@ -210,7 +211,7 @@ def debiased_cka(grams: m.Grams, norm_products: np.ndarray, r: int, s: int) -> f
     if n < 4:
         return math.nan
     blocks = grams.centered(r, r), grams.centered(s, s), grams.centered(r, s)
-    c = m._block_scale(*blocks)
+    c = block_scale(*blocks)
     rr, ss, rs = (b / c for b in blocks)
     kk = norm_products / c**2
     t_r, t_s = float(np.trace(rr)), float(np.trace(ss))

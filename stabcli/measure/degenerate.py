@@ -9,6 +9,8 @@ from itertools import combinations
 
 import numpy as np
 
+from stabcli.measure.align import procrustes_residual
+
 # relative Procrustes residual below which two runs are the same up to a rotation: float32
 # storage of a rotated copy leaves about 1e-7; two word2vec seeds leave 0.3 to 1.4
 SAME_UP_TO_ROTATION = 1e-4
@@ -19,18 +21,6 @@ def _sample(n: int, dim: int) -> np.ndarray:
     """Evenly spaced row indices: all rows, or enough to pin a rotation (many more than dim)."""
     size = max(SAMPLE_ROWS, 8 * dim)
     return np.arange(n) if n <= size else np.linspace(0, n - 1, size).astype(np.int64)
-
-
-def rotation_residual(a: np.ndarray, b: np.ndarray) -> float:
-    """``min_Q ‖A − B·Q‖_F / max(‖A‖_F, ‖B‖_F)`` over orthogonal Q (orthogonal Procrustes,
-    Schönemann 1966): ``‖A‖² + ‖B‖² − 2·Σσ(BᵀA)``, from d×d products in float64."""
-    a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    na, nb = float(np.sum(a64 * a64)), float(np.sum(b64 * b64))
-    scale = max(na, nb)
-    if scale == 0.0:
-        return 0.0
-    singular = np.linalg.svd(b64.T @ a64, compute_uv=False)
-    return float(np.sqrt(max(na + nb - 2.0 * float(singular.sum()), 0.0) / scale))
 
 
 def same_runs(runs: Sequence[np.ndarray], tolerance: float = SAME_UP_TO_ROTATION) -> list[tuple[int, int]]:
@@ -48,7 +38,7 @@ def same_runs(runs: Sequence[np.ndarray], tolerance: float = SAME_UP_TO_ROTATION
         (r, s)
         for r, s in combinations(range(len(runs)), 2)
         if abs(norms[r] - norms[s]) <= tolerance * max(norms[r], norms[s])
-        and rotation_residual(sampled[r], sampled[s]) < tolerance
+        and procrustes_residual(sampled[r], sampled[s]) < tolerance
     ]
 
 

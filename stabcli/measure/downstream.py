@@ -31,11 +31,11 @@ from sklearn.metrics import accuracy_score, f1_score, mean_squared_error, r2_sco
 from sklearn.model_selection import train_test_split
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 
-from stabcli.commands.featurize import draw_directions, fourier_features
 from stabcli.errors import InputError, OptionError
 from stabcli.fs.resources import available_memory, human_bytes
 from stabcli.inputs.labels import read_labels
 from stabcli.inputs.textfile import check_encoding
+from stabcli.measure.fourier import draw_directions, fourier_features
 from stabcli.measure.metrics import peak, power_of_two_scale, rescaled
 from stabcli.training.processes import cpu_count
 

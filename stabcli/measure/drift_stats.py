@@ -14,6 +14,8 @@ from itertools import combinations
 import numpy as np
 
 from stabcli.measure import metrics as m
+from stabcli.measure.align import rotation_from_cross
+from stabcli.measure.numerics import CHUNK_ELEMENTS, row_chunks
 
 
 @dataclass(frozen=True)
@@ -32,14 +34,6 @@ class KeyChange:
         return self.norm_after - self.norm_before
 
 
-def alignment_rotation(before: np.ndarray, after: np.ndarray) -> np.ndarray:
-    """Orthogonal Q minimizing ``‖after·Q − before‖_F`` (Procrustes on the rows, O(n·d²))."""
-    cross = np.zeros((after.shape[1], before.shape[1]))
-    for _, stack in m._chunks([after, before]):
-        cross += stack[0].T @ stack[1]
-    return m.procrustes_rotation(cross)
-
-
 def key_change(before: np.ndarray, after: np.ndarray, rotation: np.ndarray | None = None) -> KeyChange:
     """The measures of :class:`KeyChange` for every row, AFTER first multiplied by ``rotation``.
 
@@ -48,7 +42,7 @@ def key_change(before: np.ndarray, after: np.ndarray, rotation: np.ndarray | Non
     """
     n = before.shape[0]
     out = {name: np.empty(n) for name in ("distance", "cosine_distance", "norm_before", "norm_after", "dot")}
-    for rows, stack in m._chunks([before, after]):
+    for rows, stack in row_chunks([before, after]):
         b, a = stack[0], stack[1] if rotation is None else stack[1] @ rotation
         nb, na = m.row_norms(b), m.row_norms(a)
         dot = np.einsum("cd,cd->c", b, a)
@@ -63,7 +57,7 @@ def key_change(before: np.ndarray, after: np.ndarray, rotation: np.ndarray | Non
 def _wide_chunks(runs: Sequence[np.ndarray]) -> Iterator[tuple[slice, np.ndarray]]:
     """Row chunks of the runs side by side, float32 ``[c, R·d]`` (about 16 MB each)."""
     n, d = runs[0].shape
-    step = max(1, m.CHUNK_ELEMENTS // (len(runs) * d))
+    step = max(1, CHUNK_ELEMENTS // (len(runs) * d))
     for start in range(0, n, step):
         rows = slice(start, min(n, start + step))
         yield rows, np.concatenate([np.asarray(h[rows], dtype=np.float32) for h in runs], axis=1)
@@ -86,7 +80,7 @@ def pair_distances(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[i
     blocks = joint.reshape(R, d, R, d)
     partners = {s: [r for r in range(s)] for s in range(1, R)}
     side_by_side = {
-        s: np.concatenate([m.procrustes_rotation(blocks[s, :, r, :]) for r in rs], axis=1).astype(np.float32)
+        s: np.concatenate([rotation_from_cross(blocks[s, :, r, :]) for r in rs], axis=1).astype(np.float32)
         for s, rs in partners.items()
     }
     index = {pair: p for p, pair in enumerate(pairs)}

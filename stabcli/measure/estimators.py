@@ -18,7 +18,8 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from stabcli.errors import OptionError
-from stabcli.measure.fourier import check_output_dim, draw_directions, fourier_features, procrustes_rotation
+from stabcli.measure.align import procrustes_rotation
+from stabcli.measure.fourier import check_output_dim, draw_directions, fourier_features
 
 
 class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -110,7 +111,7 @@ class ProcrustesAligner(TransformerMixin, BaseEstimator):
             raise OptionError(
                 "reference", f"must have the shape of X {X.shape}, got {None if reference is None else reference.shape}"
             )
-        self.rotation_, _, _ = procrustes_rotation(X, reference)
+        self.rotation_ = procrustes_rotation(X, reference)
         return self
 
     def transform(self, X: Any) -> np.ndarray:

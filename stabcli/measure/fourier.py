@@ -13,7 +13,6 @@ import math
 from numbers import Integral, Real
 
 import numpy as np
-from scipy.linalg import orthogonal_procrustes
 
 from stabcli.errors import OptionError
 from stabcli.measure.metrics import inverse_norms, unit_rows
@@ -145,12 +144,3 @@ def _finite_kernel_error(X: np.ndarray, sigma: float, n_components: int, seed: i
             "sigma", f"{sigma:g} makes the features NaN (the projection h·U overflows); choose a smaller --sigma"
         )
     return error
-
-
-def procrustes_rotation(X: np.ndarray, reference: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """Orthogonal Q minimizing ``‖XQ − R‖_F`` (Schönemann 1966, ``scipy.linalg.orthogonal_procrustes``)
-    with the relative residuals ``‖X − R‖/‖R‖`` before and ``‖XQ − R‖/‖R‖`` after."""
-    x, r = np.asarray(X, dtype=np.float64), np.asarray(reference, dtype=np.float64)
-    rotation, _ = orthogonal_procrustes(x, r)
-    scale = np.linalg.norm(r) or 1.0
-    return rotation, float(np.linalg.norm(x - r) / scale), float(np.linalg.norm(x @ rotation - r) / scale)

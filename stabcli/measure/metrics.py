@@ -9,39 +9,19 @@ and eigenspace overlap only ever need those. Accumulations are float64.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
-from scipy.linalg import orthogonal_procrustes
 
-CHUNK_ELEMENTS = 1 << 22  # float64 elements per run-stacked chunk (32 MiB)
-
-
-def _chunks(
-    runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | None = None
-) -> Iterator[tuple[slice, np.ndarray]]:
-    """Yield (row slice, float64 stack [R, c, d]) over the rows, optionally rotated."""
-    n, d = runs[0].shape
-    step = max(1, CHUNK_ELEMENTS // (len(runs) * max(d, 1)))
-    for start in range(0, n, step):
-        rows = slice(start, min(n, start + step))
-        stack = np.stack([np.asarray(h[rows], dtype=np.float64) for h in runs])
-        if rotations is not None:
-            stack = stack @ np.asarray(rotations)
-        yield rows, stack
-
+from stabcli.measure.align import rotation_from_cross
+from stabcli.measure.numerics import CHUNK_ELEMENTS, block_scale, peak, row_chunks
 
 # Values whose magnitude lies in [2^-SAFE_EXPONENT, 2^SAFE_EXPONENT] are used as they are:
 # their squares, and sums of up to 2^200 squares, stay normal float64 numbers. Every
 # float32 value qualifies, so scaling only ever happens for float64 input outside that range.
 SAFE_EXPONENT = 400
-
-
-def peak(x: np.ndarray) -> float:
-    """Largest absolute value of ``x`` (0 for an empty array), without an ``abs`` copy."""
-    return float(max(x.max(), -x.min())) if x.size else 0.0
 
 
 def power_of_two_scale(largest: float) -> float:
@@ -119,7 +99,7 @@ def noise_share(runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | No
     energy_sum = np.zeros(d)
     per_key = np.empty(n)
     common = _CommonScale(runs)
-    for rows, stack in _chunks(runs, rotations):
+    for rows, stack in row_chunks(runs, rotations):
         stack, factor = common.update(stack)
         if factor != 1.0:  # the scale grew: earlier sums are in the old units
             var_sum *= factor**2
@@ -193,7 +173,7 @@ def gram_blocks(runs: Sequence[np.ndarray]) -> Grams:
     joint = np.zeros((R * d, R * d))
     peaks = np.zeros(R)
     common = _CommonScale(runs)
-    for _, stack in _chunks(runs):
+    for _, stack in row_chunks(runs):
         if common.active and d:  # float32 runs need no peaks: a zero run shows as a zero Gram diagonal
             peaks = np.maximum(peaks, np.maximum(stack.max(axis=(1, 2)), -stack.min(axis=(1, 2))))
         stack, factor = common.update(stack)
@@ -211,16 +191,9 @@ def frobenius_sq(a: np.ndarray) -> float:
     return float(np.einsum("ij,ij->", a, a))
 
 
-def _block_scale(*blocks: np.ndarray) -> float:
-    """Power of two near the largest entry of ``blocks`` (1 for all-zero blocks), so that
-    squares of the divided entries, and their sums, stay in float64's range."""
-    largest = max(peak(b) for b in blocks)
-    return math.ldexp(1.0, math.frexp(largest)[1]) if largest > 0 and math.isfinite(largest) else 1.0
-
-
 def frobenius_norm(a: np.ndarray) -> float:
     """``‖a‖_F`` without overflow or underflow in the squares (inf only beyond float64's range)."""
-    c = _block_scale(a)
+    c = block_scale(a)
     return rescaled(math.sqrt(frobenius_sq(a / c)), c)
 
 
@@ -231,7 +204,7 @@ def gram_norm(grams: Grams, r: int) -> float:
 
 def _pip_loss_scaled(grams: Grams, r: int, s: int) -> float:
     """PIP loss of the runs divided by ``grams.scale``."""
-    c = _block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])
+    c = block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])
     rr, ss, rs = grams.G[r, r] / c, grams.G[s, s] / c, grams.G[r, s] / c
     value = frobenius_sq(rr) + frobenius_sq(ss) - 2 * frobenius_sq(rs)
     return rescaled(math.sqrt(max(value, 0.0)), c)
@@ -252,10 +225,20 @@ def relative_pip_loss(grams: Grams) -> float | None:
     return pip / norm if norm > 0 else None
 
 
+def relative_pip_loss_by_pair(grams: Grams) -> np.ndarray | None:
+    """PIP loss of every run pair r<s divided by the mean ``‖H_r H_rᵀ‖_F`` over runs (their
+    mean is ``relative_pip_loss``); None when every run is zero."""
+    R = grams.G.shape[0]
+    norm = float(np.mean([frobenius_norm(grams.G[r, r]) for r in range(R)]))
+    if norm <= 0:
+        return None
+    return np.array([_pip_loss_scaled(grams, r, s) for r, s in combinations(range(R), 2)]) / norm
+
+
 def linear_cka(grams: Grams, r: int, s: int) -> float:
     """Linear CKA on column-centred matrices: ``‖XᵀY‖_F² / (‖XᵀX‖_F ‖YᵀY‖_F)`` (Kornblith et al. 2019)."""
     blocks = grams.centered(r, r), grams.centered(s, s), grams.centered(r, s)
-    c = _block_scale(*blocks)
+    c = block_scale(*blocks)
     rr, ss, rs = (b / c for b in blocks)
     denom = math.sqrt(frobenius_sq(rr)) * math.sqrt(frobenius_sq(ss))
     return float(frobenius_sq(rs) / denom) if denom > 0 else 0.0
@@ -272,7 +255,7 @@ def _left_basis(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def eigenspace_overlap(grams: Grams, r: int, s: int) -> float:
     """Eigenspace overlap ``‖UᵀŨ‖_F² / max(d, d̃)`` with U, Ũ the left singular vectors
     (May et al. 2019, anchor-stability); computed as ``Σ_r⁻¹ V_rᵀ G_rs V_s Σ_s⁻¹``."""
-    c = _block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])  # the overlap is scale invariant
+    c = block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])  # the overlap is scale invariant
     v_r, inv_r = _left_basis(grams.G[r, r] / c)
     v_s, inv_s = _left_basis(grams.G[s, s] / c)
     if not len(inv_r) or not len(inv_s):  # a zero run spans nothing
@@ -281,56 +264,24 @@ def eigenspace_overlap(grams: Grams, r: int, s: int) -> float:
     return frobenius_sq(cross) / max(len(inv_r), len(inv_s))
 
 
-def procrustes_rotation(cross: np.ndarray) -> np.ndarray:
-    """Orthogonal Q minimizing ``‖H Q − M‖_F`` given only ``cross = Hᵀ M`` (d×d).
-
-    ``scipy.linalg.orthogonal_procrustes(A, B)`` depends on A and B only through ``AᵀB``,
-    so passing (I, HᵀM) gives the same Q without the n×d matrices.
-    """
-    rotation, _ = orthogonal_procrustes(np.eye(cross.shape[0]), cross / _block_scale(cross))  # Q is scale invariant
-    return rotation
-
-
-def generalized_procrustes(grams: Grams, max_iter: int = 100, tol: float = 1e-7) -> tuple[list[np.ndarray], int]:
-    """Rotations aligning every run to their consensus (generalized orthogonal Procrustes).
-
-    Start from run 0 as the reference; then repeat: align each run to the mean of the
-    aligned runs, recompute the mean, until it stops changing. The consensus
-    ``M = (1/R) Σ_s H_s Q_s`` never materializes: ``H_rᵀ M = (1/R) Σ_s G_rs Q_s``. Since
-    ``Σ_r ‖H_r Q_r − M‖² = Σ_r tr G_rr − R‖M‖²``, each step can only grow ``‖M‖²``; stop
-    when it grows by less than ``tol`` relative. Returns (rotations, iterations used).
-    """
-    R = grams.G.shape[0]
-    rotations = [procrustes_rotation(grams.G[r, 0]) for r in range(R)]
-
-    def consensus_norm2(weights: list[np.ndarray]) -> float:
-        return (
-            sum(float(np.trace(weights[r].T @ grams.G[r, s] @ weights[s])) for r in range(R) for s in range(R)) / R**2
-        )
-
-    previous = consensus_norm2(rotations)
-    for iteration in range(1, max_iter + 1):
-        cross = [sum(grams.G[r, s] @ rotations[s] for s in range(R)) / R for r in range(R)]
-        rotations = [procrustes_rotation(c) for c in cross]
-        current = consensus_norm2(rotations)
-        if current - previous <= tol * max(current, np.finfo(float).tiny):
-            return rotations, iteration
-        previous = current
-    return rotations, max_iter
-
-
 def semantic_displacement(runs: Sequence[np.ndarray], grams: Grams) -> float:
     """Mean cosine distance ``1 − cos(h_r(i), h_s(i) Q_sr)`` over keys and run pairs r<s,
     after orthogonal Procrustes of run s onto run r (Hamilton et al. 2016, HistWords)."""
+    return float(np.mean(displacement_by_pair(runs, grams)))
+
+
+def displacement_by_pair(runs: Sequence[np.ndarray], grams: Grams) -> np.ndarray:
+    """Per run pair r<s (``itertools.combinations`` order), the mean over keys of
+    ``1 − cos(h_r(i), h_s(i) Q_sr)`` after orthogonal Procrustes of run s onto run r."""
     pairs = list(combinations(range(len(runs)), 2))
-    rotations = {(r, s): procrustes_rotation(grams.G[s, r]) for r, s in pairs}
-    total = 0.0
-    for _, stack in _chunks(runs):
+    rotations = {(r, s): rotation_from_cross(grams.G[s, r]) for r, s in pairs}
+    totals = np.zeros(len(pairs))
+    for _, stack in row_chunks(runs):
         units = unit_rows(stack)  # cosines are per-row scale invariant: safe for any finite magnitude
-        for r, s in pairs:
+        for p, (r, s) in enumerate(pairs):
             cos = np.einsum("cd,cd->c", units[r], units[s] @ rotations[r, s])
-            total += float((1.0 - cos).sum())
-    return total / (len(pairs) * runs[0].shape[0])
+            totals[p] += float((1.0 - cos).sum())
+    return totals / runs[0].shape[0]
 
 
 def sample_pairs(n: int, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -469,19 +420,65 @@ def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray
 def knn_overlap(runs: Sequence[np.ndarray], queries: np.ndarray, k: int) -> np.ndarray:
     """Per query, ``|N_r(x) ∩ N_s(x)| / k`` averaged over run pairs r<s (Wendlandt et al.
     2018; anchor-stability ``knn``). Returns one value per query."""
+    return knn_overlap_by_pair(runs, queries, k).mean(axis=0)
+
+
+def knn_overlap_by_pair(runs: Sequence[np.ndarray], queries: np.ndarray, k: int) -> np.ndarray:
+    """``|N_r(x) ∩ N_s(x)| / k`` for every run pair r<s (rows, ``combinations`` order) and
+    query (columns): the spread of k-NN overlap over run pairs."""
     neighbours = [nearest_neighbours(h, queries, k) for h in runs]
     pairs = list(combinations(range(len(runs)), 2))
-    overlap = np.zeros(len(queries))
-    for r, s in pairs:
+    overlap = np.zeros((len(pairs), len(queries)))
+    for p, (r, s) in enumerate(pairs):
         common = (neighbours[r][:, :, None] == neighbours[s][:, None, :]).any(axis=2).sum(axis=1)
-        overlap += common / k
-    return overlap / len(pairs)
+        overlap[p] = common / k
+    return overlap
+
+
+def pairwise_values(grams: Grams, metric: Callable[[Grams, int, int], float]) -> np.ndarray:
+    """``metric(grams, r, s)`` for every run pair r<s, in ``combinations`` order."""
+    return np.array([metric(grams, r, s) for r, s in combinations(range(grams.G.shape[0]), 2)], dtype=np.float64)
 
 
 def pairwise_mean(grams: Grams, metric: Callable[[Grams, int, int], float]) -> float:
     """Mean of ``metric(grams, r, s)`` over run pairs r<s."""
-    values = [metric(grams, r, s) for r, s in combinations(range(grams.G.shape[0]), 2)]
-    return float(np.mean(values))
+    return float(np.mean(pairwise_values(grams, metric)))
+
+
+def rotated_noise_share(grams: Grams, rotations: Sequence[np.ndarray]) -> float:
+    """The overall noise share of the runs multiplied by ``rotations``, from the Gram blocks:
+    ``1 − (1/R²)Σ_rs tr(Q_rᵀ G_rs Q_s) / ((1/R)Σ_r tr G_rr)`` (the energy is rotation invariant)."""
+    R = grams.G.shape[0]
+    energy = sum(float(np.trace(grams.G[r, r])) for r in range(R)) / R
+    if energy <= 0:
+        return 0.0
+    mean_sq = sum(
+        float(np.einsum("ij,ij->", rotations[r].T @ grams.G[r, s], rotations[s].T)) for r in range(R) for s in range(R)
+    )
+    return 1.0 - mean_sq / R**2 / energy
+
+
+def pure_noise_share_std(grams: Grams) -> float:
+    """Standard deviation of the overall noise share when every run is turned by its own
+    uniformly random (Haar) rotation; the mean is exactly (R−1)/R.
+
+    With ``E[U_ij U_kl] = δ_ik δ_jl / d`` for a Haar U, each cross term ``tr(G_rs U)`` has
+    mean 0 and variance ``‖G_rs‖_F² / d``, and the R(R−1)/2 terms are uncorrelated:
+    ``std = (2/R²) · sqrt(Σ_{r<s} ‖G_rs‖_F² / d) / ((1/R) Σ_r tr G_rr)``.
+    """
+    R, d = grams.G.shape[0], grams.G.shape[2]
+    c = block_scale(*[grams.G[r, s] for r in range(R) for s in range(R)])
+    energy = sum(float(np.trace(grams.G[r, r] / c)) for r in range(R)) / R
+    if energy <= 0 or d == 0:
+        return 0.0
+    cross = sum(frobenius_sq(grams.G[r, s] / c) for r, s in combinations(range(R), 2))
+    return 2.0 / R**2 * math.sqrt(cross / d) / energy
+
+
+def random_rotation(d: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random (Haar) orthogonal d×d matrix: QR of a Gaussian matrix, signs fixed."""
+    q, r = np.linalg.qr(rng.standard_normal((d, d)))
+    return q * np.sign(np.diag(r))
 
 
 def per_key_energy(runs: Sequence[np.ndarray], scale: float = 1.0) -> np.ndarray:
@@ -511,9 +508,9 @@ def per_key_displacement(runs: Sequence[np.ndarray], grams: Grams) -> np.ndarray
     orthogonal Procrustes of run s onto run r (Hamilton et al. 2016); its mean over keys is
     ``semantic_displacement``."""
     pairs = list(combinations(range(len(runs)), 2))
-    rotations = {(r, s): procrustes_rotation(grams.G[s, r]) for r, s in pairs}
+    rotations = {(r, s): rotation_from_cross(grams.G[s, r]) for r, s in pairs}
     result = np.zeros(runs[0].shape[0])
-    for rows, stack in _chunks(runs):
+    for rows, stack in row_chunks(runs):
         norms = np.linalg.norm(stack, axis=2)
         for r, s in pairs:
             dots = np.einsum("cd,cd->c", stack[r], stack[s] @ rotations[r, s])

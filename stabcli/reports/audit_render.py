@@ -31,13 +31,27 @@ def verdict(report: AuditReport) -> str:
     """One line: e.g. ``coordinates: 91% noise (pure noise: 90%) · … · neighbours: 62% stable``."""
     rep = report.representation
     line = (
-        f"coordinates: {_pct(rep.noise_share)} noise (pure noise: {_pct(rep.noise_share_independent)}) · "
+        f"coordinates: {_pct(rep.noise_share)} noise ({pure_noise_text(report)}) · "
         f"aligned: {_pct(rep.aligned_noise_share)} noise · "
         f"inner products: {_pct(rep.inner_product_noise_share)} noise · "
         f"neighbours: {_pct(rep.knn_overlap)} stable (chance: {_pct(rep.knn_chance)})"
     )
     transform = featurized_text(report)
     return line + (f" · {transform}" if transform else "")
+
+
+def pure_noise_text(report: AuditReport) -> str:
+    """``pure noise: 90% ± 1.3%; at the pure-noise level`` (± two standard deviations of the
+    noise share of randomly rotated runs)."""
+    rep = report.representation
+    text = f"pure noise: {_pct(rep.noise_share_independent)} ± {_pct(2 * rep.noise_share_independent_std)}"
+    return text + ("; at the pure-noise level" if rep.at_pure_noise_level else "")
+
+
+def range_text(spread: PairSpread, digits: int = 3) -> str:
+    """``0.990–0.994``: min–max over run pairs (one number when they agree to the digits shown)."""
+    low, high = _num(spread.min, digits), _num(spread.max, digits)
+    return f"{low}–{high}" if low != high else low
 
 
 def featurized_text(report: AuditReport) -> str | None:
@@ -66,15 +80,19 @@ def _num(value: Any, digits: int = 4) -> str:
 
 def metric_rows(report: AuditReport) -> list[tuple[str, str, str, str]]:
     """(metric, value, how to read it, JSON path of the value) rows shared by the terminal,
-    Markdown and HTML views."""
+    Markdown and HTML views; every pairwise measure with its range over run pairs."""
     rep = report.representation
     ratio = rep.inner_to_coordinate_ratio
+    spreads = rep.by_pair
+    pairs = spreads.cka.pairs
+    over = f"run pairs: {{}} ({pairs} pair{'s' if pairs != 1 else ''})"
     return [
         (
             "noise share (coordinates)",
             _pct(rep.noise_share),
-            "share of coordinate energy that is run-to-run variance; 0 = identical runs, "
-            f"{_pct(rep.noise_share_independent)} = pure noise ((R−1)/R)",
+            "run-to-run share of coordinate energy; 0 = identical runs; runs turned by random rotations give "
+            f"{_pct(rep.noise_share_independent)} ± {_pct(2 * rep.noise_share_independent_std)} (2 std)"
+            + ("; at the pure-noise level" if rep.at_pure_noise_level else ""),
             "representation.noise_share",
         ),
         (
@@ -93,26 +111,33 @@ def metric_rows(report: AuditReport) -> list[tuple[str, str, str, str]]:
         (
             f"k-NN overlap@{rep.knn_k}",
             _num(rep.knn_overlap, 3),
-            f"shared neighbours between runs, {rep.knn_queries:,} queries (chance {rep.knn_chance:.2g})",
+            f"shared neighbours between runs, {rep.knn_queries:,} queries (chance {rep.knn_chance:.2g}); "
+            + over.format(range_text(spreads.knn_overlap)),
             "representation.knn_overlap",
         ),
         (
             "PIP loss",
             _num(rep.pip_loss),
-            f"‖H_r H_rᵀ − H_s H_sᵀ‖_F; relative to ‖HHᵀ‖_F: {_num(rep.pip_loss_relative, 3)}",
+            f"‖H_r H_rᵀ − H_s H_sᵀ‖_F; relative to ‖HHᵀ‖_F: {_num(rep.pip_loss_relative, 3)}; "
+            + over.format(range_text(spreads.pip_loss_relative)),
             "representation.pip_loss",
         ),
-        ("linear CKA", _num(rep.cka, 4), "1 = same representation up to rotation and scale", "representation.cka"),
+        (
+            "linear CKA",
+            _num(rep.cka, 4),
+            "1 = same representation up to rotation and scale; " + over.format(range_text(spreads.cka, 4)),
+            "representation.cka",
+        ),
         (
             "eigenspace overlap",
             _num(rep.eigenspace_overlap, 4),
-            "overlap of left singular spaces; 1 = same span",
+            "overlap of left singular spaces; 1 = same span; " + over.format(range_text(spreads.eigenspace_overlap, 4)),
             "representation.eigenspace_overlap",
         ),
         (
             "semantic displacement",
             _num(rep.semantic_displacement, 3),
-            "mean cosine distance after pairwise Procrustes",
+            "mean cosine distance after pairwise Procrustes; " + over.format(range_text(spreads.semantic_displacement)),
             "representation.semantic_displacement",
         ),
         *spectral_rows(report),
@@ -180,12 +205,19 @@ def input_line(report: AuditReport, markdown: bool = False) -> str:
     )
 
 
-LEAST_STABLE_TITLE = "Least stable keys (top {n} by relative instability: the key's own aligned noise share)"
+LEAST_STABLE_TITLE = "Least stable keys (top {n} of {ranked:,} by k-NN overlap, lowest first{where})"
+BY_FREQUENCY_TITLE = "Stability by frequency ({source})"
+
+
+def least_stable_title(report: AuditReport, n: int) -> str:
+    rep = report.representation
+    where = f"; frequency ≥ {rep.min_frequency:,}" if rep.min_frequency is not None else ""
+    return LEAST_STABLE_TITLE.format(n=n, ranked=rep.least_stable_ranked, where=where)
 
 
 def least_stable_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the least-stable-keys table; name and frequency columns only
-    when some key has them."""
+    when some key has them (with frequencies, the band and its median k-NN overlap too)."""
     rep = report.representation
     items = rep.least_stable
     named = any(i.name is not None for i in items)
@@ -193,21 +225,46 @@ def least_stable_table(report: AuditReport) -> tuple[list[str], list[list[str]]]
     headers = [
         "key",
         *(["name"] if named else []),
-        *(["frequency"] if counted else []),
+        *(["frequency", "band"] if counted else []),
+        f"k-NN overlap@{rep.knn_k}",
+        *(["band's median k-NN"] if counted else []),
         "relative instability",
         "aligned variance",
-        f"k-NN overlap@{rep.knn_k}",
     ]
     rows = [
         [
             i.key,
             *([i.name or ""] if named else []),
-            *([_num(i.frequency)] if counted else []),
+            *([_num(i.frequency), i.band or "—"] if counted else []),
+            _num(i.knn_overlap, 3),
+            *([_num(i.peers_knn_overlap_median, 3)] if counted else []),
             _pct(i.relative_instability),
             _num(i.aligned_variance),
-            _num(i.knn_overlap, 3),
         ]
         for i in items
+    ]
+    return headers, rows
+
+
+def by_frequency_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the stability-by-frequency table, one row per non-empty band."""
+    rep = report.representation
+    headers = [
+        "frequency",
+        "keys",
+        "median relative instability",
+        "aligned noise share",
+        f"median k-NN overlap@{rep.knn_k}",
+    ]
+    rows = [
+        [
+            b.band,
+            f"{b.keys:,}",
+            _pct(b.relative_instability_median),
+            _pct(b.aligned_noise_share),
+            _num(b.knn_overlap_median, 3) + ("" if b.knn_keys == b.keys else f" ({b.knn_keys:,} keys)"),
+        ]
+        for b in rep.by_frequency
     ]
     return headers, rows
 
@@ -284,11 +341,14 @@ def render_terminal(report: AuditReport, console: Console) -> None:
         soft_wrap=True,
     )
 
+    if rep.by_frequency:
+        headers, rows = by_frequency_table(report)
+        _print_titled(console, BY_FREQUENCY_TITLE.format(source=rep.frequency_source), _rich_table(headers, rows))
     if rep.least_stable:
         headers, rows = least_stable_table(report)
         _print_titled(
             console,
-            LEAST_STABLE_TITLE.format(n=len(rows)),
+            least_stable_title(report, len(rows)),
             _rich_table(headers, rows, right_from=2 if "name" in headers else 1),
         )
 
@@ -416,9 +476,13 @@ def render_markdown(report: AuditReport, key_rows: int | None = None) -> str:
         "| --- | ---: | --- |",
     ]
     lines += [f"| {a} | {b} | {c} |" for a, b, c, _ in metric_rows(report)]
+    if rep.by_frequency:
+        headers, rows = by_frequency_table(report)
+        title = BY_FREQUENCY_TITLE.format(source=rep.frequency_source)
+        lines += ["", title + ":", ""] + _md_table(headers, rows, code_first=False)
     if rep.least_stable:
         headers, rows = least_stable_table(report)
-        lines += ["", LEAST_STABLE_TITLE.format(n=len(rows)) + ":", ""] + _md_table(headers, rows[:key_rows])
+        lines += ["", least_stable_title(report, len(rows)) + ":", ""] + _md_table(headers, rows[:key_rows])
         if key_rows is not None and key_rows < len(rows):
             lines += ["", cut_note(key_rows, len(rows))]
     if tr.by_epoch:
@@ -476,11 +540,14 @@ def render_html(
             html.table(["noise share", *ranges], [["dimensions", *bins]]),
         )
     )
+    if rep.by_frequency:
+        headers, rows = by_frequency_table(report)
+        body.append(html.section(BY_FREQUENCY_TITLE.format(source=rep.frequency_source), html.table(headers, rows)))
     if rep.least_stable:
         headers, rows = least_stable_table(report)
         body.append(
             html.section(
-                LEAST_STABLE_TITLE.format(n=len(rows)),
+                least_stable_title(report, len(rows)),
                 html.table(headers, rows, right_from=2 if "name" in headers else 1),
             )
         )
@@ -581,6 +648,8 @@ def plot_figures(report: AuditReport) -> list[Figure]:
         ax.text(x, v + 0.02, _pct(v), ha="center")
     drawn.append(png(fig, "fig1d_coordinate_vs_inner_product.png"))
 
+    if rep.by_frequency:
+        drawn.append(png(_by_frequency_figure(plt, report), "by_frequency.png"))
     if report.downstream:
         drawn.append(png(_fig2(plt, report.downstream), "fig2_downstream_spread.png"))
     return drawn
@@ -589,6 +658,28 @@ def plot_figures(report: AuditReport) -> list[Figure]:
 def write_plots(report: AuditReport, directory: Path) -> list[Path]:
     """PNG figures (``plot_figures``) into ``directory``; returns the files written."""
     return save_figures(plot_figures(report), directory)
+
+
+def _by_frequency_figure(plt: Any, report: AuditReport) -> Any:
+    """Median k-NN overlap and median relative instability per frequency band."""
+    rep = report.representation
+    bands = rep.by_frequency
+    x = np.arange(len(bands))
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(bands) + 2), 3.8))
+    knn = [np.nan if b.knn_overlap_median is None else b.knn_overlap_median for b in bands]
+    ax.plot(x, knn, marker="o", color="#4c72b0", label=f"median k-NN overlap@{rep.knn_k}")
+    ax.plot(
+        x,
+        [b.relative_instability_median for b in bands],
+        marker="s",
+        color="#c44e52",
+        label="median relative instability",
+    )
+    ax.axhline(rep.knn_chance, color="grey", linestyle=":", linewidth=1, label="k-NN chance")
+    ax.set_xticks(x, [f"{b.band}\n({b.keys:,} keys)" for b in bands])
+    ax.set(xlabel="frequency band (occurrences in the training corpus)", ylim=(0, 1.05), title="Stability by frequency")
+    ax.legend(fontsize="small")
+    return fig
 
 
 def _fig1c(plt: Any, rows: list[EpochRow]) -> Any:

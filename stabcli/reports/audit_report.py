@@ -38,28 +38,57 @@ class Histogram:
 
 
 @dataclass(frozen=True)
+class PairSpread:
+    mean: float | None = doc("mean over run pairs (null when no pair gives a finite value)")
+    std: float | None = doc("standard deviation over run pairs (ddof=1; null for a single pair)")
+    min: float | None = doc("smallest value over run pairs")
+    median: float | None = doc("median over run pairs")
+    max: float | None = doc("largest value over run pairs")
+    pairs: int = doc("run pairs with a finite value")
+
+
+@dataclass(frozen=True)
+class ByPair:
+    knn_overlap: PairSpread = doc("k-NN overlap@k of each run pair (mean over the queries)")
+    cka: PairSpread = doc("linear CKA of each run pair")
+    eigenspace_overlap: PairSpread = doc("eigenspace overlap of each run pair")
+    pip_loss: PairSpread = doc("PIP loss of each run pair")
+    pip_loss_relative: PairSpread = doc("PIP loss of each run pair divided by the mean ‖HHᵀ‖_F")
+    semantic_displacement: PairSpread = doc("mean cosine distance after Procrustes, of each run pair")
+
+
+@dataclass(frozen=True)
+class FrequencyBand:
+    band: str = doc("the band's label: `1`, `2–5`, `6–20`, `21–100`, `101–1,000`, `>1,000` (and `0`)")
+    low: int = doc("smallest frequency in the band")
+    high: int | None = doc("largest frequency in the band (null: no upper bound)")
+    keys: int = doc("keys whose frequency lies in the band")
+    relative_instability_median: float = doc("median over the band's keys of their relative instability")
+    aligned_noise_share: float = doc(
+        "the band's aligned noise share: Σ aligned variance × d / Σ mean squared norm over its keys"
+    )
+    knn_overlap_median: float | None = doc("median k-NN overlap@k of the band's keys that have one (null: none)")
+    knn_keys: int = doc("keys of the band with a k-NN overlap (every key up to 10,000 keys, else a seeded sample)")
+
+
+@dataclass(frozen=True)
 class UnstableKey:
     key: str = doc("the key")
     name: str | None = doc("its display name from `--key-names` (null without)")
     frequency: int | None = doc("its training frequency (token count) from the run set, null where not recorded")
+    band: str | None = doc("its frequency band (null without frequencies)")
     aligned_variance: float | None = doc(
         "mean over dimensions of its across-run variance after Procrustes (ddof=0); null beyond float64's range"
     )
     mean_squared_norm: float | None = doc("mean over runs of its squared L2 norm; null beyond float64's range")
     relative_instability: float = doc(
         "aligned_variance × d / mean_squared_norm: the key's own aligned noise share (0 = identical in every run, "
-        "(R−1)/R = pure noise); the list is sorted by it, largest first"
+        "(R−1)/R = pure noise)"
     )
-    knn_overlap: float = doc("its k-NN overlap@k between runs")
-
-
-@dataclass(frozen=True)
-class PairSpread:
-    mean: float | None = doc("mean over run pairs (null when no pair gives a finite value)")
-    std: float | None = doc("standard deviation over run pairs (ddof=1; null for a single pair)")
-    min: float | None = doc("smallest value over run pairs")
-    max: float | None = doc("largest value over run pairs")
-    pairs: int = doc("run pairs with a finite value")
+    knn_overlap: float = doc("its k-NN overlap@k between runs; the list is sorted by it, smallest first")
+    peers_knn_overlap_median: float | None = doc(
+        "median k-NN overlap of the keys in its frequency band (null without frequencies)", default=None
+    )
 
 
 @dataclass(frozen=True)
@@ -67,6 +96,14 @@ class RepresentationSection:
     noise_share: float = doc("overall coordinate noise share: Σ Var_r / Σ E_r[H²]")
     noise_share_independent: float = doc(
         "(R−1)/R, the noise share of runs that share nothing (pure noise), to read noise_share against"
+    )
+    noise_share_independent_std: float = doc(
+        "standard deviation of the noise share when every run is turned by its own uniformly random rotation "
+        "(mean exactly (R−1)/R); the pure-noise band is noise_share_independent ± 2 × this"
+    )
+    at_pure_noise_level: bool = doc(
+        "noise_share ≥ noise_share_independent − 2 × noise_share_independent_std: the coordinates are as "
+        "noisy as runs that share nothing"
     )
     noise_share_per_dim: list[float] = doc("one share per dimension")
     noise_share_histogram: Histogram = doc("histogram of the per-dimension shares over [0, 1]")
@@ -88,7 +125,24 @@ class RepresentationSection:
     cka: float = doc("mean linear CKA over run pairs")
     eigenspace_overlap: float = doc("mean eigenspace overlap over run pairs")
     semantic_displacement: float = doc("mean cosine distance after pairwise Procrustes")
-    least_stable: list[UnstableKey] = doc("the `--top` keys of highest relative instability, least stable first")
+    by_pair: ByPair = doc("min / median / max over run pairs of every pairwise measure")
+    least_stable: list[UnstableKey] = doc(
+        "the `--top` keys of lowest k-NN overlap (ties: highest relative instability), least stable first"
+    )
+    least_stable_ranked: int = doc(
+        "keys the list was chosen from: those with a k-NN overlap and a frequency ≥ min_frequency", default=0
+    )
+    min_frequency: int | None = doc(
+        "`--min-frequency`: keys of lower frequency are not listed (null: all)", default=None
+    )
+    frequency_source: str | None = doc(
+        "where the frequencies come from: `run set` (key_counts.txt or the corpus of a --script run set), "
+        "the `--frequencies` file, or null (unknown)",
+        default=None,
+    )
+    by_frequency: list[FrequencyBand] = doc(
+        "stability per frequency band (empty without frequencies)", default_factory=list
+    )
     eis: PairSpread | None = doc(
         "eigenspace instability score (Leszczynski et al. 2020) over run pairs: 0 = the runs span the same "
         "space weighted by the anchor's spectrum, 1 = orthogonal spans",

@@ -218,7 +218,8 @@ def pretrain_records(result: Any, options: Mapping[str, Any]) -> tuple[RunRecord
     """The runs ``pretrain --mlflow`` logs for a ``PretrainResult``: a parent for the run set
     (the options, run and key counts, the corpus, the manifest as an artifact) and one child
     per run (its seed, seconds, final loss, the loss of every epoch as steps, its status)."""
-    from stabcli.runset.store import MANIFEST, RunSet, is_runset
+    from stabcli.runset.layout import MANIFEST, is_runset
+    from stabcli.runset.reader import RunSet
 
     runset = RunSet.open(result.root) if is_runset(result.root) else None
     counts = {status: sum(r.status == status for r in result.runs) for status in ("complete", "kept", "failed")}

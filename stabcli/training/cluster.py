@@ -91,7 +91,7 @@ class Preflight:
 
 def _worker_preflight(read: list[tuple[str, str | None]], write: list[str], expected: dict[str, str]) -> list[str]:
     """Runs on a worker: the problems it has with ``read``, ``write`` and the versions."""
-    from stabcli.inputs.corpus import file_sha256
+    from stabcli.fs.atomic import file_sha256
 
     problems = []
     mine = versions()
@@ -244,7 +244,7 @@ def pretrain_backend(cluster: Cluster) -> Callable[[Sequence[RunTask], int], Ite
     def backend(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunResult]:
         if not tasks:
             return
-        from stabcli.inputs.corpus import file_sha256
+        from stabcli.fs.atomic import file_sha256
 
         read: list[tuple[Path, str | None]] = []
         for path in {t.corpus_copy for t in tasks} | {t.corpus for t in tasks} | {t.keys_file for t in tasks}:

@@ -5,7 +5,7 @@ bitwise reproducible; runs go in parallel across processes, so the result does n
 on ``jobs``. This module plans the runs, hands them to an execution backend (a function
 that takes the run tasks and yields their results as they finish: local processes here, a
 cluster elsewhere) and records each result; the trainers themselves live in
-:mod:`stabcli.training.trainers`, the run-set layout in :mod:`stabcli.runset.store`.
+:mod:`stabcli.training.trainers`, the run-set layout in :mod:`stabcli.runset.layout`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from typing import Any
 
 from stabcli import __version__
 from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.fs.atomic import file_sha256
 from stabcli.fs.resources import require_disk, require_memory
-from stabcli.inputs.corpus import Corpus, CorpusOptions, file_sha256, read_corpus
-from stabcli.runset.store import (
+from stabcli.inputs.corpus import Corpus, CorpusOptions, read_corpus
+from stabcli.runset import (
     KEYS,
     PROGRESS,
     RunSetWriter,
@@ -36,7 +37,7 @@ from stabcli.runset.store import (
     read_losses,
     run_name,
 )
-from stabcli.training.processes import cpu_count, kill_pool_workers, live_groups, worker_init
+from stabcli.training.processes import cpu_count, kill_orphans_of, kill_pool_workers, live_groups, worker_init
 from stabcli.training.trainers import PLACEHOLDERS, RunResult, RunTask, execute, script_argv
 
 __all__ = [
@@ -334,12 +335,7 @@ def pretrain(
     if corpus_path is not None:
         corpus = read_corpus(corpus_path, config.model, corpus_options)
         key_counts = _key_counts(corpus)
-        summary = {
-            "format": corpus.format,
-            "sequences": len(corpus.sequences),
-            "tokens": corpus.n_tokens,
-            "distinct_keys": len(key_counts),
-        }
+        summary = {**corpus.summary(), "distinct_keys": len(key_counts), "description": corpus.describe()}
         if config.script is None:
             vocabulary = corpus.vocabulary(config.min_count)
             if len(vocabulary) < 2:
@@ -356,6 +352,9 @@ def pretrain(
             "options": asdict(corpus_options),
             "sequences": len(corpus.sequences),
             "tokens": corpus.n_tokens,
+            "delimiter": summary["delimiter"],
+            "header": summary["header"],
+            "columns": summary["columns"],
         }
     words = len(vocabulary)
     if corpus is not None and corpus.tags is not None and config.script is None:  # doc2vec: the keys are tags
@@ -369,11 +368,14 @@ def pretrain(
     info = {"stabcli_version": __version__, "gensim_version": _gensim_version(), "corpus": corpus_info}
 
     with RunSetWriter(root) as writer:
+        kill_orphans_of(str(root.resolve()))  # scripts of a pretrain killed by kill -9 (we hold the lock)
         manifest = writer.open(identity, info, force=force)
         corpus_copy = None
         if vocabulary and corpus is not None:  # no vocabulary when a script trains: each run brings its own keys
             writer.write_keys(vocabulary, counts)
             corpus_copy = writer.write_corpus_copy(_prepared_corpus(corpus))
+        elif corpus is not None:  # a script's keys are its own: record every corpus key's count
+            writer.write_corpus_counts(key_counts)
         done = set(complete_runs(root))
         results: dict[int, RunResult] = {}
         for index in sorted(done):

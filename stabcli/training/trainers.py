@@ -1,7 +1,7 @@
 """Trainers: one function per way of training a run, run inside a worker.
 
 A trainer gets a :class:`RunTask` (picklable: paths, seed and configuration) and writes
-one run into the task's partial directory with :func:`stabcli.runset.store.write_run`; it never
+one run into the task's partial directory with :func:`stabcli.runset.writer.write_run`; it never
 publishes, renames or touches the manifest (the orchestrator, which holds the lock, does).
 A new trainer is one function registered in ``TRAINERS``.
 """
@@ -25,7 +25,7 @@ import numpy as np
 
 from stabcli.errors import StabcliError, UsageError
 from stabcli.inputs.embeddings import Embedding, is_embedding_file, read_embedding
-from stabcli.runset.store import EPOCHS, LOG, PROGRESS, checkpoint_path, read_losses, run_name, write_run
+from stabcli.runset import EPOCHS, LOG, PROGRESS, checkpoint_path, read_losses, run_name, write_run
 from stabcli.training.processes import (
     RUN_SET_VAR,
     SCRIPT_TOKEN,

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.fs.atomic import temp_path
 from stabcli.inputs.compressed import compression_of, inner_name, open_stream
 from stabcli.inputs.embeddings import fasttext, gensim_kv, npy, parquet, word2vec_binary, word2vec_text
 from stabcli.inputs.embeddings.core import Embedding, Source
@@ -202,6 +203,6 @@ def write_embedding(path: str | Path, keys: list[str], vectors: np.ndarray, fmt:
     check_writable(path, fmt, keys, vectors)
     writer = FORMATS[fmt].write
     assert writer is not None
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temp_path(path)
     for src, dst in writer(path, tmp, list(keys), vectors):
         os.replace(src, dst)

@@ -1,0 +1,37 @@
+"""The chunked, overflow-safe passes every measure shares: row chunks of several runs side by
+side, and the power-of-two scale that keeps squares inside float64's range."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+CHUNK_ELEMENTS = 1 << 22  # float64 elements per run-stacked chunk (32 MiB)
+
+
+def row_chunks(
+    runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | None = None
+) -> Iterator[tuple[slice, np.ndarray]]:
+    """Yield (row slice, float64 stack [R, c, d]) over the rows, optionally rotated."""
+    n, d = runs[0].shape
+    step = max(1, CHUNK_ELEMENTS // (len(runs) * max(d, 1)))
+    for start in range(0, n, step):
+        rows = slice(start, min(n, start + step))
+        stack = np.stack([np.asarray(h[rows], dtype=np.float64) for h in runs])
+        if rotations is not None:
+            stack = stack @ np.asarray(rotations)
+        yield rows, stack
+
+
+def peak(x: np.ndarray) -> float:
+    """Largest absolute value of ``x`` (0 for an empty array), without an ``abs`` copy."""
+    return float(max(x.max(), -x.min())) if x.size else 0.0
+
+
+def block_scale(*blocks: np.ndarray) -> float:
+    """Power of two near the largest entry of ``blocks`` (1 for all-zero blocks), so that
+    squares of the divided entries, and their sums, stay in float64's range."""
+    largest = max(peak(b) for b in blocks)
+    return math.ldexp(1.0, math.frexp(largest)[1]) if largest > 0 and math.isfinite(largest) else 1.0

@@ -1,0 +1,119 @@
+"""A run set's JSON files: the manifest ``stabcli.json`` and each run's ``losses.json``.
+
+Both are read strictly (UTF-8, no NaN, no 5,000-digit integers, the manifest's fields of
+the documented types) so that a damaged file is one clear error naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from stabcli.errors import InputError, RunSetError
+from stabcli.runset.layout import MANIFEST, SCHEMA_VERSION
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def load_json(path: Path) -> Any:
+    """JSON from ``path``; ValueError (with a reason) for non-UTF-8, NaN, huge integers, syntax."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 (byte {exc.start})") from None
+    return json.loads(text, parse_constant=_reject_constant)  # ValueError also for a 5,000-digit integer
+
+
+_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "config": (dict, type(None)),
+    "corpus": (dict, type(None)),
+    "runs": (dict,),
+    "seeds": (list,),
+    "seed": (int,),
+    "stabcli_version": (str,),
+    "created": (str,),
+    "updated": (str,),
+}
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """The manifest of run set ``root``; a clear error when missing, corrupt or too new."""
+    path = root / MANIFEST
+    if path.is_dir():
+        raise RunSetError(f"{path}: expected a file, found a directory")
+    try:
+        manifest = load_json(path)
+    except FileNotFoundError:
+        raise InputError(f"{root}: not a run set (no {MANIFEST})") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise RunSetError(f"{path}: corrupted manifest ({exc})") from None
+    if not isinstance(manifest, dict) or type(manifest.get("schema_version")) is not int:
+        raise RunSetError(f"{path}: corrupted manifest (no schema_version)")
+    if manifest["schema_version"] > SCHEMA_VERSION:
+        raise RunSetError(
+            f"{path}: schema version {manifest['schema_version']} is newer than this stabcli understands "
+            f"({SCHEMA_VERSION}); upgrade stabcli"
+        )
+    for name, types in _MANIFEST_TYPES.items():
+        if name in manifest and (not isinstance(manifest[name], types) or isinstance(manifest[name], bool)):
+            raise RunSetError(f"{path}: corrupted manifest ({name!r} is a {type(manifest[name]).__name__})")
+    for name, entry in (manifest.get("runs") or {}).items():
+        if not isinstance(entry, dict):
+            raise RunSetError(f"{path}: corrupted manifest (runs[{name!r}] is a {type(entry).__name__})")
+    return manifest
+
+
+def identity(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What makes two pretrains the same run set: configuration, corpus sha256 and seed."""
+    return {
+        "config": manifest.get("config"),
+        "corpus_sha256": (manifest.get("corpus") or {}).get("sha256"),
+        "seed": manifest.get("seed"),
+    }
+
+
+def describe_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """Up to four ``name old → new`` differences between two :func:`identity` dicts."""
+    flat_old = {**(old.get("config") or {}), "corpus sha256": old["corpus_sha256"], "seed": old["seed"]}
+    flat_new = {**(new["config"] or {}), "corpus sha256": new["corpus_sha256"], "seed": new["seed"]}
+    diffs = [f"{k} {flat_old.get(k)!r} → {flat_new.get(k)!r}" for k in flat_new if flat_old.get(k) != flat_new.get(k)]
+    diffs += [f"{k} {flat_old[k]!r} → unset" for k in flat_old if k not in flat_new]
+    return ", ".join(diffs[:4]) or "unknown difference"
+
+
+def now() -> str:
+    """The manifest's timestamp format: UTC, ISO 8601, seconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def check_losses(losses: Any, where: str) -> list[float | None]:
+    """A per-epoch loss list (numbers or null, all finite), or InputError saying why not."""
+    if not (
+        isinstance(losses, list)
+        and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in losses)
+    ):
+        raise InputError(f"{where}: expected a list of per-epoch losses (numbers or null)")
+    if any(v is not None and not math.isfinite(v) for v in losses):
+        raise InputError(f"{where}: contains a non-finite loss")
+    return [None if v is None else float(v) for v in losses]
+
+
+def read_losses(path: Path) -> list[float | None] | None:
+    """``losses.json`` of a run (None when absent or null)."""
+    if not path.is_file():
+        return None
+    try:
+        losses = load_json(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
+    return None if losses is None else check_losses(losses, str(path))

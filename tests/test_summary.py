@@ -38,7 +38,8 @@ def test_audit_summary_fits_what_the_step_has_left(tmp_path, monkeypatch):
     earlier = "x" * (STEP_SUMMARY_LIMIT - 3_000) + "\n"  # an earlier command of the step used most of it
     summary.write_text(earlier)
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    result = runner.invoke(app, ["audit", str(root), *FAST, "--top", "300", "--markdown", str(tmp_path / "a.md")])
+    args = ["audit", str(root), "--knn-k", "3", "--knn-queries", "300", "--pairs", "200", "--top", "300"]
+    result = runner.invoke(app, [*args, "--markdown", str(tmp_path / "a.md")])
     assert result.exit_code == 0, result.output
     data = summary.read_bytes()
     assert len(data) <= STEP_SUMMARY_LIMIT and data.startswith(earlier.encode())

@@ -37,12 +37,16 @@ def test_pretrain_table_summary(tmp_path, sessions_file):
     result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL)
     assert result.exit_code == 0, result.output
     assert "run-000" in result.stdout and "run-001" in result.stdout and "complete" in result.stdout
-    assert "corpus read as lines: 120 sequences" in result.stdout and result.stderr == ""
+    assert "corpus read as lines: 120 sequences" in result.stdout
+    assert [line.split(",")[0] for line in result.stderr.splitlines()] == [  # a log: one line per finished run
+        "pretrain: run 1 of 2 done",
+        "pretrain: run 2 of 2 done",
+    ]
     assert (tmp_path / "r" / "run-001" / "vectors.npy").is_file()
 
 
 def test_pretrain_json_summary_and_resume(tmp_path, sessions_file):
-    first = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--format", "json")
+    first = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--format", "json", "--quiet")
     assert first.exit_code == 0, first.output
     assert first.stderr == ""
     payload = json.loads(first.stdout)
@@ -58,7 +62,9 @@ def test_pretrain_params_reach_gensim(tmp_path, sessions_file):
     )
     assert result.exit_code == 2  # negative is reserved: --negative exists
     assert result.stderr.startswith("error: --param negative: set by stabcli itself") and result.stdout == ""
-    result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--param", "hs=1", "--negative", "0")
+    result = invoke(
+        "pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--param", "hs=1", "--negative", "0", "-q"
+    )
     assert result.exit_code == 0, result.output
     assert result.stderr == "" and "complete" in result.stdout
     assert json.loads((tmp_path / "r" / "stabcli.json").read_text())["config"]["params"] == {"hs": 1}
@@ -114,8 +120,9 @@ def test_pretrain_script_failure_exit_2_lists_failed_runs(tmp_path):
         "import numpy; numpy.save(pathlib.Path(sys.argv[1]) / 'v.npy', numpy.ones((3, 2)))\n"
     )
     result = invoke(
-        "pretrain", "--script", f"{sys.executable} {script} {{out}} {{run}}", "--runs", "2", "--out", tmp_path / "r"
-    )
+        "pretrain", "--script", f"{sys.executable} {script} {{out}} {{run}}", "--runs", "2", "--out", tmp_path / "r",
+        "--quiet",
+    )  # fmt: skip
     assert result.exit_code == 2
     assert (
         result.stderr.startswith("failed: run-001: script exited with code 4") and len(result.stderr.splitlines()) == 1
@@ -137,7 +144,10 @@ def test_demo_trains_the_sample(tmp_path):
     progress = result.stderr.splitlines()
     assert progress[0].startswith("stabcli demo: 5 item2vec runs on the synthetic sample sessions.txt")
     assert any(line.startswith("stabcli drift: a refresh where 12 Horror items") for line in progress)
-    assert all(line.startswith(("stabcli demo:", "stabcli drift:", "wrote ", "HTML reports")) for line in progress)
+    assert all(
+        line.startswith(("stabcli demo:", "stabcli drift:", "wrote ", "HTML reports", "pretrain: run "))
+        for line in progress
+    ), progress
     assert json.loads((tmp_path / "demo" / "audit.json").read_text())["input"]["runs"] == 5
     assert "A vs B" in result.output and f"B: {tmp_path / 'demo' / 'runs-phi64'} (run set" in result.output
     assert "featurized: phi M=64" in result.output

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -41,7 +40,7 @@ from stabcli.cli.options import (
 from stabcli.cli.output import (
     EXIT_FAILED_CHECK,
     Renderings,
-    err,
+    Stages,
     log_report,
     open_tracker,
     out,
@@ -120,11 +119,11 @@ def audit_and_render(
     counts = read_frequencies(frequencies, encoding or "utf-8") if frequencies else None
 
     runs = load_runs(inputs, on_warning=warn, read=read)
-    with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
+    with Stages("audit") as stages:
         report = build_report(
             runs,
             options,
-            on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
+            on_step=stages.step,
             downstream=downstream,
             checks=checks,
             key_names=names,

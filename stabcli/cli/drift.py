@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -39,7 +38,7 @@ from stabcli.cli.options import (
 from stabcli.cli.output import (
     EXIT_FAILED_CHECK,
     Renderings,
-    err,
+    Stages,
     log_report,
     open_tracker,
     out,
@@ -199,14 +198,14 @@ def drift_cmd(
     tracker = open_tracker(mlflow, mlflow_experiment)
     inputs = load_inputs(before, after, noise, reference, read)
     names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
-    with err.status("drift", spinner="dots") if err.is_terminal else nullcontext() as status:
+    with Stages("drift") as stages:
         report, table = compute_drift(
             inputs,
             options,
             downstream,
             names,
             str(key_names) if key_names else None,
-            on_step=(lambda s: status.update(f"drift: {s}")) if status else None,
+            on_step=stages.step,
         )
     report = evaluate_checks(report, parsed)
     text = dumps(report)

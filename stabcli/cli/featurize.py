@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from stabcli.cli.options import InputFormat, Keys, TrustPickle, reference_option, seed_option
-from stabcli.cli.output import err, out
+from stabcli.cli.options import InputFormat, Keys, Quiet, TrustPickle, reference_option, seed_option
+from stabcli.cli.output import err, info, out, set_quiet
 from stabcli.inputs.embeddings import ReadOptions
 from stabcli.reports.text import literal
 
@@ -64,6 +64,7 @@ def featurize_cmd(
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,
     keys: Keys = None,
+    quiet: Quiet = False,
 ) -> None:
     """Turn embeddings into random Fourier features phi(h), optionally aligned to a reference.
 
@@ -80,6 +81,7 @@ def featurize_cmd(
     """
     from stabcli.commands.featurize import FeaturizeOptions, featurize
 
+    set_quiet(quiet)
     options = FeaturizeOptions(
         dim=dim,
         epsilon=epsilon,
@@ -97,7 +99,7 @@ def featurize_cmd(
         options,
         save_transform=save_transform,
         force=force,
-        on_run=lambda name: err.print(literal(f"featurized {name}")) if err.is_terminal else None,
+        on_run=lambda name: info(f"featurize: {name} done"),
         read=ReadOptions(input_format, trust_pickle, keys),
     )
     for note in result.notes:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -328,3 +330,70 @@ def info(text: str) -> None:
     """One informational line on stderr (not with --quiet)."""
     if not _state["quiet"]:
         err.print(literal(text), soft_wrap=True)
+
+
+def plain_progress() -> bool:
+    """Whether progress is told in plain lines: stderr is not a terminal (a CI log, a file)
+    and not ``--quiet``. On a terminal, bars and spinners instead."""
+    return not err.is_terminal and not _state["quiet"]
+
+
+STAGE_LINE_SECONDS = 5.0  # a stage quicker than this gets no line in a log (tiny inputs: none at all)
+
+
+class Stages:
+    """A command's stages (``on_step(name)`` of the library): a spinner naming the current
+    stage on a terminal; in a log, one line per finished stage that took at least
+    ``STAGE_LINE_SECONDS`` (``audit: nearest neighbours done in 12.3 s``); nothing with
+    ``--quiet``."""
+
+    def __init__(self, command: str):
+        self.command = command
+        self.name: str | None = None
+        self.started = 0.0
+        self._status: Any = None
+
+    def __enter__(self) -> Stages:
+        if err.is_terminal and not _state["quiet"]:
+            self._status = err.status(self.command, spinner="dots")
+            self._status.start()
+        return self
+
+    def step(self, name: str) -> None:
+        self._finish()
+        self.name, self.started = name, time.monotonic()
+        if self._status is not None:
+            self._status.update(f"{self.command}: {name}")
+
+    def _finish(self) -> None:
+        if self.name is None or not plain_progress():
+            return
+        seconds = time.monotonic() - self.started
+        if seconds >= STAGE_LINE_SECONDS:
+            info(f"{self.command}: {self.name} done in {seconds:.1f} s")
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._status is not None:
+            self._status.stop()
+        if exc_type is None:
+            self._finish()
+
+
+class RunLines:
+    """``pretrain``'s progress in a log: one line per finished run (``pretrain: run 3 of 10
+    done, 42 s``), from the library's progress callback; nothing on a terminal (the bars
+    say it) or with ``--quiet``."""
+
+    def __init__(self, command: str):
+        self.command, self.seen, self.started = command, -1, time.monotonic()
+        self._lock = threading.Lock()  # called from the training loop and from its progress thread
+
+    def __call__(self, done: int, total: int) -> None:
+        with self._lock:
+            if self.seen < 0:  # the first report counts the runs kept from before
+                self.seen = done
+                return
+            if done > self.seen and plain_progress():
+                for n in range(self.seen + 1, done + 1):
+                    info(f"{self.command}: run {n} of {total} done, {time.monotonic() - self.started:.0f} s")
+            self.seen = max(self.seen, done)

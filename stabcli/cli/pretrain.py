@@ -21,6 +21,7 @@ from stabcli.cli.options import (
 )
 from stabcli.cli.output import (
     EXIT_BAD_INPUT,
+    RunLines,
     err,
     info,
     open_tracker,
@@ -64,9 +65,12 @@ def _pretrain_with_progress(out_dir: Path, corpus: Path | None, config: TrainCon
         runs_task = bar.add_task("runs", total=kwargs["runs"])
         epochs_task = bar.add_task("epochs", total=None, visible=config.script is None)
 
+        lines = RunLines("pretrain")
+
         def on_progress(p: Any) -> None:
             bar.update(runs_task, completed=p.runs_done, total=p.runs_total)
             bar.update(epochs_task, completed=p.epochs_done, total=p.epochs_total)
+            lines(p.runs_done, p.runs_total)
 
         return pretrain(out_dir, corpus, config, on_progress=on_progress, **kwargs)
 

@@ -315,3 +315,19 @@ def assert_numbers_match(parser: PageParser, data: dict, least: int) -> None:
             assert cell["data-value"] == ""
         else:
             assert float(cell["data-value"]) == expected, cell
+
+
+def drift_argv(noise: Path) -> list:
+    """``stabcli drift`` between runs 0 and 1 of the run set ``noise`` (made by ``make_runset``)
+    against the noise band of its runs."""
+    return [
+        "drift",
+        noise / "run-000" / "vectors.npy",
+        noise / "run-001" / "vectors.npy",
+        "--noise",
+        noise,
+        "--keys",
+        noise / "keys.txt",
+        "--knn-k",
+        "3",
+    ]

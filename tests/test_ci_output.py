@@ -68,8 +68,8 @@ def test_pretrain_tells_each_finished_run_in_a_log_and_nothing_quiet(tmp_path, s
     result = runner.invoke(app, [*args, "--out", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     lines = result.stderr.splitlines()
-    assert [line.split(",")[0] for line in lines] == ["pretrain: run 1 of 2 done", "pretrain: run 2 of 2 done"]
-    assert all(re.fullmatch(r"pretrain: run \d of 2 done, \d+ s", line) for line in lines), lines
+    assert [line.split(",")[0] for line in lines] == ["pretrain: run 1 of 2 finished", "pretrain: run 2 of 2 finished"]
+    assert all(re.fullmatch(r"pretrain: run \d of 2 finished, \d+ s", line) for line in lines), lines
     quiet = runner.invoke(app, [*args, "--out", str(tmp_path / "q"), "--quiet"])
     assert quiet.exit_code == 0 and quiet.stderr == "" and "complete" in quiet.stdout
     kept = runner.invoke(app, [*args, "--out", str(tmp_path / "r")])  # resumed: nothing trained, nothing told

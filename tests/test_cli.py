@@ -39,8 +39,8 @@ def test_pretrain_table_summary(tmp_path, sessions_file):
     assert "run-000" in result.stdout and "run-001" in result.stdout and "complete" in result.stdout
     assert "corpus read as lines: 120 sequences" in result.stdout
     assert [line.split(",")[0] for line in result.stderr.splitlines()] == [  # a log: one line per finished run
-        "pretrain: run 1 of 2 done",
-        "pretrain: run 2 of 2 done",
+        "pretrain: run 1 of 2 finished",
+        "pretrain: run 2 of 2 finished",
     ]
     assert (tmp_path / "r" / "run-001" / "vectors.npy").is_file()
 
@@ -145,7 +145,7 @@ def test_demo_trains_the_sample(tmp_path):
     assert progress[0].startswith("stabcli demo: 5 item2vec runs on the synthetic sample sessions.txt")
     assert any(line.startswith("stabcli drift: a refresh where 12 Horror items") for line in progress)
     assert all(
-        line.startswith(("stabcli demo:", "stabcli drift:", "wrote ", "HTML reports", "pretrain: run "))
+        line.startswith(("stabcli demo:", "stabcli drift:", "wrote ", "HTML reports", "pretrain: run ", "audit: "))
         for line in progress
     ), progress
     assert json.loads((tmp_path / "demo" / "audit.json").read_text())["input"]["runs"] == 5

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import assert_bad_input, assert_numbers_match, files_state, make_runset, parse
+from conftest import assert_bad_input, assert_numbers_match, drift_argv, files_state, make_runset, parse
 from stabcli.cli.app import app
 from stabcli.commands.audit import AuditOptions, build_report, load_runs
 from stabcli.commands.drift import DriftOptions, compute_drift, load_inputs
@@ -321,15 +321,7 @@ def test_html_output_that_is_an_input_is_refused(tmp_path):
 def test_drift_html_from_the_command_line(tmp_path):
     noise = make_runset(tmp_path / "noise", runs=4, n=30, dim=5)
     result = invoke(
-        "drift",
-        noise / "run-000" / "vectors.npy",
-        noise / "run-001" / "vectors.npy",
-        "--noise",
-        noise,
-        "--keys",
-        noise / "keys.txt",
-        "--knn-k",
-        "3",
+        *drift_argv(noise),
         "--html",
         tmp_path / "d.html",
         "--json",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state, make_runset
+from conftest import assert_bad_input, drift_argv, files_state, make_runset
 from stabcli.cli.app import app
 from stabcli.reports.tracking import metric_name, params_of, report_metrics, report_tags
 
@@ -163,15 +163,7 @@ def test_pretrain_logs_a_parent_and_a_nested_run_per_seed(store, tmp_path, sessi
 def test_drift_logs_its_report(store, tmp_path):
     noise = make_runset(tmp_path / "noise", runs=4, n=30, dim=5)
     result = invoke(
-        "drift",
-        noise / "run-000" / "vectors.npy",
-        noise / "run-001" / "vectors.npy",
-        "--noise",
-        noise,
-        "--keys",
-        noise / "keys.txt",
-        "--knn-k",
-        "3",
+        *drift_argv(noise),
         "--json",
         tmp_path / "d.json",
         "--mlflow",

@@ -41,14 +41,12 @@ from stabcli.cli.output import (
     EXIT_FAILED_CHECK,
     Renderings,
     Stages,
-    log_report,
     open_tracker,
     out,
+    publish,
     report_outputs,
     set_quiet,
     warn,
-    write_json_stdout,
-    write_report_outputs,
 )
 from stabcli.errors import UsageError
 from stabcli.inputs.embeddings import ReadOptions
@@ -154,13 +152,20 @@ def audit_and_render(
         lambda figures, table: render_html(report, table, figures, text),
         len(report.representation.least_stable),
     )
-    write_report_outputs(plan, renderings, json_path, markdown_path, plots, per_key, html_path)
-    if tracker is not None:
-        log_report(tracker, "audit", options_given or {}, renderings)
-    if fmt == "json":
-        write_json_stdout(text)
-    else:
-        render_terminal(report, out)
+    publish(
+        plan,
+        renderings,
+        command="audit",
+        fmt=fmt,
+        terminal=lambda: render_terminal(report, out),
+        json_path=json_path,
+        markdown_path=markdown_path,
+        html_path=html_path,
+        plots=plots,
+        per_key=per_key,
+        tracker=tracker,
+        params=options_given,
+    )
     return report
 
 

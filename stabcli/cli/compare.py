@@ -24,14 +24,12 @@ from stabcli.cli.options import (
 from stabcli.cli.output import (
     EXIT_FAILED_CHECK,
     Renderings,
-    log_report,
     open_tracker,
     out,
+    publish,
     report_outputs,
     set_quiet,
     warn,
-    write_json_stdout,
-    write_report_outputs,
 )
 
 
@@ -94,12 +92,17 @@ def compare_cmd(
     renderings = Renderings(
         text, lambda _: render_markdown(report), list, lambda: None, lambda *_: render_html(report, text), 0
     )
-    write_report_outputs(plan, renderings, json_path, markdown_path, None, None, html_path)
-    if tracker is not None:
-        log_report(tracker, "compare", params, renderings)
-    if fmt == "json":
-        write_json_stdout(text)
-    else:
-        render_terminal(report, out)
+    publish(
+        plan,
+        renderings,
+        command="compare",
+        fmt=fmt,
+        terminal=lambda: render_terminal(report, out),
+        json_path=json_path,
+        markdown_path=markdown_path,
+        html_path=html_path,
+        tracker=tracker,
+        params=params,
+    )
     if not report.passed:
         raise typer.Exit(EXIT_FAILED_CHECK)

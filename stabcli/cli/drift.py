@@ -39,13 +39,11 @@ from stabcli.cli.output import (
     EXIT_FAILED_CHECK,
     Renderings,
     Stages,
-    log_report,
     open_tracker,
     out,
+    publish,
     report_outputs,
     set_quiet,
-    write_json_stdout,
-    write_report_outputs,
 )
 from stabcli.errors import OptionError, UsageError
 from stabcli.inputs.embeddings import ReadOptions
@@ -217,12 +215,19 @@ def drift_cmd(
         lambda figures, _: render_html(report, table, figures, text),
         len(report.drift.top),
     )
-    write_report_outputs(plan, renderings, json_path, markdown_path, plots, per_key, html_path)
-    if tracker is not None:
-        log_report(tracker, "drift", params, renderings)
-    if fmt == "json":
-        write_json_stdout(text)
-    else:
-        render_terminal(report, out)
+    publish(
+        plan,
+        renderings,
+        command="drift",
+        fmt=fmt,
+        terminal=lambda: render_terminal(report, out),
+        json_path=json_path,
+        markdown_path=markdown_path,
+        html_path=html_path,
+        plots=plots,
+        per_key=per_key,
+        tracker=tracker,
+        params=params,
+    )
     if not report.passed:
         raise typer.Exit(EXIT_FAILED_CHECK)

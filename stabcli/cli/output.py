@@ -261,6 +261,33 @@ def write_report_outputs(
         info(f"wrote {html_path}")
 
 
+def publish(
+    plan: OutputPlan,
+    renderings: Renderings,
+    *,
+    command: str,
+    fmt: str,
+    terminal: Callable[[], None],
+    json_path: Path | None,
+    markdown_path: Path | None,
+    html_path: Path | None,
+    plots: Path | None = None,
+    per_key: Path | None = None,
+    tracker: Tracker | None = None,
+    params: dict[str, Any] | None = None,
+) -> None:
+    """The end of every report command: write its outputs (all or nothing), log them to
+    MLflow (``tracker``), then the report on stdout: the JSON (``--format json``) or
+    ``terminal()``."""
+    write_report_outputs(plan, renderings, json_path, markdown_path, plots, per_key, html_path)
+    if tracker is not None:
+        log_report(tracker, command, params or {}, renderings)
+    if fmt == "json":
+        write_json_stdout(renderings.text)
+    else:
+        terminal()
+
+
 def open_tracker(mlflow: bool, experiment: str | None) -> Tracker | None:
     """The MLflow experiment to log into (``--mlflow``), opened before any work so that a
     missing extra or a store MLflow refuses is one error line first; None without ``--mlflow``."""
@@ -381,7 +408,7 @@ class Stages:
 
 class RunLines:
     """``pretrain``'s progress in a log: one line per finished run (``pretrain: run 3 of 10
-    done, 42 s``), from the library's progress callback; nothing on a terminal (the bars
+    finished, 42 s``; a failed run is also named by its own ``failed:`` line at the end), from the library's progress callback; nothing on a terminal (the bars
     say it) or with ``--quiet``."""
 
     def __init__(self, command: str):
@@ -395,5 +422,5 @@ class RunLines:
                 return
             if done > self.seen and plain_progress():
                 for n in range(self.seen + 1, done + 1):
-                    info(f"{self.command}: run {n} of {total} done, {time.monotonic() - self.started:.0f} s")
+                    info(f"{self.command}: run {n} of {total} finished, {time.monotonic() - self.started:.0f} s")
             self.seen = max(self.seen, done)

@@ -408,8 +408,8 @@ class Stages:
 
 class RunLines:
     """``pretrain``'s progress in a log: one line per finished run (``pretrain: run 3 of 10
-    finished, 42 s``; a failed run is also named by its own ``failed:`` line at the end), from the library's progress callback; nothing on a terminal (the bars
-    say it) or with ``--quiet``."""
+    finished, 42 s``; a failed one also gets its ``failed:`` line at the end), from the
+    library's progress callback; nothing on a terminal (the bars say it) or with ``--quiet``."""
 
     def __init__(self, command: str):
         self.command, self.seen, self.started = command, -1, time.monotonic()

@@ -44,6 +44,7 @@ def test_rotated_files_known_answers(tmp_path):
         "normalized": False,
         "seed": 0,
         "featurized": None,
+        "environment": [],
     }
     assert rep["noise_share"] > 0.5 and rep["aligned_noise_share"] < 1e-9 and rep["inner_product_noise_share"] < 1e-9
     assert rep["knn_overlap"] == 1 and rep["cka"] == pytest.approx(1)

@@ -9,19 +9,13 @@ import time
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state, make_runset
+from conftest import assert_bad_input, files_state, invoke, make_runset, runner
 from stabcli.cli.app import app
 from stabcli.measure import metrics
 
-runner = CliRunner()
 N_KEYS, DIM = 30, 4
 KEYS = [f"k{i}" for i in range(N_KEYS)]
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def vectors(seed: int, n: int = N_KEYS, d: int = DIM) -> np.ndarray:
@@ -69,6 +63,8 @@ def bad(work, fragment, *args):
         (["--no-such-option"], "No such option: --no-such-option"),
         (["--normalize=3"], "--normalize"),
         (["--json"], "Option '--json' requires an argument"),
+        (["--prefer", "stability"], "--prefer only apply with --labels FILE"),
+        (["--prefer", "speed"], "'--prefer': 'speed' is not one of"),
         (["--min-frequency", "0"], "'--min-frequency': Input should be greater than or equal to 1"),
         (["--min-frequency", "3"], "--min-frequency: needs key frequencies"),
     ],
@@ -345,7 +341,7 @@ def test_a_nan_row_in_a_file_that_also_lacks_keys_is_one_error_line(tmp_path):
     (tmp_path / "a.vec").write_text("3 2\nk0 1 2\nk1 3 4\nk2 5 6\n")
     (tmp_path / "b.vec").write_text("2 2\nk0 nan 2\nk1 3 4\n")
     before = files_state(tmp_path)
-    result = CliRunner().invoke(app, ["audit", str(tmp_path / "a.vec"), str(tmp_path / "b.vec"), "--knn-k", "1"])
+    result = runner.invoke(app, ["audit", str(tmp_path / "a.vec"), str(tmp_path / "b.vec"), "--knn-k", "1"])
     assert_bad_input(result, "key 'k0' has NaN or infinite values", tmp_path, before)
 
 

@@ -3,20 +3,17 @@ option, before any output is written, and leaves every file where it was."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state, make_runset, runner
 from stabcli.cli.app import app
 from stabcli.inputs.embeddings import write_embedding
 
-runner = CliRunner()
 N, D = 30, 4
 KEYS = [f"k{i}" for i in range(N)]
 
@@ -37,17 +34,12 @@ def emb(tmp: Path, name: str, seed=0, keys=None, d=D, rows=None) -> Path:
 
 
 def noise_set(tmp: Path, runs=5, keys=None, d=D, name="noise", bad_run=None) -> Path:
-    root = tmp / name
-    root.mkdir()
     keys = KEYS if keys is None else keys
-    (root / "keys.txt").write_text("".join(k + "\n" for k in keys))
-    for r in range(runs):
-        (root / f"run-{r:03d}").mkdir()
-        array = vectors(100 + r, len(keys), d)
-        if r == bad_run:
-            array[2, 1] = np.nan
-        np.save(root / f"run-{r:03d}" / "vectors.npy", array)
-    (root / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
+    root = make_runset(tmp / name, vectors=[vectors(100 + r, len(keys), d) for r in range(runs)], keys=keys, epochs=0)
+    if bad_run is not None:  # the writer refuses NaN: damage the run afterwards
+        array = vectors(100 + bad_run, len(keys), d)
+        array[2, 1] = np.nan
+        np.save(root / f"run-{bad_run:03d}" / "vectors.npy", array)
     return root
 
 

@@ -4,13 +4,11 @@ no traceback, no warning, and nothing written."""
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state, runner
 from stabcli.cli.app import app
 from stabcli.inputs.embeddings import keys_path_for
 
-runner = CliRunner()
 N, D = 40, 4
 KEYS = [f"k{i}" for i in range(N)]
 

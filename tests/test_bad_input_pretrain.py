@@ -8,14 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state, make_sessions
+from conftest import assert_bad_input, files_state, invoke, make_sessions, runner
 from stabcli.cli.app import app
 from stabcli.errors import OptionError
 from stabcli.training.pretrain import TrainConfig, pretrain
 
-runner = CliRunner()
 SMALL = ["--runs", "1", "--dim", "4", "--epochs", "1", "--jobs", "1"]
 
 
@@ -24,10 +22,6 @@ def corpus(t: Path) -> Path:
     if not path.exists():
         path.write_text(make_sessions(40, 12), encoding="utf-8")
     return path
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 PARAM_CASES = [

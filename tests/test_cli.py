@@ -5,18 +5,12 @@ import sys
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import files_state
+from conftest import files_state, invoke, runner
 from stabcli import __version__
 from stabcli.cli.app import app
 
-runner = CliRunner()
 SMALL = ["--runs", "2", "--dim", "4", "--epochs", "2", "--jobs", "1"]
-
-
-def invoke(*args: str):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def test_version():
@@ -435,7 +429,7 @@ def test_audit_bad_label_options_exit_2(runset, genre_labels, tmp_path, args, me
 
 # ---- --help: readable names, defaults, choices, examples that run (issue 14 §3)
 
-COMMANDS = ["pretrain", "audit", "featurize", "drift", "compare", "demo"]
+COMMANDS = ["pretrain", "audit", "featurize", "drift", "compare", "demo", "sweep"]
 INTERNAL_TYPE = re.compile(r"<(?:bool|int|float|str|path|text|list\[[^\]]*\]|[a-z]+ range)>")
 
 
@@ -470,6 +464,7 @@ def test_usage_lines_name_arguments_in_capitals(monkeypatch):
         "drift": "Usage: root drift [OPTIONS] BEFORE AFTER",
         "compare": "Usage: root compare [OPTIONS] A B",
         "demo": "Usage: root demo [OPTIONS]",
+        "sweep": "Usage: root sweep [OPTIONS] CORPUS",
     }
 
 
@@ -512,7 +507,7 @@ def test_choices_and_ranges_are_declared_for_help_and_checked_by_typer():
     for value in READ_FORMATS:
         assert invoke("audit", "--input-format", value, "--help").exit_code == 0
     for value in WRITE_FORMATS:
-        assert invoke("featurize", "--format", value, "--help").exit_code == 0
+        assert invoke("featurize", "--output-format", value, "--help").exit_code == 0
 
 
 def help_examples(name: str) -> list[list[str]]:

@@ -25,13 +25,18 @@ def _docs_table(section: str) -> str:
     return section[section.index("| key | type | meaning |") :].rstrip("\n") + "\n"
 
 
-@pytest.mark.parametrize("command", ["audit", "drift"])
+SWEEP_HEADING = "\n## stabcli sweep\n"
+
+
+@pytest.mark.parametrize("command", ["audit", "drift", "sweep"])
 def test_docs_table_lists_exactly_the_report_types_keys(command):
     from stabcli.commands.drift import DriftReport
+    from stabcli.reports.sweep_report import SweepReport
 
-    audit_text, drift_text = DOCS.read_text(encoding="utf-8").split(DRIFT_HEADING)
-    report_type = AuditReport if command == "audit" else DriftReport
-    table = _docs_table(audit_text if command == "audit" else drift_text)
+    rest, sweep_text = DOCS.read_text(encoding="utf-8").split(SWEEP_HEADING)
+    audit_text, drift_text = rest.split(DRIFT_HEADING)
+    report_type = {"audit": AuditReport, "drift": DriftReport, "sweep": SweepReport}[command]
+    table = _docs_table({"audit": audit_text, "drift": drift_text, "sweep": sweep_text}[command])
     assert table == markdown_table(report_type), "docs/json.md is stale: regenerate it (command in the file)"
     documented = {line.split("`")[1] for line in table.splitlines()[2:]}
     assert documented == {name for name, _, _ in key_rows(report_type)}
@@ -150,7 +155,7 @@ def test_downstream_section_wraps_the_downstream_dict_and_keeps_its_json():
                 "stale_drop": None,
             }
         },
-        "recommendation": {"variant": None, "reason": "nothing to compare"},
+        "recommendation": {"variant": None, "reason": "nothing to compare", "prefer": "stability"},
     }
     section = DownstreamSection.from_dict(raw)
     assert to_json(section) == {**raw, "dropped_classes": {}}

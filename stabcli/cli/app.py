@@ -34,6 +34,7 @@ from stabcli.cli.output import (
     quiet_broken_pipe,
 )
 from stabcli.cli.pretrain import pretrain_cmd
+from stabcli.cli.sweep import sweep_cmd
 from stabcli.errors import MESSAGE_LIMIT, Interrupted, OptionError, StabcliError, one_line, shorten
 
 __all__ = [
@@ -149,7 +150,11 @@ class _Group(_ReadableHelp, TyperGroup):
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt as exc:
             signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-            trains = ctx.invoked_subcommand in ("pretrain", "demo")  # the commands that keep what they finished
+            trains = ctx.invoked_subcommand in (
+                "pretrain",
+                "demo",
+                "sweep",
+            )  # the commands that keep what they finished
             err.print(
                 "interrupted; finished runs are kept" if trains else "interrupted; nothing was written", highlight=False
             )
@@ -202,6 +207,7 @@ app.command("audit", cls=_Command)(audit_cmd)
 app.command("featurize", cls=_Command)(featurize_cmd)
 app.command("demo", cls=_Command)(demo_cmd)
 app.command("drift", cls=_Command)(drift_cmd)
+app.command("sweep", cls=_Command)(sweep_cmd)
 app.command("compare", cls=_Command)(compare_cmd)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -37,25 +37,8 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import (
-    EXIT_FAILED_CHECK,
-    Renderings,
-    Stages,
-    open_tracker,
-    out,
-    publish,
-    report_outputs,
-    set_quiet,
-    warn,
-)
+from stabcli.cli.output import render_report, report_files, set_quiet, spinner, warn, wrote
 from stabcli.errors import UsageError
-from stabcli.inputs.embeddings import ReadOptions
-from stabcli.inputs.textfile import check_encoding
-
-if TYPE_CHECKING:
-    from stabcli.commands.audit import AuditOptions
-    from stabcli.measure.downstream import DownstreamOptions
-    from stabcli.reports.audit_report import AuditReport
 
 
 def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
@@ -72,105 +55,7 @@ def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
     return parsed
 
 
-def audit_and_render(
-    inputs: list[Path],
-    options: AuditOptions,
-    checks: list[str],
-    fmt: str,
-    json_path: Path | None,
-    markdown_path: Path | None,
-    plots: Path | None,
-    downstream: DownstreamOptions | None = None,
-    key_names: Path | None = None,
-    per_key: Path | None = None,
-    encoding: str | None = None,
-    force: bool = False,
-    read: ReadOptions | None = None,
-    frequencies: Path | None = None,
-    html_path: Path | None = None,
-    mlflow: bool = False,
-    mlflow_experiment: str | None = None,
-    options_given: dict[str, Any] | None = None,
-) -> AuditReport:
-    """Validate, load, compute, write every requested rendering (and log them to MLflow with
-    ``mlflow``: ``options_given`` are the params); returns the report."""
-    from stabcli.commands.audit import build_report, load_runs, validate_checks
-    from stabcli.inputs.keytable import per_key_format, per_key_frame, read_frequencies, read_key_names
-    from stabcli.reports.audit_render import plot_figures, render_html, render_markdown, render_terminal, require_plots
-    from stabcli.reports.schema import dumps
-
-    validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
-    if plots:
-        require_plots()
-    if per_key:
-        per_key_format(per_key)
-    plan = report_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force, html_path)
-    if read is not None and read.keys_file is not None:
-        plan.add_input(read.keys_file)
-    if options.eis_anchor is not None:
-        plan.add_input(options.eis_anchor)
-    if frequencies is not None:
-        plan.add_input(frequencies)
-    plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
-    tracker = open_tracker(mlflow, mlflow_experiment)
-    names = read_key_names(key_names, encoding) if key_names else None
-    counts = read_frequencies(frequencies, encoding or "utf-8") if frequencies else None
-
-    runs = load_runs(inputs, on_warning=warn, read=read)
-    with Stages("audit") as stages:
-        report = build_report(
-            runs,
-            options,
-            on_step=stages.step,
-            downstream=downstream,
-            checks=checks,
-            key_names=names,
-            per_key=per_key is not None or html_path is not None or tracker is not None,
-            on_warning=warn,
-            frequencies=counts,
-        )
-    text = dumps(report)
-
-    def frame() -> Any:
-        stats = report.key_stats
-        return per_key_frame(
-            stats.keys,
-            names,
-            stats.frequency,
-            stats.norm,
-            stats.aligned_variance,
-            stats.relative_instability,
-            stats.displacement,
-            stats.knn_overlap,
-        )
-
-    renderings = Renderings(
-        text,
-        lambda key_rows: render_markdown(report, key_rows),
-        lambda: plot_figures(report),
-        frame,
-        lambda figures, table: render_html(report, table, figures, text),
-        len(report.representation.least_stable),
-    )
-    publish(
-        plan,
-        renderings,
-        command="audit",
-        fmt=fmt,
-        terminal=lambda: render_terminal(report, out),
-        json_path=json_path,
-        markdown_path=markdown_path,
-        html_path=html_path,
-        plots=plots,
-        per_key=per_key,
-        tracker=tracker,
-        params=options_given,
-    )
-    return report
-
-
 def audit_cmd(
-    ctx: typer.Context,
     inputs: Annotated[
         list[Path], typer.Argument(metavar="INPUTS...", help="A run set directory, or two or more embedding files.")
     ],
@@ -280,6 +165,15 @@ def audit_cmd(
             "movies.dat: latin-1; a byte-order mark decides]."
         ),
     ] = None,
+    prefer: Annotated[
+        Literal["stability", "balanced", "accuracy"],
+        typer.Option(
+            "--prefer",
+            metavar="stability|balanced|accuracy",
+            help="With --labels: a variant with more churn or std than the input is recommended never (stability), "
+            "for a gain beyond 2× the noise (balanced) or beyond 1× (accuracy).",
+        ),
+    ] = "balanced",
     min_class_size: Annotated[
         int,
         typer.Option(
@@ -326,84 +220,50 @@ def audit_cmd(
 
         stabcli audit a.vec b.vec c.vec --frequencies counts.tsv --min-frequency 5
 
+        stabcli audit runs/ml --labels ratings_mean.csv --task regression --prefer stability
+
         stabcli audit runs/exp1 --html audit.html --mlflow --mlflow-experiment embeddings
     """
-    from stabcli.commands.audit import AuditOptions
+    from stabcli.commands.audit import audit
 
     set_quiet(quiet)
-    params = dict(ctx.params)  # the options as given, for --mlflow
-
-    if encoding is not None:
-        check_encoding("encoding", encoding)
-    read = ReadOptions(input_format, trust_pickle, keys)
-    options = AuditOptions(
-        normalize=normalize,
-        pairs=pairs,
-        knn_k=knn_k,
-        knn_queries=knn_queries,
-        seed=seed,
-        top=top,
-        min_frequency=min_frequency,
-        eis_alpha=eis_alpha,
-        eis_anchor=eis_anchor,
-    )
-    downstream = None
-    if labels is None:
-        given = {
-            "--variants": variants,
-            "--featurize-dims": featurize_dims,
-            "--sigmas": sigmas,
-            "--model": model,
-            "--min-class-size": None if min_class_size == 5 else min_class_size,
-            "--scheduler": scheduler,
-        }
-        extra = [name for name, value in given.items() if value is not None]
-        if extra:
-            raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
-    else:
-        from stabcli.measure.downstream import DownstreamOptions
-
-        downstream = DownstreamOptions(
-            labels,
+    with spinner("audit") as on_step:
+        report = audit(
+            inputs,
+            normalize=normalize,
+            pairs=pairs,
+            knn_k=knn_k,
+            knn_queries=knn_queries,
+            seed=seed,
+            top=top,
+            min_frequency=min_frequency,
+            frequencies=frequencies,
+            eis_anchor=eis_anchor,
+            eis_alpha=eis_alpha,
+            checks=check,
+            labels=labels,
             task=task,
             model=model,
             test_size=test_size,
             split_seed=split_seed,
             variants=comma_list(variants, str, "--variants"),
-            featurize_dims=comma_list(featurize_dims, int, "--featurize-dims") or [],
-            sigmas=comma_list(sigmas, float, "--sigmas") or [],
+            featurize_dims=comma_list(featurize_dims, int, "--featurize-dims"),
+            sigmas=comma_list(sigmas, float, "--sigmas"),
             reference=reference,
-            seed=seed,
             jobs=jobs,
+            scheduler=scheduler,
             encoding=encoding,
             min_class_size=min_class_size,
+            prefer=prefer,
+            key_names=key_names,
+            input_format=input_format,
+            trust_pickle=trust_pickle,
+            keys=keys,
+            **report_files(json_path, markdown_path, plots, per_key, force, html_path, mlflow, mlflow_experiment),
+            on_step=on_step,
+            on_warning=warn,
+            on_figure=wrote,
         )
-    from stabcli.training.cluster import joblib_on, scheduler_address
+    from stabcli.reports.audit_render import render_terminal
 
-    with joblib_on(scheduler_address(scheduler) if labels is not None else None) as cluster:
-        if cluster is not None and downstream is not None and downstream.jobs is None:
-            from dataclasses import replace
-
-            downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs
-        report = audit_and_render(
-            inputs,
-            options,
-            check,
-            fmt,
-            json_path,
-            markdown_path,
-            plots,
-            downstream,
-            key_names,
-            per_key,
-            encoding,
-            force,
-            read,
-            frequencies,
-            html_path,
-            mlflow,
-            mlflow_experiment,
-            params,
-        )
-    if not report.passed:
-        raise typer.Exit(EXIT_FAILED_CHECK)
+    render_report(report, fmt, render_terminal)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -21,20 +21,10 @@ from stabcli.cli.options import (
     knn_queries_option,
     seed_option,
 )
-from stabcli.cli.output import (
-    EXIT_FAILED_CHECK,
-    Renderings,
-    open_tracker,
-    out,
-    publish,
-    report_outputs,
-    set_quiet,
-    warn,
-)
+from stabcli.cli.output import render_report, report_files, set_quiet, warn, wrote
 
 
 def compare_cmd(
-    ctx: typer.Context,
     a: Annotated[Path, typer.Argument(metavar="A", help="A run set, or a saved audit report (audit --json).")],
     b: Annotated[Path, typer.Argument(metavar="B", help="A run set, or a saved audit report (audit --json).")],
     normalize: Annotated[bool, typer.Option("--normalize", help="Run sets: L2-normalize every row first.")] = False,
@@ -43,7 +33,12 @@ def compare_cmd(
         typer.Option("--pairs", min=1, metavar="N", help="Run sets: key pairs for the inner-product noise share."),
     ] = 10_000,
     knn_k: KnnK = 10,
-    knn_queries: Annotated[int, knn_queries_option("Run sets: sampled query keys for k-NN overlap.")] = 1_000,
+    knn_queries: Annotated[
+        int | None,
+        knn_queries_option(
+            "Run sets: sampled query keys for k-NN overlap [default: every key up to 10,000 keys, else 1,000]."
+        ),
+    ] = None,
     seed: Annotated[int, seed_option("Run sets: seed for the sampled pairs and queries.")] = 0,
     check: Annotated[list[str], check_option("compare.knn_overlap.delta>=0")] = [],  # noqa: B006
     fmt: ReportFormat = "table",
@@ -71,38 +66,21 @@ def compare_cmd(
 
         stabcli compare runs/dim32 runs/dim64 --html compare.html --json compare.json
     """
-    from stabcli.commands.audit import AuditOptions, build_report, load_runs
-    from stabcli.commands.compare import compare_audits, evaluate_checks, load_sides, validate_checks
-    from stabcli.reports.compare_render import render_html, render_markdown, render_terminal
-    from stabcli.reports.schema import dumps, to_json
+    from stabcli.commands.compare import compare
+    from stabcli.reports.compare_render import render_terminal
 
     set_quiet(quiet)
-    params = dict(ctx.params)  # the options as given, for --mlflow
-    validate_checks(check)  # a typo fails before any input is read
-    options = AuditOptions(normalize=normalize, pairs=pairs, knn_k=knn_k, knn_queries=knn_queries, seed=seed)
-    plan = report_outputs([a, b], None, json_path, markdown_path, None, None, None, force, html_path)
-    plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
-    tracker = open_tracker(mlflow, mlflow_experiment)
-
-    def audit(path: Path) -> dict[str, Any]:
-        return to_json(build_report(load_runs([path], on_warning=warn), options))
-
-    report = evaluate_checks(compare_audits(*load_sides([a, b], audit)), check)
-    text = dumps(report)
-    renderings = Renderings(
-        text, lambda _: render_markdown(report), list, lambda: None, lambda *_: render_html(report, text), 0
+    report = compare(
+        a,
+        b,
+        normalize=normalize,
+        pairs=pairs,
+        knn_k=knn_k,
+        knn_queries=knn_queries,
+        seed=seed,
+        checks=check,
+        **report_files(json_path, markdown_path, None, None, force, html_path, mlflow, mlflow_experiment),
+        on_warning=warn,
+        on_figure=wrote,
     )
-    publish(
-        plan,
-        renderings,
-        command="compare",
-        fmt=fmt,
-        terminal=lambda: render_terminal(report, out),
-        json_path=json_path,
-        markdown_path=markdown_path,
-        html_path=html_path,
-        tracker=tracker,
-        params=params,
-    )
-    if not report.passed:
-        raise typer.Exit(EXIT_FAILED_CHECK)
+    render_report(report, fmt, render_terminal)

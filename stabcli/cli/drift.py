@@ -35,22 +35,10 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import (
-    EXIT_FAILED_CHECK,
-    Renderings,
-    Stages,
-    open_tracker,
-    out,
-    publish,
-    report_outputs,
-    set_quiet,
-)
-from stabcli.errors import OptionError, UsageError
-from stabcli.inputs.embeddings import ReadOptions
+from stabcli.cli.output import render_report, report_files, set_quiet, spinner, warn, wrote
 
 
 def drift_cmd(
-    ctx: typer.Context,
     before: Annotated[
         Path, typer.Argument(metavar="BEFORE", help="An embedding file, or a run set (its --reference run).")
     ],
@@ -136,98 +124,36 @@ def drift_cmd(
 
         stabcli drift runs/ml ml-new.npy --noise runs/ml --html drift.html --mlflow
     """
-    from stabcli.commands.drift import (
-        DriftOptions,
-        compute_drift,
-        evaluate_checks,
-        load_inputs,
-        read_key_names,
-        validate_checks,
-    )
-    from stabcli.reports.audit_render import require_plots
-    from stabcli.reports.drift_render import plot_figures, render_html, render_markdown, render_terminal
-    from stabcli.reports.schema import dumps
+    from stabcli.commands.drift import drift
+    from stabcli.reports.drift_render import render_terminal
 
     set_quiet(quiet)
-    params = dict(ctx.params)  # the options as given, for --mlflow
-
-    if fmt not in ("table", "json"):
-        raise OptionError("fmt", f"{fmt!r}: choose table or json")
-    options = DriftOptions(
-        alpha=alpha, align=align, knn_k=knn_k, knn_queries=knn_queries, top=top, seed=seed, reference=reference
-    )
-    read = ReadOptions(input_format, trust_pickle, keys)
-    downstream = None
-    if labels is None:
-        given = {"--task": task if task != "auto" else None, "--model": model}
-        extra = [name for name, value in given.items() if value is not None]
-        if extra:
-            raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
-    else:
-        from stabcli.measure.downstream import DownstreamOptions
-
-        downstream = DownstreamOptions(
-            labels, task=task, model=model, test_size=test_size, split_seed=split_seed, encoding=encoding
+    with spinner("drift") as on_step:
+        report = drift(
+            before,
+            after,
+            noise,
+            alpha=alpha,
+            align=align,
+            knn_k=knn_k,
+            knn_queries=knn_queries,
+            top=top,
+            seed=seed,
+            reference=reference,
+            labels=labels,
+            task=task,
+            model=model,
+            test_size=test_size,
+            split_seed=split_seed,
+            encoding=encoding,
+            key_names=key_names,
+            checks=check,
+            input_format=input_format,
+            trust_pickle=trust_pickle,
+            keys=keys,
+            **report_files(json_path, markdown_path, plots, per_key, force, html_path, mlflow, mlflow_experiment),
+            on_step=on_step,
+            on_figure=wrote,
+            on_warning=warn,
         )
-        if not 0 < test_size < 1:
-            raise OptionError("test_size", f"{test_size:g} must be between 0 and 1")
-    parsed = validate_checks(check, has_noise=noise is not None, has_labels=labels is not None)
-    if plots:
-        require_plots()
-    per_key_csv = False
-    if per_key:
-        from stabcli.inputs.keytable import per_key_format
-
-        per_key_csv = per_key_format(per_key) == "csv"
-    plan = report_outputs(
-        [before, after, *([noise] if noise else [])],
-        downstream,
-        json_path,
-        markdown_path,
-        plots,
-        per_key,
-        key_names,
-        force,
-        html_path,
-    )
-    if keys is not None:
-        plan.add_input(keys)
-    plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
-    tracker = open_tracker(mlflow, mlflow_experiment)
-    inputs = load_inputs(before, after, noise, reference, read)
-    names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
-    with Stages("drift") as stages:
-        report, table = compute_drift(
-            inputs,
-            options,
-            downstream,
-            names,
-            str(key_names) if key_names else None,
-            on_step=stages.step,
-        )
-    report = evaluate_checks(report, parsed)
-    text = dumps(report)
-    renderings = Renderings(
-        text,
-        lambda key_rows: render_markdown(report, key_rows),
-        lambda: plot_figures(report, table),
-        lambda: table.frame(compact=per_key_csv or per_key is None),
-        lambda figures, _: render_html(report, table, figures, text),
-        len(report.drift.top),
-    )
-    publish(
-        plan,
-        renderings,
-        command="drift",
-        fmt=fmt,
-        terminal=lambda: render_terminal(report, out),
-        json_path=json_path,
-        markdown_path=markdown_path,
-        html_path=html_path,
-        plots=plots,
-        per_key=per_key,
-        tracker=tracker,
-        params=params,
-    )
-    if not report.passed:
-        raise typer.Exit(EXIT_FAILED_CHECK)
+    render_report(report, fmt, render_terminal)

@@ -7,9 +7,9 @@ from typing import Annotated, Literal
 
 import typer
 
-from stabcli.cli.options import InputFormat, Keys, Quiet, TrustPickle, reference_option, seed_option
-from stabcli.cli.output import err, info, out, set_quiet
-from stabcli.inputs.embeddings import ReadOptions
+from stabcli.cli.options import InputFormat, Keys, Quiet, ReportFormat, TrustPickle, reference_option, seed_option
+from stabcli.cli.output import err, info, out, set_quiet, write_json_stdout
+from stabcli.reports.schema import dumps
 from stabcli.reports.text import literal
 
 
@@ -39,12 +39,14 @@ def featurize_cmd(
         help="Rotate onto this reference first (shared keys): an embedding file, or a run set's run --reference.",
     ),
     reference: Annotated[int, reference_option("With --align-to RUN_SET: position of its reference run.")] = 0,
-    fmt: Literal["npy", "word2vec", "word2vec-bin", "kv", "parquet"] | None = typer.Option(
-        None,
-        "--format",
-        metavar="FORMAT",
-        help="npy, word2vec, word2vec-bin, kv or parquet [default: from the suffix of --out].",
-    ),
+    output_format: Annotated[
+        Literal["npy", "word2vec", "word2vec-bin", "kv", "parquet"] | None,
+        typer.Option(
+            "--output-format",
+            metavar="FORMAT",
+            help="npy, word2vec, word2vec-bin, kv or parquet [default: from the suffix of --out].",
+        ),
+    ] = None,
     save_transform: Path | None = typer.Option(
         None, "--save-transform", metavar="FILE", help="Write U (and the rotation) with a serving recipe (.npz)."
     ),
@@ -61,6 +63,7 @@ def featurize_cmd(
         help="Replace existing outputs (a directory only if it holds nothing but "
         "a run set stabcli wrote; never an input).",
     ),
+    fmt: ReportFormat = "table",
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,
     keys: Keys = None,
@@ -79,10 +82,13 @@ def featurize_cmd(
 
         stabcli featurize today.vec --out today-aligned.npy --dim 0 --align-to yesterday.vec
     """
-    from stabcli.commands.featurize import FeaturizeOptions, featurize
+    from stabcli.commands.featurize import featurize
 
     set_quiet(quiet)
-    options = FeaturizeOptions(
+
+    result = featurize(
+        input_path,
+        output,
         dim=dim,
         epsilon=epsilon,
         sigma=sigma,
@@ -90,20 +96,20 @@ def featurize_cmd(
         normalize=normalize,
         align_to=align_to,
         reference=reference,
-        fmt=fmt,
+        output_format=output_format,
         chunk_rows=chunk_rows,
-    )
-    result = featurize(
-        input_path,
-        output,
-        options,
+        input_format=input_format,
+        trust_pickle=trust_pickle,
+        keys=keys,
         save_transform=save_transform,
         force=force,
         on_run=lambda name: info(f"featurize: {name} done"),
-        read=ReadOptions(input_format, trust_pickle, keys),
     )
     for note in result.notes:
         err.print(literal(f"note: {note}"), soft_wrap=True)
+    if fmt == "json":
+        write_json_stdout(dumps(result))
+        return
     out.print(
         literal(
             f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "

@@ -194,3 +194,27 @@ def jobs_option(help: str) -> Any:
 
 def scheduler_option(help: str) -> Any:
     return typer.Option("--scheduler", metavar="ADDRESS", help=help)
+
+
+# -- the model a run trains (pretrain, sweep) --------------------------------------------------
+EmbeddingModel = Annotated[
+    Literal["word2vec", "doc2vec"],
+    typer.Option(
+        "--model",
+        metavar="word2vec|doc2vec",
+        help="word2vec (sentences or item sessions) or doc2vec (tagged documents).",
+    ),
+]
+Dim = Annotated[int, typer.Option("--dim", min=1, metavar="N", help="Embedding dimension.")]
+Window = Annotated[int, typer.Option("--window", min=1, metavar="N", help="Context window.")]
+Negative = Annotated[int, typer.Option("--negative", min=0, metavar="N", help="Negative samples (0 = none).")]
+Epochs = Annotated[int, typer.Option("--epochs", min=1, metavar="N", help="Training epochs.")]
+SkipGram = Annotated[bool, typer.Option("--sg/--cbow", help="Skip-gram (doc2vec: PV-DBOW) or CBOW (doc2vec: PV-DM).")]
+MinCount = Annotated[int, typer.Option("--min-count", min=1, metavar="N", help="Ignore tokens seen fewer times.")]
+Params = Annotated[
+    list[str], typer.Option("--param", metavar="KEY=VALUE", help="Any other gensim argument (repeatable).")
+]
+Timeout = Annotated[
+    float | None,
+    typer.Option("--timeout", metavar="SECONDS", help="Seconds before a script run is killed [default: none]."),
+]

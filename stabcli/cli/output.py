@@ -3,12 +3,12 @@ exit codes, and a report command's output files (all or nothing)."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +21,6 @@ from stabcli.reports.text import literal, plain_console
 
 if TYPE_CHECKING:
     from stabcli.fs.outputs import OutputPlan
-    from stabcli.measure.downstream import DownstreamOptions
-    from stabcli.reports.html import Figure
-    from stabcli.reports.tracking import Tracker
 
 EXIT_FAILED_CHECK = 1
 EXIT_BAD_INPUT = 2
@@ -129,217 +126,111 @@ def write_json_stdout(text: str) -> None:
     STDOUT.flush()
 
 
+def report_files(
+    json_path: Path | None,
+    markdown_path: Path | None,
+    plots: Path | None,
+    per_key: Path | None,
+    force: bool,
+    html: Path | None = None,
+    mlflow: bool = False,
+    mlflow_experiment: str | None = None,
+) -> dict[str, Any]:
+    """A report command's file options as the entry point's keywords, with the CI step summary
+    (``GITHUB_STEP_SUMMARY``, where GitHub Actions shows Markdown) when it is set, the HTML
+    page and the MLflow run (``--mlflow``: MLflow's own INFO lines are kept off stderr)."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    files: dict[str, Any] = {
+        "json": json_path,
+        "markdown": markdown_path,
+        "plots": plots,
+        "per_key": per_key,
+        "step_summary": Path(summary) if summary else None,
+        "force": force,
+    }
+    if html is not None:
+        files["html"] = html
+    if mlflow or mlflow_experiment is not None:
+        files.update(mlflow=mlflow, mlflow_experiment=mlflow_experiment, on_logged=info)
+        quiet_mlflow_logs()
+    return files
+
+
+def quiet_mlflow_logs() -> None:
+    """MLflow configures its loggers on import and prints INFO lines (its database setup);
+    keep them off a report's stderr unless ``MLFLOW_LOGGING_LEVEL`` asks for them."""
+    import importlib.util
+
+    if os.environ.get("MLFLOW_LOGGING_LEVEL") or importlib.util.find_spec("mlflow") is None:
+        return
+    import logging
+
+    importlib.import_module("mlflow")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+
+
+def wrote(path: Path) -> None:
+    """``wrote PATH`` on stderr, for each figure and page a report command writes (not with --quiet)."""
+    info(f"wrote {path}")
+
+
+@contextmanager
+def spinner(label: str) -> Iterator[Callable[[str], None] | None]:
+    """The ``on_step`` callback of a command's stages (``Stages``): a status line on a
+    terminal's stderr, one line per long stage in a log, nothing with --quiet."""
+    with Stages(label) as stages:
+        yield stages.step
+
+
+def render_report(report: Any, fmt: str, render_terminal: Callable[[Any, Console], None]) -> None:
+    """The report on stdout (exact JSON, or the terminal view); exit 1 when a check failed."""
+    if fmt == "json":
+        from stabcli.reports.schema import dumps
+
+        write_json_stdout(dumps(report))
+    else:
+        render_terminal(report, out)
+    if not report.passed:
+        import typer
+
+        raise typer.Exit(EXIT_FAILED_CHECK)
+
+
 def report_outputs(
     inputs: list[Path],
-    downstream: DownstreamOptions | None,
+    downstream: Any,
     json_path: Path | None,
     markdown_path: Path | None,
     plots: Path | None,
     per_key: Path | None,
     key_names: Path | None,
     force: bool,
-    html_path: Path | None = None,
 ) -> OutputPlan:
-    """Every output of an audit or a drift (--json, --markdown, --html, --plots, --per-key,
-    GITHUB_STEP_SUMMARY) against every input (``inputs`` with their companion keys files,
-    --labels, --key-names)."""
-    from stabcli.fs.outputs import OutputPlan, plots_owned, with_companions
+    """The output plan of a command that does not yet call one entry point (``sweep``):
+    ``ReportFiles.plan`` of its file options, not yet checked."""
+    from stabcli.commands.common import ReportFiles
 
-    plan = OutputPlan([companion for path in inputs for companion in with_companions(path)], force=force)
-    if downstream is not None:
-        plan.add_input(downstream.labels)
-    if key_names is not None:
-        plan.add_input(key_names)
-    if per_key:
-        plan.add(per_key, "--per-key")
-    if json_path:
-        plan.add(json_path, "--json")
-    if markdown_path:
-        plan.add(markdown_path, "--markdown")
-    if html_path:
-        plan.add(html_path, "--html")
-    if plots:
-        plan.add(plots, "--plots", kind="dir", owned=plots_owned)
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        plan.add(os.environ["GITHUB_STEP_SUMMARY"], "GITHUB_STEP_SUMMARY", kind="append")
-    return plan
-
-
-class Renderings:
-    """A finished report's renderings, each made once and only when some output needs it:
-    the JSON ``text``, ``markdown(key_rows)`` (per-key lists cut to ``key_rows`` rows, None:
-    all of them), the figures, the per-key table and the HTML page built from them."""
-
-    def __init__(
-        self,
-        text: str,
-        markdown: Callable[[int | None], str],
-        draw: Callable[[], list[Figure]],
-        frame: Callable[[], Any],
-        page: Callable[[list[Figure] | None, Any], str],
-        key_rows: int,
-    ):
-        self.text, self._markdown, self._draw, self._frame, self._page = text, markdown, draw, frame, page
-        self.key_rows = key_rows
-        self._cache: dict[str, Any] = {}
-
-    def _once(self, name: str, make: Callable[[], Any]) -> Any:
-        if name not in self._cache:
-            self._cache[name] = make()
-        return self._cache[name]
-
-    def markdown(self, key_rows: int | None = None) -> str:
-        return (
-            self._markdown(key_rows) if key_rows is not None else self._once("markdown", lambda: self._markdown(None))
-        )
-
-    def figures(self) -> list[Figure] | None:
-        """The figures; None without matplotlib (the HTML page then says so)."""
-        from stabcli.reports.figures import available
-
-        return self._once("figures", lambda: self._draw() if available() else None)
-
-    def frame(self) -> Any:
-        return self._once("frame", self._frame)
-
-    def page(self) -> str:
-        return self._once("page", lambda: self._page(self.figures(), self.frame()))
-
-
-def step_summary(path: str, renderings: Renderings) -> str | None:
-    """The Markdown to append to GITHUB_STEP_SUMMARY ``path``, cut to fit GitHub's 1 MiB per
-    step with what the file holds already; None (with a warning) when nothing fits."""
-    from stabcli.reports.summary import STEP_SUMMARY_LIMIT, bounded
-
-    try:
-        used = os.path.getsize(path) if os.path.isfile(path) else 0
-    except OSError:
-        used = 0
-    text = bounded(renderings.markdown, renderings.key_rows, used)
-    if text is None:
-        warn(
-            f"GITHUB_STEP_SUMMARY {path} holds {used:,} bytes; with this report it would pass GitHub's "
-            f"{STEP_SUMMARY_LIMIT:,}-byte limit for a step, so the report is not appended to it"
-        )
-    return text
+    files = ReportFiles(**report_files(json_path, markdown_path, plots, per_key, force))
+    return files.plan(inputs, [downstream.labels if downstream else None, key_names], check=False)
 
 
 def write_report_outputs(
     plan: OutputPlan,
-    renderings: Renderings,
+    text: str,
+    markdown: Callable[[], str],
     json_path: Path | None,
     markdown_path: Path | None,
     plots: Path | None,
+    write_plots: Callable[[Path], list[Path]],
     per_key: Path | None,
-    html_path: Path | None = None,
+    frame: Callable[[], Any],
 ) -> None:
-    """Write a report command's outputs (``report_outputs``) all or nothing: the JSON, the
-    Markdown (also appended to GITHUB_STEP_SUMMARY, within GitHub's size limit), the HTML
-    page, the figures and the per-key table; names the figures."""
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    written: list[Path] = []
-    with plan:  # all or nothing: every output appears together, or none on any failure
-        if json_path:
-            plan.write_text(json_path, renderings.text)
-        if markdown_path:
-            plan.write_text(markdown_path, renderings.markdown())
-        if summary and (bounded := step_summary(summary, renderings)) is not None:
-            plan.write_text(summary, bounded)
-        if html_path:
-            plan.write_text(html_path, renderings.page())
-        if plots:
-            from stabcli.reports.figures import save
+    """``ReportFiles.write`` for the plan of ``report_outputs``; names the figures written."""
+    from stabcli.commands.common import ReportFiles
 
-            written = [plots / path.name for path in save(renderings.figures() or [], plan.staging(plots))]
-        if per_key:
-            from stabcli.inputs.keytable import write_per_key  # pandas (60 MB, a second): only when asked
-
-            write_per_key(renderings.frame(), per_key, plan.staging(per_key))
-    for path in written:
-        info(f"wrote {path}")
-    if html_path:
-        info(f"wrote {html_path}")
-
-
-def publish(
-    plan: OutputPlan,
-    renderings: Renderings,
-    *,
-    command: str,
-    fmt: str,
-    terminal: Callable[[], None],
-    json_path: Path | None,
-    markdown_path: Path | None,
-    html_path: Path | None,
-    plots: Path | None = None,
-    per_key: Path | None = None,
-    tracker: Tracker | None = None,
-    params: dict[str, Any] | None = None,
-) -> None:
-    """The end of every report command: write its outputs (all or nothing), log them to
-    MLflow (``tracker``), then the report on stdout: the JSON (``--format json``) or
-    ``terminal()``."""
-    write_report_outputs(plan, renderings, json_path, markdown_path, plots, per_key, html_path)
-    if tracker is not None:
-        log_report(tracker, command, params or {}, renderings)
-    if fmt == "json":
-        write_json_stdout(renderings.text)
-    else:
-        terminal()
-
-
-def open_tracker(mlflow: bool, experiment: str | None) -> Tracker | None:
-    """The MLflow experiment to log into (``--mlflow``), opened before any work so that a
-    missing extra or a store MLflow refuses is one error line first; None without ``--mlflow``."""
-    if experiment is not None and not mlflow:
-        from stabcli.errors import UsageError
-
-        raise UsageError("--mlflow-experiment only applies with --mlflow")
-    if not mlflow:
-        return None
-    import logging
-
-    from stabcli.reports.tracking import Tracker, require_mlflow
-
-    require_mlflow()
-    importlib.import_module("mlflow")  # MLflow configures its loggers on import: quiet them after
-
-    if not os.environ.get("MLFLOW_LOGGING_LEVEL"):  # MLflow's INFO lines (database setup) are noise in a report
-        logging.getLogger("mlflow").setLevel(logging.WARNING)
-    return Tracker(experiment)
-
-
-def log_report(tracker: Tracker, command: str, options: dict[str, Any], renderings: Renderings) -> None:
-    """Log a report command's run: its options as params, every number of the report as a
-    metric, and the JSON, Markdown, HTML, figures and per-key table as artifacts."""
-    import json
-
-    from stabcli.inputs.keytable import write_per_key
-    from stabcli.reports.tracking import RunRecord, params_of, report_metrics, report_tags
-
-    data = json.loads(renderings.text)
-    artifacts: dict[str, bytes | str] = {
-        f"{command}.json": renderings.text,
-        f"{command}.md": renderings.markdown(),
-        f"{command}.html": renderings.page(),
-    }
-    for figure in renderings.figures() or []:
-        artifacts[f"plots/{figure.name}"] = figure.png
-    frame = renderings.frame()
-    writers = (
-        {} if frame is None else {f"{command}-per-key.csv": lambda path: write_per_key(frame, Path(path.name), path)}
-    )
-    run = tracker.log(
-        RunRecord(
-            name=f"stabcli {command}",
-            params=params_of(options),
-            metrics=list(report_metrics(data)),
-            tags={"stabcli.command": command, **report_tags(data)},
-            artifacts=artifacts,
-            writers=writers,
-        )
-    )
-    info(f"logged to MLflow: run {run.run_id} in experiment {tracker.experiment!r} at {tracker.tracking_uri}")
+    files = ReportFiles(**report_files(json_path, markdown_path, plots, per_key, False))
+    for path in files.write(plan, text, markdown, write_plots, frame):
+        wrote(path)
 
 
 # -- quiet and progress -------------------------------------------------------------------

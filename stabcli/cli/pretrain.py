@@ -9,12 +9,20 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.table import Table
 
-from stabcli import __version__
 from stabcli.cli.options import (
+    Dim,
+    EmbeddingModel,
+    Epochs,
+    MinCount,
     Mlflow,
     MlflowExperiment,
+    Negative,
+    Params,
     Quiet,
     ReportFormat,
+    SkipGram,
+    Timeout,
+    Window,
     jobs_option,
     scheduler_option,
     seed_option,
@@ -24,46 +32,26 @@ from stabcli.cli.output import (
     RunLines,
     err,
     info,
-    open_tracker,
     out,
     print_line,
     progress,
+    quiet_mlflow_logs,
     set_quiet,
     write_json_stdout,
 )
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
-from stabcli.inputs.corpus import CorpusOptions
 from stabcli.reports.text import literal
-from stabcli.training.pretrain import PretrainResult, TrainConfig, parse_params, pretrain
+from stabcli.training.pretrain import PretrainResult
 
 
-def run_pretrain(
-    out_dir: Path, corpus: Path | None, config: TrainConfig, scheduler: str | None = None, **kwargs: Any
-) -> PretrainResult:
-    """Call the library with a progress bar over runs (and epochs for gensim models); with a
-    Dask scheduler every run is a task on the cluster."""
-    from stabcli.training.cluster import scheduler_address
+def run_pretrain(corpus: Path | None, out_dir: Path, **options: Any) -> PretrainResult:
+    """``stabcli.pretrain`` with a progress bar over runs (and epochs for gensim models) and
+    the Dask scheduler's line on stderr."""
+    from stabcli.commands.pretrain import pretrain
 
-    address = scheduler_address(scheduler)
-    if address is None:
-        return _pretrain_with_progress(out_dir, corpus, config, **kwargs)
-    from stabcli.training.cluster import Cluster, pretrain_backend
-
-    with Cluster(address) as cluster:
-        dashboard = cluster.dashboard_link
-        err.print(
-            f"Dask scheduler {address}: {len(cluster.workers())} worker(s)"
-            + (f"; dashboard {dashboard}" if dashboard else ""),
-            highlight=False,
-            soft_wrap=True,
-        )
-        return _pretrain_with_progress(out_dir, corpus, config, backend=pretrain_backend(cluster), **kwargs)
-
-
-def _pretrain_with_progress(out_dir: Path, corpus: Path | None, config: TrainConfig, **kwargs: Any) -> PretrainResult:
     with progress() as bar:
-        runs_task = bar.add_task("runs", total=kwargs["runs"])
-        epochs_task = bar.add_task("epochs", total=None, visible=config.script is None)
+        runs_task = bar.add_task("runs", total=options.get("runs", 10))
+        epochs_task = bar.add_task("epochs", total=None, visible=options.get("script") is None)
 
         lines = RunLines("pretrain")
 
@@ -72,7 +60,10 @@ def _pretrain_with_progress(out_dir: Path, corpus: Path | None, config: TrainCon
             bar.update(epochs_task, completed=p.epochs_done, total=p.epochs_total)
             lines(p.runs_done, p.runs_total)
 
-        return pretrain(out_dir, corpus, config, on_progress=on_progress, **kwargs)
+        def on_step(text: str) -> None:
+            info(text)
+
+        return pretrain(corpus, out_dir, on_progress=on_progress, on_step=on_step, **options)
 
 
 def _summary_table(result: PretrainResult) -> Table:
@@ -93,20 +84,17 @@ def _summary_table(result: PretrainResult) -> Table:
 
 def report_pretrain(result: PretrainResult, fmt: str) -> None:
     if fmt == "json":
-        payload = {
-            "stabcli_version": __version__,
-            "run_set": str(result.root),
-            "keys": result.keys,
-            "corpus": result.corpus,
-            "runs": [r.__dict__ for r in result.runs],
-            "failed": len(result.failed),
-        }
-        write_json_stdout(json.dumps(payload, indent=2) + "\n")
+        write_json_stdout(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
         out.print(_summary_table(result))
         if result.corpus:
             c = result.corpus
             out.print(f"corpus read as {c['description']}", highlight=False)
+    exit_on_failures(result)
+
+
+def exit_on_failures(result: PretrainResult) -> None:
+    """One ``failed:`` line per failed run on stderr, then exit 2."""
     for r in result.failed:
         print_line(err, "failed:", "bold red", shorten(one_line(r.error or ""), MESSAGE_LIMIT))
     if result.failed:
@@ -118,18 +106,13 @@ def pretrain_cmd(
     corpus: Path | None = typer.Argument(None, metavar="CORPUS", help="Training corpus (optional with --script)."),
     out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Run set directory to create or resume."),
     runs: int = typer.Option(10, "--runs", "-n", min=1, metavar="N", help="Number of independent runs."),
-    model: Literal["word2vec", "doc2vec"] = typer.Option(
-        "word2vec",
-        "--model",
-        metavar="word2vec|doc2vec",
-        help="word2vec (sentences or item sessions) or doc2vec (tagged documents).",
-    ),
-    dim: int = typer.Option(32, "--dim", min=1, metavar="N", help="Embedding dimension."),
-    window: int = typer.Option(3, "--window", min=1, metavar="N", help="Context window."),
-    negative: int = typer.Option(3, "--negative", min=0, metavar="N", help="Negative samples (0 = none)."),
-    epochs: int = typer.Option(10, "--epochs", min=1, metavar="N", help="Training epochs."),
-    sg: bool = typer.Option(True, "--sg/--cbow", help="Skip-gram (doc2vec: PV-DBOW) or CBOW (doc2vec: PV-DM)."),
-    min_count: int = typer.Option(1, "--min-count", min=1, metavar="N", help="Ignore tokens seen fewer times."),
+    model: EmbeddingModel = "word2vec",
+    dim: Dim = 32,
+    window: Window = 3,
+    negative: Negative = 3,
+    epochs: Epochs = 10,
+    sg: SkipGram = True,
+    min_count: MinCount = 1,
     seed: Annotated[int, seed_option("Run i uses seed SEED + i.")] = 0,
     jobs: Annotated[int | None, jobs_option("Runs in parallel [default: available cores].")] = None,
     scheduler: Annotated[
@@ -150,7 +133,7 @@ def pretrain_cmd(
         help="seed: only the seed changes; shuffle: also the "
         "sequence order; bootstrap: sequences resampled with replacement.",
     ),
-    param: list[str] = typer.Option([], "--param", metavar="KEY=VALUE", help="Any other gensim argument (repeatable)."),
+    param: Params = [],  # noqa: B006 (typer reads the default)
     force: bool = typer.Option(
         False, "--force", show_default=True, help="Replace a run set made with another configuration."
     ),
@@ -160,9 +143,7 @@ def pretrain_cmd(
         metavar="COMMAND",
         help="Train with your own command; placeholders {seed} {out} {run} {corpus}. Run without a shell.",
     ),
-    timeout: float | None = typer.Option(
-        None, "--timeout", metavar="SECONDS", help="Seconds before a script run is killed [default: none]."
-    ),
+    timeout: Timeout = None,
     corpus_format: Literal["auto", "lines", "tagged", "movielens", "interactions"] = typer.Option(
         "auto",
         "--corpus-format",
@@ -225,10 +206,17 @@ def pretrain_cmd(
 
         stabcli pretrain sessions.txt --out runs/exp1 --runs 5 --mlflow --mlflow-experiment item2vec
     """
+    from stabcli.commands.common import ReportFiles
+
     set_quiet(quiet)
-    params = dict(ctx.params)  # the options as given, for --mlflow
-    tracker = open_tracker(mlflow, mlflow_experiment)
-    config = TrainConfig(
+    params = {k: v for k, v in ctx.params.items() if k not in ("mlflow", "mlflow_experiment", "quiet")}
+    if mlflow:
+        quiet_mlflow_logs()
+    tracker = ReportFiles(mlflow=mlflow, mlflow_experiment=mlflow_experiment).open_tracker()  # before any training
+    result = run_pretrain(
+        corpus,
+        out_dir,
+        runs=runs,
         model=model,
         dim=dim,
         window=window,
@@ -236,23 +224,22 @@ def pretrain_cmd(
         epochs=epochs,
         sg=sg,
         min_count=min_count,
-        vary=vary,
-        params=parse_params(model, param),
-        script=script,
-        checkpoints=checkpoints,
-    )
-    options = CorpusOptions(corpus_format, encoding, user_col, item_col, time_col, rating_col, min_rating)
-    result = run_pretrain(
-        out_dir,
-        corpus,
-        config,
-        scheduler,
-        runs=runs,
         seed=seed,
         jobs=jobs,
+        scheduler=scheduler,
+        checkpoints=checkpoints,
+        vary=vary,
+        params=param,
         force=force,
-        corpus_options=options,
+        script=script,
         timeout=timeout,
+        corpus_format=corpus_format,
+        encoding=encoding,
+        user_col=user_col,
+        item_col=item_col,
+        time_col=time_col,
+        rating_col=rating_col,
+        min_rating=min_rating,
     )
     if tracker is not None:
         from stabcli.reports.tracking import log_nested, pretrain_records

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stabcli import __version__
+from stabcli.environment import EnvironmentDifference, differences
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.resources import require_memory
 from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
@@ -23,6 +24,7 @@ from stabcli.measure import anchor as spectral
 from stabcli.measure import metrics as m
 from stabcli.measure.align import generalized_procrustes, match_keys, matched_vectors
 from stabcli.measure.anchor import DEFAULT_EIS_ALPHA
+from stabcli.measure.threads import one_blas_thread
 from stabcli.reports import schema
 from stabcli.reports.audit_report import (
     AuditReport,
@@ -500,7 +502,8 @@ def spectral_fields(
     grams, arrays = frame.grams, frame.arrays
     keys = len(runs.keys)
     if given is None:
-        anchor = spectral.consensus_anchor(grams, frame.rotations)
+        with one_blas_thread():  # d×d work
+            anchor = spectral.consensus_anchor(grams, frame.rotations)
         eis_grams = grams
     else:
         vectors, where = given
@@ -512,12 +515,15 @@ def spectral_fields(
             eis_grams = grams
         anchor = spectral.file_anchor(arrays, vectors, eis_grams.scale, str(options.eis_anchor))
         keys = len(where)
+    with one_blas_thread():  # d×d blocks and bases: one BLAS thread (stabcli.measure.threads)
+        eis = spectral.eis_pairs(eis_grams, anchor, options.eis_alpha)
+        overlap = spectral.weighted_overlap_pairs(grams)
     return {
-        "eis": pair_spread(spectral.eis_pairs(eis_grams, anchor, options.eis_alpha)),
+        "eis": pair_spread(eis),
         "eis_alpha": float(options.eis_alpha),
         "eis_anchor": anchor.source,
         "eis_keys": keys,
-        "weighted_eigenspace_overlap": pair_spread(spectral.weighted_overlap_pairs(grams)),
+        "weighted_eigenspace_overlap": pair_spread(overlap),
         "cka_debiased": pair_spread(spectral.debiased_cka_pairs(frame.arrays, grams)),
     }
 
@@ -606,6 +612,14 @@ def _featurized(runs: Runs) -> dict[str, Any] | None:
     return block if isinstance(block, dict) else None
 
 
+def _environment(runs: Runs) -> list[EnvironmentDifference]:
+    """Where the runs' recorded training environments differ (none for plain files)."""
+    if runs.runset is None:
+        return []
+    runset = runs.runset
+    return differences({name: runset.environment(i) for name, i in zip(runs.names, runs.run_indices, strict=True)})
+
+
 def _check_frequencies(
     runs: Runs,
     options: AuditOptions,
@@ -650,6 +664,9 @@ def build_report(
     if downstream:  # options against the runs, labels, split, memory: all before the Gram pass
         from stabcli.measure.downstream import plan_downstream
 
+        featurized = _featurized(runs)
+        if featurized and featurized.get("dim"):  # phi(h) already: named so, not featurized again
+            downstream = replace(downstream, featurized=True)
         plan = plan_downstream(downstream, runs.keys, len(runs.arrays), runs.dim, on_warning)
     given_anchor = read_anchor(options.eis_anchor, runs, options.normalize) if options.eis_anchor else None
     frame = _frame(runs, options, step)
@@ -674,6 +691,7 @@ def build_report(
             normalized=options.normalize,
             seed=options.seed,
             featurized=_featurized(runs),
+            environment=_environment(runs),
         ),
         representation=representation,
         training=training_report(runs, options),
@@ -716,3 +734,148 @@ def resolve(report: Any, path: str) -> float | None:
 def evaluate_checks(report: Any, expressions: Sequence[str]) -> list[Check]:
     """``schema.evaluate_checks`` on an audit report (or its JSON)."""
     return schema.evaluate_checks(report, expressions, AuditReport)
+
+
+# ---------------------------------------------------------------- the entry point
+
+# DownstreamOptions' fields (measure/downstream.py imports scikit-learn: seconds); a test keeps them equal
+DOWNSTREAM_KEYWORDS = (
+    "labels",
+    "task",
+    "model",
+    "test_size",
+    "split_seed",
+    "variants",
+    "featurize_dims",
+    "sigmas",
+    "reference",
+    "seed",
+    "jobs",
+    "encoding",
+    "min_class_size",
+    "prefer",
+)
+
+
+def audit(inputs: str | Path | Sequence[str | Path], **options: Any) -> AuditReport:
+    """Measure how much of an embedding is run-to-run noise (``stabcli audit``).
+
+    Parameters
+    ----------
+    inputs : path or list of paths
+        A run set directory, or two or more embedding files.
+    **options
+        The command's options by their library names (``knn_k=10``, ``top=20``,
+        ``labels="genres.tsv"``, ``checks=["representation.knn_overlap>=0.6"]``...); files
+        to write: ``json``, ``markdown``, ``plots``, ``per_key`` (with ``force``); callbacks
+        ``on_step(text)``, ``on_warning(text)`` (default: a ``StabcliWarning``) and
+        ``on_figure(path)``. ``docs/api.md`` lists them; each is validated as its flag is.
+
+    Returns
+    -------
+    AuditReport
+        ``report.to_dict()`` is what ``stabcli audit --format json`` prints;
+        ``report.passed`` is false when a check failed.
+
+    Raises
+    ------
+    StabcliError
+        Bad input or options (``OptionError`` names the parameter), before any file is written.
+
+    Examples
+    --------
+    >>> report = stabcli.audit("runs/exp1", knn_k=5, top=3)  # doctest: +SKIP
+    >>> report.representation.knn_overlap  # doctest: +SKIP
+    """
+    from stabcli.commands.common import Renderings, ReportFiles, log_run, params_given, refuse_unknown, take, warn
+    from stabcli.inputs.textfile import check_encoding
+    from stabcli.reports import audit_render
+    from stabcli.training.cluster import joblib_on, scheduler_address
+
+    paths = [Path(inputs)] if isinstance(inputs, (str, Path)) else [Path(p) for p in inputs]
+    options = dict(options)
+    params = {"inputs": [str(p) for p in paths], **params_given(options)}
+    on_warning = options.pop("on_warning", None) or warn
+    on_step, on_figure = options.pop("on_step", None), options.pop("on_figure", None)
+    on_logged = options.pop("on_logged", None)
+    checks, key_names = list(options.pop("checks", ())), options.pop("key_names", None)
+    scheduler, frequencies = options.pop("scheduler", None), options.pop("frequencies", None)
+    if options.get("encoding") is not None:
+        check_encoding("encoding", options["encoding"])
+    files = ReportFiles.take(options)
+    read = ReadOptions(**take(ReadOptions, options, {"keys": "keys_file"}))
+    settings = AuditOptions(**take(AuditOptions, options, keep=("seed",)))
+    labelled = {name: options.pop(name) for name in DOWNSTREAM_KEYWORDS if name in options}
+    refuse_unknown("audit", options)
+    downstream = _downstream_options(labelled, scheduler)
+    with joblib_on(scheduler_address(scheduler) if downstream is not None else None) as cluster:
+        if cluster is not None and downstream is not None and downstream.jobs is None:
+            downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs
+        validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
+        files.check_formats()
+        more_inputs = [labelled.get("labels"), key_names, read.keys_file, settings.eis_anchor, frequencies]
+        plan = files.plan(paths, more_inputs)
+        tracker = files.open_tracker()
+        names, counts = _key_tables(key_names, frequencies, labelled.get("encoding"))
+        runs = load_runs(paths, on_warning=on_warning, read=read)
+        per_key = files.per_key is not None or files.html is not None or tracker is not None  # the displacement column
+        report = build_report(runs, settings, on_step, downstream, checks, names, per_key, on_warning, counts)
+        text = schema.dumps(report)
+        renderings = Renderings(
+            text,
+            lambda rows: audit_render.render_markdown(report, rows),
+            lambda: audit_render.plot_figures(report),
+            lambda: _frame_of(report, names),
+            lambda figures, frame: audit_render.render_html(report, frame, figures, text),
+            len(report.representation.least_stable),
+        )
+        figures = files.write(plan, text, renderings=renderings, on_warning=on_warning)
+        log_run(tracker, "audit", params, renderings, on_logged)
+    for figure in figures:
+        if on_figure is not None:
+            on_figure(figure)
+    return report
+
+
+def _key_tables(
+    key_names: str | Path | None, frequencies: str | Path | None, encoding: str | None
+) -> tuple[dict[str, str] | None, dict[str, int] | None]:
+    """The ``key_names`` and ``frequencies`` files, read (None when not given)."""
+    from stabcli.inputs.keytable import read_frequencies, read_key_names
+
+    names = read_key_names(Path(key_names), encoding) if key_names is not None else None
+    counts = read_frequencies(Path(frequencies), encoding or "utf-8") if frequencies is not None else None
+    return names, counts
+
+
+def _downstream_options(labelled: dict[str, Any], scheduler: str | None) -> DownstreamOptions | None:
+    """The ``DownstreamOptions`` of ``labels=...``; without labels, a UsageError naming the
+    options that only apply with them."""
+    from stabcli.commands.common import only_with
+
+    if labelled.get("labels") is None:
+        names = ("variants", "featurize_dims", "sigmas", "model")
+        given = [(name, labelled.get(name) is not None) for name in names]
+        given += [("min_class_size", labelled.get("min_class_size", 5) != 5), ("scheduler", scheduler is not None)]
+        given += [("prefer", labelled.get("prefer", "balanced") != "balanced")]
+        only_with("--labels FILE", [("--" + name.replace("_", "-"), present) for name, present in given])
+        return None
+    from stabcli.measure.downstream import DownstreamOptions
+
+    return DownstreamOptions(**{name: value for name, value in labelled.items() if value is not None})
+
+
+def _frame_of(report: AuditReport, names: Mapping[str, str] | None) -> Any:
+    from stabcli.inputs.keytable import per_key_frame
+
+    stats = report.key_stats
+    return per_key_frame(
+        stats.keys,
+        dict(names) if names else None,
+        stats.frequency,
+        stats.norm,
+        stats.aligned_variance,
+        stats.relative_instability,
+        stats.displacement,
+        stats.knn_overlap,
+    )

@@ -262,3 +262,53 @@ def evaluate_checks(report: CompareReport, expressions: Sequence[str]) -> Compar
     """The report with its ``checks`` and ``passed`` filled in; a null value fails its check."""
     results = schema.evaluate_checks(report, expressions, CompareReport)
     return replace(report, checks=results, passed=all(c.passed for c in results))
+
+
+def compare(a: str | Path, b: str | Path, **options: Any) -> CompareReport:
+    """Two audits side by side (``stabcli compare``).
+
+    Parameters
+    ----------
+    a, b : path
+        Run sets (audited here with the same options) or saved audit JSON reports.
+    **options
+        The audit options for run sets (``pairs``, ``knn_k``, ``knn_queries``, ``seed``,
+        ``normalize``), ``checks`` (``["compare.knn_overlap.delta>=0"]``), files to write
+        (``json``, ``markdown``, ``html``, with ``force``), ``mlflow``/``mlflow_experiment``
+        and the callbacks ``on_warning``, ``on_figure`` (files written), ``on_logged``.
+
+    Returns
+    -------
+    CompareReport
+        ``report.passed`` is false when a check failed.
+    """
+    from stabcli.commands.audit import AuditOptions, build_report, load_runs
+    from stabcli.commands.common import Renderings, ReportFiles, log_run, params_given, refuse_unknown, take, warn
+    from stabcli.reports import compare_render
+
+    a, b = Path(a), Path(b)
+    options = dict(options)
+    params = {"a": str(a), "b": str(b), **params_given(options)}
+    on_warning = options.pop("on_warning", None) or warn
+    on_figure, on_logged = options.pop("on_figure", None), options.pop("on_logged", None)
+    checks = list(options.pop("checks", ()))
+    files = ReportFiles.take(options)
+    settings = AuditOptions(**take(AuditOptions, options))
+    refuse_unknown("compare", options)
+    validate_checks(checks)  # a typo fails before any input is read
+    plan = files.plan([a, b])
+    tracker = files.open_tracker()
+
+    def audit(path: Path) -> dict[str, Any]:
+        return schema.to_json(build_report(load_runs([path], on_warning=on_warning), settings))
+
+    report = evaluate_checks(compare_audits(*load_sides([a, b], audit)), checks)
+    text = schema.dumps(report)
+    renderings = Renderings(
+        text, lambda _: compare_render.render_markdown(report), page=lambda *_: compare_render.render_html(report, text)
+    )
+    for path in files.write(plan, text, renderings=renderings, on_warning=on_warning):
+        if on_figure is not None:
+            on_figure(path)
+    log_run(tracker, "compare", params, renderings, on_logged)
+    return report

@@ -11,6 +11,7 @@ validated against the types before anything is loaded (``schema.validate_checks`
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,14 +21,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stabcli import __version__
+from stabcli.commands.featurize import SIDECAR_SUFFIX
+from stabcli.environment import EnvironmentDifference, differences, read_recorded
 from stabcli.errors import InputError, OptionError
 from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
+from stabcli.inputs.embeddings.core import require_float32_range
 from stabcli.measure import drift_stats as dm
 from stabcli.measure import metrics as m
 from stabcli.measure.align import match_keys, matched_vectors, procrustes_rotation, rows_of
 from stabcli.reports import schema
-from stabcli.reports.schema import Check, doc, to_json
+from stabcli.reports.schema import Check, JsonReport, doc
 from stabcli.runset import RunSet, is_runset
+from stabcli.runset.layout import run_name
 
 if TYPE_CHECKING:
     from stabcli.measure.downstream import DownstreamOptions
@@ -79,6 +84,7 @@ class DriftInputs:
     before_in_noise: bool | None = None
     frequency: np.ndarray | None = None
     input_paths: list[Path] = field(default_factory=list)
+    environments: dict[str, dict[str, str] | None] = field(default_factory=dict)  # recorded, by source
 
     @property
     def dim(self) -> int:
@@ -115,7 +121,7 @@ def load_inputs(
     before, after = Path(before), Path(after)
     read = read or ReadOptions()
     b_emb, b_set, b_index = _load_side(before, reference, read)
-    a_emb, _a_set, _ = _load_side(after, reference, read)
+    a_emb, _a_set, _a_index = _load_side(after, reference, read)
     if a_emb.dim != b_emb.dim:
         raise InputError(f"{a_emb.source}: dimension {a_emb.dim}, but {b_emb.source} has {b_emb.dim}")
     b_emb, a_emb = match_inputs([b_emb, a_emb], read.keys_file)
@@ -127,7 +133,13 @@ def load_inputs(
     if len(keys) < 2:
         raise InputError(f"{a_emb.source}: only 1 key in common with {b_emb.source}; drift needs at least 2")
     b, a = (matched_vectors(emb, rows, keys) for emb, rows in zip((b_emb, a_emb), match.rows, strict=True))
+    for emb, arr in ((b_emb, b), (a_emb, a)):
+        require_float32_range(emb.source, keys, arr, DRIFT_RANGE)
     inputs = DriftInputs(str(before), str(after), keys, b, a, added, removed, b_keyless)
+    inputs.environments = {
+        "before": recorded_environment(before, b_set, b_index),
+        "after": recorded_environment(after, _a_set, _a_index),
+    }
     frequency_set = b_set
     if noise is not None:
         noise = Path(noise)
@@ -141,6 +153,7 @@ def load_inputs(
             if emb.dim != b_emb.dim:
                 raise InputError(f"{emb.source}: dimension {emb.dim}, but {b_emb.source} has {b_emb.dim}")
             arrays.append(matched_vectors(emb, _cover(emb, keys, noise), keys))
+            require_float32_range(emb.source, keys, arrays[-1], DRIFT_RANGE)
         member = member_by_path or any(np.array_equal(arr, b) for arr in arrays)
         minimum = 3 if member else 4
         if len(arrays) < minimum:
@@ -150,6 +163,7 @@ def load_inputs(
             )
         refuse_same_noise_runs(noise, [f"run-{i:03d}" for i in runset.runs], arrays)
         inputs.noise, inputs.noise_runs, inputs.before_in_noise = str(noise), arrays, member
+        inputs.environments.update({f"noise/{run_name(i)}": runset.environment(i) for i in runset.runs})
         frequency_set = runset
     if frequency_set is not None:
         counts = frequency_set.key_counts()
@@ -157,6 +171,21 @@ def load_inputs(
             inputs.frequency = np.array([counts.get(k, -1) for k in keys], dtype=np.float64)
             inputs.frequency[inputs.frequency < 0] = np.nan
     return inputs
+
+
+DRIFT_RANGE = "drift compares distances and noise bands in float32 magnitudes"
+
+
+def recorded_environment(path: Path, runset: RunSet | None, index: int | None) -> dict[str, str] | None:
+    """The environment a side was computed in: its run's training environment for a run set,
+    the featurize sidecar's for a file ``stabcli featurize`` wrote, else None (not recorded)."""
+    if runset is not None and index is not None:
+        return runset.environment(index)
+    sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+    try:
+        return read_recorded(json.loads(sidecar.read_text(encoding="utf-8")).get("environment"))
+    except (OSError, ValueError, AttributeError, RecursionError):  # no sidecar, or not one stabcli wrote
+        return None
 
 
 def refuse_same_noise_runs(noise: Path, names: list[str], arrays: list[np.ndarray]) -> None:
@@ -245,6 +274,11 @@ class InputSection:
     alignment_residual: float | None = doc("‖AFTER·Q − BEFORE‖_F / ‖BEFORE‖_F, or null with --no-align")
     keyless: bool = doc("rows matched by position (keyless arrays)")
     key_names: str | None = doc("the --key-names file, or null")
+    environment: list[EnvironmentDifference] = doc(
+        "the environment fields (package versions, BLAS kernel, CPU) on which BEFORE, AFTER and the noise runs "
+        "differ, as recorded by pretrain (per run) or featurize (sidecar); empty when they agree or are not recorded",
+        default_factory=list,
+    )
 
 
 NEEDS_NOISE = ("noise", "drift.moved_count", "drift.moved_share", "drift.expected_false_positives", "drift.discoveries")
@@ -312,7 +346,7 @@ class DownstreamSection:
 
 
 @dataclass(frozen=True)
-class DriftReport:
+class DriftReport(JsonReport):
     stabcli_version: str = doc("version that wrote the report")
     input: InputSection = doc("what was compared")
     drift: DriftSection = doc("per-key change BEFORE → AFTER")
@@ -338,11 +372,6 @@ class PerKey:
         if compact:
             frame = frame.astype({c: np.float32 for c in frame.select_dtypes("float64").columns})
         return frame
-
-
-def report_json(report: DriftReport) -> dict[str, Any]:
-    """The report as plain JSON types (``schema.to_json``); NaN and inf become null."""
-    return to_json(report)
 
 
 # ------------------------------------------------------------------ checks (schema's, one implementation)
@@ -553,6 +582,7 @@ def compute_drift(
         alignment_residual=residual,
         keyless=inputs.keyless,
         key_names=key_names_path,
+        environment=differences(inputs.environments),
     )
     report = DriftReport(__version__, input_section, drift_section, noise_section, downstream_section)
     return report, PerKey(columns)
@@ -648,3 +678,95 @@ def move_items(
         if kept:
             refreshed.append(kept)
     return refreshed
+
+
+# ------------------------------------------------------------------ the entry point
+
+
+def drift(before: str | Path, after: str | Path, noise: str | Path | None = None, **options: Any) -> DriftReport:
+    """Which keys did a refresh really move, and which only changed by training noise (``stabcli drift``)?
+
+    Parameters
+    ----------
+    before, after : path
+        Embedding files, or run sets (their ``reference`` run).
+    noise : path, optional
+        Run set of seeded runs on BEFORE's data and configuration: each key's noise band.
+    **options
+        The command's options by their library names (``alpha``, ``align``, ``knn_k``,
+        ``knn_queries``, ``top``, ``seed``, ``reference``, ``labels``, ``task``, ``model``,
+        ``test_size``, ``split_seed``, ``encoding``, ``key_names``, ``checks``,
+        ``input_format``, ``trust_pickle``, ``keys``); files to write: ``json``,
+        ``markdown``, ``plots``, ``per_key`` (with ``force``); callbacks ``on_step(text)``
+        and ``on_figure(path)``. Each is validated as its flag is, with the same message.
+
+    Returns
+    -------
+    DriftReport
+        ``report.to_dict()`` is what ``stabcli drift --format json`` prints;
+        ``report.passed`` is false when a check failed.
+
+    Raises
+    ------
+    StabcliError
+        Bad input or options (``OptionError`` names the parameter), before any file is written.
+
+    Examples
+    --------
+    >>> report = stabcli.drift("runs/v1", "v2.npy", noise="runs/v1")  # doctest: +SKIP
+    >>> report.drift.moved_share  # doctest: +SKIP
+    """
+    from stabcli.commands.common import Renderings, ReportFiles, log_run, only_with, params_given, refuse_unknown, take
+    from stabcli.reports import drift_render
+
+    before, after = Path(before), Path(after)
+    noise = Path(noise) if noise is not None else None
+    options = dict(options)
+    params = {"before": str(before), "after": str(after), "noise": noise, **params_given(options)}
+    on_step, on_figure = options.pop("on_step", None), options.pop("on_figure", None)
+    on_warning, on_logged = options.pop("on_warning", None), options.pop("on_logged", None)
+    checks, key_names = list(options.pop("checks", ())), options.pop("key_names", None)
+    labelled = {name: options.pop(name) for name in DOWNSTREAM_KEYWORDS if name in options}
+    encoding = labelled.get("encoding")
+    files = ReportFiles.take(options)
+    settings = DriftOptions(**take(DriftOptions, options))
+    read = ReadOptions(**take(ReadOptions, options, {"keys": "keys_file"}))
+    refuse_unknown("drift", options)
+    downstream = None
+    if labelled.get("labels") is None:
+        given = [("--task", labelled.get("task", "auto") != "auto"), ("--model", labelled.get("model") is not None)]
+        only_with("--labels FILE", given)
+    else:
+        from stabcli.measure.downstream import DownstreamOptions
+
+        downstream = DownstreamOptions(**{k: v for k, v in labelled.items() if v is not None})
+    parsed = validate_checks(checks, has_noise=noise is not None, has_labels=downstream is not None)
+    per_key_csv = files.check_formats() == "csv"
+    more_inputs = [downstream.labels if downstream else None, Path(key_names) if key_names else None, read.keys_file]
+    plan = files.plan([before, after, *([noise] if noise else [])], more_inputs)
+    tracker = files.open_tracker()
+    inputs = load_inputs(before, after, noise, settings.reference, read)
+    names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
+    report, table = compute_drift(
+        inputs, settings, downstream, names, str(key_names) if key_names else None, on_step=on_step
+    )
+    report = evaluate_checks(report, parsed)
+    text = schema.dumps(report)
+    renderings = Renderings(
+        text,
+        lambda rows: drift_render.render_markdown(report, rows),
+        lambda: drift_render.plot_figures(report, table),
+        lambda: table.frame(compact=per_key_csv or files.per_key is None),
+        lambda figures, _: drift_render.render_html(report, table, figures, text),
+        len(report.drift.top),
+    )
+    figures = files.write(plan, text, renderings=renderings, on_warning=on_warning)
+    log_run(tracker, "drift", params, renderings, on_logged)
+    for figure in figures:
+        if on_figure is not None:
+            on_figure(figure)
+    return report
+
+
+# DownstreamOptions' fields drift has (measure/downstream.py imports scikit-learn: seconds)
+DOWNSTREAM_KEYWORDS = ("labels", "task", "model", "test_size", "split_seed", "encoding")

@@ -4,7 +4,8 @@ gensim's ``SaveLoad.load`` is ``pickle.load`` followed by ``_load_specials`` (at
 arrays stored beside the file as ``NAME.ATTR.npy``). A pickle can call any importable
 function while it loads (``os.system``, ``sys.exit``...), so stabcli replicates both steps
 itself: an unpickler that admits only the globals a gensim 4 ``save()`` of KeyedVectors,
-Word2Vec, Doc2Vec or FastText references (listed by saving real objects and recording
+Word2Vec, Doc2Vec or FastText references (and the 3.x names of the same classes, loaded as
+stand-ins of their gensim 4 successors) (listed by saving real objects and recording
 every ``find_class`` call), and that builds gensim objects only through ``__new__``
 (never calling a constructor with arguments from the file, never modifying a real
 class); then the separately stored
@@ -40,6 +41,27 @@ MODEL_CLASSES: frozenset[tuple[str, str]] = frozenset(
     }
 )
 
+# gensim 3.x (and 1.x/2.x) names of the same classes, as their save() files reference them:
+# each is loaded as a stand-in of the gensim 4 class that replaced it (gensim 4 keeps these
+# names as aliases for the same purpose); the vectors are then read in the current layout
+# (``embeddings.gensim_kv.current_layout``)
+OLD_MODEL_CLASSES: dict[tuple[str, str], tuple[str, str]] = {
+    ("gensim.models.keyedvectors", "Word2VecKeyedVectors"): ("gensim.models.keyedvectors", "KeyedVectors"),
+    ("gensim.models.keyedvectors", "Doc2VecKeyedVectors"): ("gensim.models.keyedvectors", "KeyedVectors"),
+    ("gensim.models.keyedvectors", "EuclideanKeyedVectors"): ("gensim.models.keyedvectors", "KeyedVectors"),
+    ("gensim.models.keyedvectors", "BaseKeyedVectors"): ("gensim.models.keyedvectors", "KeyedVectors"),
+    ("gensim.models.keyedvectors", "WordEmbeddingsKeyedVectors"): ("gensim.models.keyedvectors", "KeyedVectors"),
+    # per-word records (count, index, sample_int, code, point) and the 3.x models' helpers
+    ("gensim.models.keyedvectors", "Vocab"): ("gensim.models.keyedvectors", "CompatVocab"),
+    ("gensim.models.keyedvectors", "CompatVocab"): ("gensim.models.keyedvectors", "CompatVocab"),
+    ("gensim.models.word2vec", "Vocab"): ("gensim.models.keyedvectors", "CompatVocab"),
+    ("gensim.models.word2vec", "Word2VecVocab"): ("gensim.models.word2vec", "Word2VecVocab"),
+    ("gensim.models.word2vec", "Word2VecTrainables"): ("gensim.models.word2vec", "Word2VecTrainables"),
+    ("gensim.models.doc2vec", "Doc2VecVocab"): ("gensim.models.doc2vec", "Doc2VecVocab"),
+    ("gensim.models.doc2vec", "Doc2VecTrainables"): ("gensim.models.doc2vec", "Doc2VecTrainables"),
+}
+OLD_RECORDS = frozenset({("gensim.models.doc2vec", "Doctag")})  # 3.x: a namedtuple (offset, word_count, doc_count)
+
 # everything else a gensim 4.x save() references; none of them can touch files or run code
 HELPERS: frozenset[tuple[str, str]] = frozenset(
     {
@@ -62,10 +84,12 @@ HELPERS: frozenset[tuple[str, str]] = frozenset(
         ("builtins", "set"),
         ("builtins", "frozenset"),
         ("builtins", "slice"),
+        ("_codecs", "encode"),  # protocol 2 bytes (gensim 3.x files): latin-1 only, see _latin1_bytes
+        ("builtins", "bytes"),  # protocol 2 empty bytes: bytes() only
     }
 )
 
-ALLOWED: frozenset[tuple[str, str]] = MODEL_CLASSES | HELPERS
+ALLOWED: frozenset[tuple[str, str]] = MODEL_CLASSES | HELPERS | frozenset(OLD_MODEL_CLASSES) | OLD_RECORDS
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MAX_DEPTH = 4  # KeyedVectors inside a model: depth 1
@@ -149,8 +173,25 @@ def _random_ctor(make: Callable[[Any], Any]) -> Callable[..., Any]:
     return _SealedFunction(ctor)
 
 
+def _latin1_bytes(text: Any = "", encoding: Any = "latin1", errors: Any = "strict") -> bytes:
+    """``_codecs.encode`` as pickle protocol 2 uses it for ``bytes`` (array data in a gensim
+    3.x file written under Python 3): a str to latin-1 bytes, and no other codec."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1") or errors != "strict":
+        raise RefusedGlobal("_codecs", "encode", "asked for something other than latin-1 bytes")
+    return text.encode("latin-1")
+
+
+def _empty_bytes(*args: Any) -> bytes:
+    """``bytes()`` as pickle protocol 2 writes an empty bytes object; nothing else."""
+    if args:
+        raise RefusedGlobal("builtins", "bytes", "called with arguments")
+    return b""
+
+
 def _guarded() -> dict[tuple[str, str], Any]:
     return {
+        ("_codecs", "encode"): _SealedFunction(_latin1_bytes),
+        ("builtins", "bytes"): _SealedFunction(_empty_bytes),
         ("numpy.random._pickle", "__bit_generator_ctor"): _BIT_GENERATOR_CTOR,
         ("numpy.random._pickle", "__randomstate_ctor"): _random_ctor(np.random.RandomState),
         ("numpy.random._pickle", "__generator_ctor"): _random_ctor(np.random.Generator),
@@ -167,6 +208,20 @@ def _stand_in(cls: type, module: str, name: str) -> type:
         raise RefusedGlobal(module, name, "called as a constructor (not a saved object)")
 
     return _SealedClass(name, (cls,), {"__init__": refuse, "__module__": module, "__qualname__": name})
+
+
+class _OldRecord(metaclass=_SealedClass):
+    """gensim 3.x's ``Doctag`` namedtuple, loaded as plain fields: NEWOBJ passes its three
+    integers, which are kept (and must be integers); nothing of gensim's is constructed."""
+
+    fields: tuple[int, ...]
+
+    def __new__(cls, *fields: Any) -> _OldRecord:
+        if len(fields) > 8 or not all(isinstance(f, int) and not isinstance(f, bool) for f in fields):
+            raise RefusedGlobal("gensim.models.doc2vec", "Doctag", "given fields that are not integers")
+        record = object.__new__(cls)
+        record.__dict__["fields"] = fields
+        return record
 
 
 def _refuse_call(*args: Any, **kwargs: Any) -> None:
@@ -197,15 +252,22 @@ class _AllowListUnpickler(pickle.Unpickler):
         if (module, name) not in ALLOWED:
             raise RefusedGlobal(module, name)
         if (module, name) not in self.stand_ins:
-            found = super().find_class(module, name)
-            self.stand_ins[(module, name)] = (
-                _stand_in(found, module, name) if (module, name) in MODEL_CLASSES else found
-            )
+            if (module, name) in OLD_RECORDS:
+                self.stand_ins[(module, name)] = _OldRecord
+            elif (module, name) in OLD_MODEL_CLASSES:
+                current = OLD_MODEL_CLASSES[(module, name)]
+                self.stand_ins[(module, name)] = _stand_in(super().find_class(*current), module, name)
+            else:
+                found = super().find_class(module, name)
+                self.stand_ins[(module, name)] = (
+                    _stand_in(found, module, name) if (module, name) in MODEL_CLASSES else found
+                )
         return self.stand_ins[(module, name)]
 
     def made(self, obj: Any) -> bool:
-        """Whether ``obj`` is an instance of one of the gensim stand-ins."""
-        return any(type(obj) is self.stand_ins.get(key) for key in MODEL_CLASSES)
+        """Whether ``obj`` is an instance of one of the gensim stand-ins (a model or vectors)."""
+        models = [*MODEL_CLASSES, *(k for k, v in OLD_MODEL_CLASSES.items() if v in MODEL_CLASSES)]
+        return any(type(obj) is self.stand_ins.get(key) for key in models)
 
 
 def load_gensim(path: Path, trusted: bool = False) -> Any:

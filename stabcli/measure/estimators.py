@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from stabcli.errors import OptionError
 from stabcli.measure.align import procrustes_rotation
-from stabcli.measure.fourier import check_output_dim, draw_directions, fourier_features
+from stabcli.measure.fourier import blocked_matmul, check_output_dim, draw_directions, fourier_features
 
 
 class FourierFeaturizer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -117,7 +117,7 @@ class ProcrustesAligner(TransformerMixin, BaseEstimator):
     def transform(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
         X = validate_data(self, X, dtype=(np.float64, np.float32), reset=False)
-        return np.asarray(X, dtype=np.float64) @ self.rotation_
+        return blocked_matmul(np.asarray(X, dtype=np.float64), self.rotation_)
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         check_is_fitted(self)

@@ -17,6 +17,7 @@ import numpy as np
 
 from stabcli.measure.align import rotation_from_cross
 from stabcli.measure.numerics import CHUNK_ELEMENTS, block_scale, peak, row_chunks
+from stabcli.measure.threads import small_linalg
 
 # Values whose magnitude lies in [2^-SAFE_EXPONENT, 2^SAFE_EXPONENT] are used as they are:
 # their squares, and sums of up to 2^200 squares, stay normal float64 numbers. Every
@@ -197,11 +198,6 @@ def frobenius_norm(a: np.ndarray) -> float:
     return rescaled(math.sqrt(frobenius_sq(a / c)), c)
 
 
-def gram_norm(grams: Grams, r: int) -> float:
-    """``‖H_rᵀ H_r‖_F = ‖H_r H_rᵀ‖_F`` in the input's units (inf beyond float64's range)."""
-    return rescaled(frobenius_norm(grams.G[r, r]), grams.scale, 2)
-
-
 def _pip_loss_scaled(grams: Grams, r: int, s: int) -> float:
     """PIP loss of the runs divided by ``grams.scale``."""
     c = block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])
@@ -210,12 +206,14 @@ def _pip_loss_scaled(grams: Grams, r: int, s: int) -> float:
     return rescaled(math.sqrt(max(value, 0.0)), c)
 
 
+@small_linalg
 def pip_loss(grams: Grams, r: int, s: int) -> float:
     """PIP loss ``‖H_r H_rᵀ − H_s H_sᵀ‖_F`` (Yin & Shen 2018) via
     ``sqrt(‖H_rᵀH_r‖² + ‖H_sᵀH_s‖² − 2‖H_rᵀH_s‖²)``; inf when beyond float64's range."""
     return rescaled(_pip_loss_scaled(grams, r, s), grams.scale, 2)
 
 
+@small_linalg
 def relative_pip_loss(grams: Grams) -> float | None:
     """Mean PIP loss over run pairs divided by the mean ``‖H_r H_rᵀ‖_F`` over runs: scale
     invariant, so finite for any finite input; None when every run is zero."""
@@ -225,6 +223,7 @@ def relative_pip_loss(grams: Grams) -> float | None:
     return pip / norm if norm > 0 else None
 
 
+@small_linalg
 def relative_pip_loss_by_pair(grams: Grams) -> np.ndarray | None:
     """PIP loss of every run pair r<s divided by the mean ``‖H_r H_rᵀ‖_F`` over runs (their
     mean is ``relative_pip_loss``); None when every run is zero."""
@@ -235,6 +234,7 @@ def relative_pip_loss_by_pair(grams: Grams) -> np.ndarray | None:
     return np.array([_pip_loss_scaled(grams, r, s) for r, s in combinations(range(R), 2)]) / norm
 
 
+@small_linalg
 def linear_cka(grams: Grams, r: int, s: int) -> float:
     """Linear CKA on column-centred matrices: ``‖XᵀY‖_F² / (‖XᵀX‖_F ‖YᵀY‖_F)`` (Kornblith et al. 2019)."""
     blocks = grams.centered(r, r), grams.centered(s, s), grams.centered(r, s)
@@ -244,6 +244,7 @@ def linear_cka(grams: Grams, r: int, s: int) -> float:
     return float(frobenius_sq(rs) / denom) if denom > 0 else 0.0
 
 
+@small_linalg
 def _left_basis(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """From ``HᵀH = V Σ² Vᵀ``: (V, 1/Σ) restricted to numerically non-zero singular values,
     so that ``U = H V Σ⁻¹`` are the left singular vectors."""
@@ -252,6 +253,7 @@ def _left_basis(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return eigvec[:, keep], 1.0 / np.sqrt(eigval[keep])
 
 
+@small_linalg
 def eigenspace_overlap(grams: Grams, r: int, s: int) -> float:
     """Eigenspace overlap ``‖UᵀŨ‖_F² / max(d, d̃)`` with U, Ũ the left singular vectors
     (May et al. 2019, anchor-stability); computed as ``Σ_r⁻¹ V_rᵀ G_rs V_s Σ_s⁻¹``."""
@@ -275,13 +277,17 @@ def displacement_by_pair(runs: Sequence[np.ndarray], grams: Grams) -> np.ndarray
     ``1 − cos(h_r(i), h_s(i) Q_sr)`` after orthogonal Procrustes of run s onto run r."""
     pairs = list(combinations(range(len(runs)), 2))
     rotations = {(r, s): rotation_from_cross(grams.G[s, r]) for r, s in pairs}
-    totals = np.zeros(len(pairs))
+    # Σ_i u_r(i)·(u_s(i) Q) = tr(U_rᵀ U_s Q) for the unit rows U: the cross-Gram blocks of the
+    # unit rows (one symmetric product per chunk) replace a row-by-row product per run pair
+    R, d = len(runs), runs[0].shape[1]
+    joint = np.zeros((R * d, R * d))
     for _, stack in row_chunks(runs):
         units = unit_rows(stack)  # cosines are per-row scale invariant: safe for any finite magnitude
-        for p, (r, s) in enumerate(pairs):
-            cos = np.einsum("cd,cd->c", units[r], units[s] @ rotations[r, s])
-            totals[p] += float((1.0 - cos).sum())
-    return totals / runs[0].shape[0]
+        wide = np.ascontiguousarray(units.transpose(1, 0, 2)).reshape(-1, R * d)
+        joint += wide.T @ wide
+    unit_grams = joint.reshape(R, d, R, d)
+    cosines = np.array([np.einsum("ab,ba->", unit_grams[r, :, s, :], rotations[r, s]) for r, s in pairs])
+    return 1.0 - cosines / runs[0].shape[0]
 
 
 def sample_pairs(n: int, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -445,6 +451,7 @@ def pairwise_mean(grams: Grams, metric: Callable[[Grams, int, int], float]) -> f
     return float(np.mean(pairwise_values(grams, metric)))
 
 
+@small_linalg
 def rotated_noise_share(grams: Grams, rotations: Sequence[np.ndarray]) -> float:
     """The overall noise share of the runs multiplied by ``rotations``, from the Gram blocks:
     ``1 − (1/R²)Σ_rs tr(Q_rᵀ G_rs Q_s) / ((1/R)Σ_r tr G_rr)`` (the energy is rotation invariant)."""
@@ -458,6 +465,7 @@ def rotated_noise_share(grams: Grams, rotations: Sequence[np.ndarray]) -> float:
     return 1.0 - mean_sq / R**2 / energy
 
 
+@small_linalg
 def pure_noise_share_std(grams: Grams) -> float:
     """Standard deviation of the overall noise share when every run is turned by its own
     uniformly random (Haar) rotation; the mean is exactly (R−1)/R.

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stabcli.environment import describe
 from stabcli.reports import html
 from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow, PairSpread
 from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
@@ -325,6 +326,9 @@ def render_terminal(report: AuditReport, console: Console) -> None:
     rep, tr = report.representation, report.training
     console.print(literal(verdict(report), "bold"), soft_wrap=True)
     console.print(literal(input_line(report)), soft_wrap=True)
+    environment = describe(report.input.environment)
+    if environment:
+        console.print(literal(environment, "yellow"), soft_wrap=True)
 
     table = Table()
     table.add_column("metric")
@@ -472,6 +476,7 @@ def render_markdown(report: AuditReport, key_rows: int | None = None) -> str:
         "",
         input_line(report, markdown=True),
         "",
+        *([f"**{md_text(describe(report.input.environment) or '')}**", ""] if report.input.environment else []),
         "| metric | value | reading |",
         "| --- | ---: | --- |",
     ]

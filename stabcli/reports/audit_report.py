@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from stabcli.reports.schema import Check, doc
+from stabcli.environment import EnvironmentDifference
+from stabcli.reports.schema import Check, JsonReport, doc
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,11 @@ class InputSection:
         "for a run set written by `stabcli featurize`: its transform (the sidecar: `dim`, `sigma`, `seed`, "
         "`normalize`, `align_to`, `input`, …); null otherwise",
         default=None,
+    )
+    environment: list[EnvironmentDifference] = doc(
+        "the environment fields (package versions, BLAS kernel, CPU) on which the runs' recorded training "
+        "environments differ, e.g. after a resume on another machine; empty when they agree or are not recorded",
+        default_factory=list,
     )
 
 
@@ -246,7 +252,12 @@ class VariantResult:
 @dataclass(frozen=True)
 class Recommendation:
     variant: str | None = doc("the recommended variant (null when nothing can be compared)")
-    reason: str = doc("the sentence explaining it")
+    reason: str = doc("the sentence explaining it, with the rule applied")
+    prefer: str = doc(
+        "`--prefer`: `stability` (never more churn or std than the input), `balanced` (default: only for a gain "
+        "beyond 2× the noise) or `accuracy` (beyond 1× the noise, then the best metric)",
+        default="balanced",
+    )
 
 
 @dataclass(frozen=True)
@@ -274,7 +285,10 @@ class DownstreamSection:
     variants: dict[str, VariantResult] = doc(
         "one entry per variant, by name (`h`, `avg`, `aligned`, `phi:64`, `phi:64@0.5`, …)"
     )
-    recommendation: Recommendation = doc("the most stable variant whose metric is within one std of the best")
+    recommendation: Recommendation = doc(
+        "the variant to use: the steadiest one within the noise of the best, where a variant with more churn or "
+        "std than the input (`h`, or `phi(h)` for a featurized run set) must gain beyond the --prefer margin"
+    )
     dropped_classes: dict[str, int] = doc(
         "classes with fewer labeled keys than `--min-class-size`, left out: class → "
         "labeled keys (empty for regression)",
@@ -301,7 +315,7 @@ class DownstreamSection:
 
 
 @dataclass(frozen=True)
-class AuditReport:
+class AuditReport(JsonReport):
     stabcli_version: str = doc("version that wrote the report")
     input: InputSection = doc("what was compared")
     representation: RepresentationSection = doc("stability of the vectors themselves")

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stabcli.commands.drift import DriftReport, PerKey
+from stabcli.environment import describe
 from stabcli.reports import html
 from stabcli.reports.audit_render import _json_number, _num, _pct
 from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
@@ -196,6 +197,9 @@ def render_terminal(report: DriftReport, console: Console) -> None:
         ),
         soft_wrap=True,
     )
+    environment = describe(inp.environment)
+    if environment:
+        console.print(literal(environment, "yellow"), soft_wrap=True)
     table = Table(title="Drift", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right", no_wrap=True)
@@ -242,6 +246,7 @@ def render_markdown(report: DriftReport, key_rows: int | None = None) -> str:
         f"{md_code(inp.before, cell=False)} → {md_code(inp.after, cell=False)}: {inp.keys_compared:,} keys × {inp.dim} dims"
         + (f"; noise: {md_code(inp.noise, cell=False)} ({inp.noise_runs} runs)" if inp.noise else ""),
         "",
+        *([f"**{md_text(describe(inp.environment) or '')}**", ""] if inp.environment else []),
         "| measure | value | reading |",
         "| --- | ---: | --- |",
     ]

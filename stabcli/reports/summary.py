@@ -9,6 +9,7 @@ report without its lists fits, nothing is appended and the caller says why.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 STEP_SUMMARY_LIMIT = 1024 * 1024  # bytes, per step (GitHub's documented limit)
 
@@ -47,3 +48,21 @@ def bounded(
         else:
             high = middle - 1
     return best
+
+
+def step_summary_text(
+    path: Path, render: Callable[[int | None], str], rows: int, on_warning: Callable[[str], None] | None = None
+) -> str | None:
+    """The Markdown to append to the step summary ``path``: ``bounded`` by what the file holds
+    already; None, with a warning, when nothing fits."""
+    try:
+        used = path.stat().st_size if path.is_file() else 0  # /dev/stdout and pipes: nothing counted
+    except OSError:
+        used = 0
+    text = bounded(render, rows, used)
+    if text is None and on_warning is not None:
+        on_warning(
+            f"GITHUB_STEP_SUMMARY {path} holds {used:,} bytes; with this report it would pass GitHub's "
+            f"{STEP_SUMMARY_LIMIT:,}-byte limit for a step, so the report is not appended to it"
+        )
+    return text

@@ -263,3 +263,33 @@ def log_nested(tracker: Tracker, parent: RunRecord, children: Sequence[RunRecord
     """``parent`` and every child as its nested run."""
     top = tracker.log(parent)
     return top, [tracker.log(child, parent=top.run_id) for child in children]
+
+
+def log_report(tracker: Tracker, command: str, options: Mapping[str, Any], renderings: Any) -> LoggedRun:
+    """Log a report command's run: its options as params, every number of the report as a
+    metric, and the JSON, Markdown, HTML (where the command has one), figures and per-key
+    table as artifacts (``renderings``: ``stabcli.commands.common.Renderings``)."""
+    import json
+
+    from stabcli.inputs.keytable import write_per_key
+
+    data = json.loads(renderings.text)
+    artifacts: dict[str, bytes | str] = {f"{command}.json": renderings.text, f"{command}.md": renderings.markdown()}
+    if renderings.has_page:
+        artifacts[f"{command}.html"] = renderings.page()
+    for figure in renderings.figures() or []:
+        artifacts[f"plots/{figure.name}"] = figure.png
+    frame = renderings.frame()
+    writers = (
+        {} if frame is None else {f"{command}-per-key.csv": lambda path: write_per_key(frame, Path(path.name), path)}
+    )
+    return tracker.log(
+        RunRecord(
+            name=f"stabcli {command}",
+            params=params_of(options),
+            metrics=list(report_metrics(data)),
+            tags={"stabcli.command": command, **report_tags(data)},
+            artifacts=artifacts,
+            writers=writers,
+        )
+    )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stabcli.environment import read_recorded
 from stabcli.errors import InputError
 from stabcli.inputs.embeddings import Embedding, load_npy, read_keys, require_real_dtype
 from stabcli.runset.layout import (
@@ -22,6 +23,7 @@ from stabcli.runset.layout import (
     is_runset,
     run_dir,
     run_index,
+    run_name,
 )
 from stabcli.runset.manifest import read_losses, read_manifest
 
@@ -106,6 +108,12 @@ class RunSet:
         if len(counts) != len(keys) or any(c < 0 for c in counts):
             raise InputError(f"{path}: {len(counts)} counts for {len(keys)} keys in {self.root / KEYS}")
         return dict(zip(keys, counts, strict=False))
+
+    def environment(self, index: int) -> dict[str, str] | None:
+        """The environment run ``index`` was trained in (``stabcli.environment.capture`` in the
+        training process), or None when the manifest does not record one (older run sets)."""
+        entry = (self.manifest.get("runs") or {}).get(run_name(index))
+        return read_recorded(entry.get("environment")) if isinstance(entry, dict) else None
 
     def _corpus_counts(self) -> dict[str, int] | None:
         path = self.root / CORPUS_COUNTS

@@ -1,8 +1,8 @@
 """Orchestrate N independent runs of an embedding into a run set (``stabcli pretrain``).
 
 Run ``i`` uses seed ``seed + i``. Inside a run gensim uses ``workers=1``, which makes it
-bitwise reproducible; runs go in parallel across processes, so the result does not depend
-on ``jobs``. This module plans the runs, hands them to an execution backend (a function
+bitwise reproducible on one machine; runs go in parallel across processes, so the result
+does not depend on ``jobs`` (docs/reproducibility.md). Each run records its environment. This module plans the runs, hands them to an execution backend (a function
 that takes the run tasks and yields their results as they finish: local processes here, a
 cluster elsewhere) and records each result; the trainers themselves live in
 :mod:`stabcli.training.trainers`, the run-set layout in :mod:`stabcli.runset.layout`.
@@ -142,6 +142,17 @@ class PretrainResult:
     @property
     def failed(self) -> list[RunResult]:
         return [r for r in self.runs if r.status == "failed"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary ``stabcli pretrain --format json`` prints."""
+        return {
+            "stabcli_version": __version__,
+            "run_set": str(self.root),
+            "keys": self.keys,
+            "corpus": self.corpus,
+            "runs": [dict(r.__dict__) for r in self.runs],
+            "failed": len(self.failed),
+        }
 
 
 def _flag(value: Any) -> str | None:
@@ -436,6 +447,7 @@ def pretrain(
                         "seconds": result.seconds,
                         "final_loss": result.final_loss,
                         "error": result.error,
+                        **({"environment": result.environment} if result.environment else {}),
                     },
                 )
                 poller.run_finished()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from stabcli.environment import capture
 from stabcli.errors import StabcliError, UsageError
 from stabcli.inputs.embeddings import Embedding, is_embedding_file, read_embedding
 from stabcli.runset import EPOCHS, LOG, PROGRESS, checkpoint_path, read_losses, run_name, write_run
@@ -70,6 +71,7 @@ class RunResult:
     seconds: float | None = None
     final_loss: float | None = None
     error: str | None = None
+    environment: dict[str, str] | None = None  # stabcli.environment.capture() of the process that trained it
 
 
 class RunFailed(Exception):
@@ -97,7 +99,8 @@ def execute(task: RunTask) -> RunResult:
             None,
             f"{run_name(task.index)}: {exc}",
         )
-    return RunResult(task.index, task.seed, "complete", round(time.perf_counter() - start, 3), final_loss)
+    seconds = round(time.perf_counter() - start, 3)
+    return RunResult(task.index, task.seed, "complete", seconds, final_loss, environment=capture())
 
 
 # ---------------------------------------------------------------- gensim

@@ -1,7 +1,8 @@
 """gensim ``save()`` files (``.kv``, ``.wv``, ``.model``): KeyedVectors, Word2Vec and
 FastText (their word vectors ``wv``), Doc2Vec (its document vectors ``dv``), with the
 arrays gensim stored beside them; read through ``stabcli.inputs.safe_pickle`` (no code
-from the file runs)."""
+from the file runs). gensim 3.x (and older) KeyedVectors, Word2Vec and Doc2Vec files are
+read too, their attributes renamed to the current layout (``current_layout``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from stabcli.errors import InputError
+from stabcli.inputs.embeddings.bounds import check_ngram_work, total_size
 from stabcli.inputs.embeddings.core import Embedding, Source, check_keys, key_problem, require_real_dtype
 from stabcli.inputs.safe_pickle import load_gensim, printable
 
@@ -23,8 +25,9 @@ def read(source: Source) -> Embedding:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         obj = load_gensim(path, trusted=source.trust_pickle)
-    if isinstance(obj, Doc2Vec):
-        kv, what = obj.__dict__.get("dv"), "document vectors (dv) of the Doc2Vec model"
+    if isinstance(obj, Doc2Vec):  # gensim 3.x: docvecs
+        kv = obj.__dict__.get("dv", obj.__dict__.get("docvecs"))
+        what = "document vectors (dv) of the Doc2Vec model"
     elif isinstance(obj, Word2Vec):  # FastText too
         kv, what = obj.__dict__.get("wv"), f"word vectors (wv) of the {type(obj).__name__} model"
     else:
@@ -32,7 +35,11 @@ def read(source: Source) -> Embedding:
     if not isinstance(kv, KeyedVectors):
         raise InputError(f"{path}: not a gensim KeyedVectors or model file (found {printable(type(kv).__name__)})")
     state = kv.__dict__
+    current_layout(path, state)
     if isinstance(kv, FastTextKeyedVectors) and state.get("vectors") is None:
+        words = state.get("index_to_key")
+        if isinstance(words, list):  # the n-gram work is bounded by the file before gensim loops
+            check_ngram_work(path, [str(w) for w in words], state.get("min_n"), state.get("max_n"), total_size(path))
         _fasttext_word_vectors(path, kv)
     keys, vectors = state.get("index_to_key"), state.get("vectors")
     if not isinstance(keys, list):
@@ -52,6 +59,28 @@ def read(source: Source) -> Embedding:
     keys = [str(k) for k in keys]  # Doc2Vec tags may be ints
     check_keys(path, keys, unit="key #")
     return Embedding(keys, vectors, path)
+
+
+def current_layout(path: Path, state: dict[str, object]) -> None:
+    """A gensim 3.x (or older) KeyedVectors' attributes under their gensim 4 names, as
+    gensim 4's own ``load`` renames them: ``index2word``/``index2entity`` → ``index_to_key``,
+    ``syn0`` → ``vectors``; a 3.x Doc2Vec's ``docvecs`` (``vectors_docs``; integer tags
+    0…``max_rawint`` first, then ``offset2doctag``) → keys and vectors. Types are checked by
+    the caller, as for any file."""
+    if "index_to_key" in state:
+        return
+    if "vectors_docs" in state or "offset2doctag" in state:
+        max_rawint, tags = state.get("max_rawint", -1), state.get("offset2doctag", [])
+        if isinstance(max_rawint, bool) or not isinstance(max_rawint, int) or not isinstance(tags, list):
+            raise InputError(f"{path}: malformed gensim 3.x document vectors (max_rawint, offset2doctag)")
+        if not -1 <= max_rawint < 2**31:
+            raise InputError(f"{path}: gensim 3.x document vectors claim {max_rawint:,} integer tags")
+        state["index_to_key"] = list(range(max_rawint + 1)) + tags
+        state["vectors"] = state.get("vectors_docs")
+        return
+    state["index_to_key"] = state.get("index2word", state.get("index2entity"))
+    if state.get("vectors") is None:
+        state["vectors"] = state.get("syn0")
 
 
 def _fasttext_word_vectors(path: Path, kv: object) -> None:

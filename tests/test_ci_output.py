@@ -87,7 +87,7 @@ def test_audit_stages_in_a_log(tmp_path, monkeypatch):
     stages = [line.split(" done in ")[0] for line in lines if " done in " in line]
     assert stages[:2] == ["audit: cross-Gram blocks", "audit: Procrustes alignment"]
     assert "audit: nearest neighbours" in stages
-    assert lines[-1] == f"wrote {tmp_path / 'a.html'}"
+    assert f"wrote {tmp_path / 'a.html'}" in lines
     quiet = runner.invoke(app, ["audit", str(root), *FAST, "--html", str(tmp_path / "b.html"), "--quiet"])
     assert quiet.exit_code == 0 and quiet.stderr == "" and (tmp_path / "b.html").is_file()
     monkeypatch.setattr(output, "STAGE_LINE_SECONDS", 3600.0)  # quick stages get no line

@@ -22,7 +22,7 @@ from typing import Any
 from stabcli import __version__
 from stabcli.errors import InputError
 from stabcli.reports import schema
-from stabcli.reports.schema import Check, doc
+from stabcli.reports.schema import Check, JsonReport, doc
 
 # representation measures compared, in the order shown: (JSON name, label)
 REPRESENTATION_MEASURES = (
@@ -85,7 +85,7 @@ class Side:
 
 
 @dataclass(frozen=True)
-class CompareReport:
+class CompareReport(JsonReport):
     stabcli_version: str = doc("version that wrote the comparison")
     a: Side = doc("the first audit")
     b: Side = doc("the second audit")

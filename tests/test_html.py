@@ -333,3 +333,20 @@ def test_drift_html_from_the_command_line(tmp_path):
     assert json.loads(parser.scripts["stabcli-report"]) == data
     assert_numbers_match(parser, data, least=10)
     assert len(parser.tables["keys"]) == 1 + 30
+
+
+def test_featurize_html_from_the_command_line(tmp_path):
+    root = make_runset(tmp_path / "runs", runs=2, n=30, dim=4)
+    args = ["featurize", root, "--out", tmp_path / "phi", "--epsilon", "0.2", "--html", tmp_path / "f.html"]
+    result = invoke(*args, "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    parser = parse((tmp_path / "f.html").read_text(encoding="utf-8"))
+    assert json.loads(parser.scripts["stabcli-report"]) == data
+    assert_numbers_match(parser, data, least=6)  # rows, runs, dims, the measured error and its bound
+    sidecar = json.loads((tmp_path / "phi.featurize.json").read_text())
+    transform = {row[0][0]: row[1][0] for row in parser.tables["table-1"][1:]}
+    assert transform["sigma"] == str(sidecar["sigma"]) and transform["seed"] == str(sidecar["seed"])
+    refused = invoke("featurize", root, "--out", tmp_path / "phi2", "--html", root / "keys.txt")
+    assert_bad_input(refused, "--html")
+    assert not (tmp_path / "phi2").exists()  # refused before any work

@@ -350,3 +350,25 @@ def test_featurize_html_from_the_command_line(tmp_path):
     refused = invoke("featurize", root, "--out", tmp_path / "phi2", "--html", root / "keys.txt")
     assert_bad_input(refused, "--html")
     assert not (tmp_path / "phi2").exists()  # refused before any work
+
+
+def test_sweep_html_from_the_command_line(tmp_path, sessions_file):
+    args = [
+        "sweep", sessions_file, "--out", tmp_path / "sw", "--grid", "window=2,3", "--sizes", "0.5,1",
+        "--runs", "2", "--dim", "4", "--epochs", "1", "-j", "1", "--knn-k", "3",
+        "--json", tmp_path / "s.json", "--html", tmp_path / "s.html",
+    ]  # fmt: skip
+    plots = importlib.util.find_spec("matplotlib") is not None
+    result = invoke(*args, *(["--plots", tmp_path / "figs"] if plots else []))
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "s.json").read_text())
+    parser = parse((tmp_path / "s.html").read_text(encoding="utf-8"))
+    assert json.loads(parser.scripts["stabcli-report"]) == data
+    cells = parser.tables["cells"]
+    assert len(cells) == 1 + len(data["cells"]) == 5
+    assert {row[0][0].rstrip(" *") for row in cells[1:]} == set(data["cells"])
+    if plots:  # the page's figures are the --plots files
+        import base64
+
+        images = [base64.b64decode(u.split(",", 1)[1]) for u in parser.urls if u.startswith("data:image/png")]
+        assert sorted(images) == sorted(p.read_bytes() for p in (tmp_path / "figs").iterdir())

@@ -11,6 +11,7 @@ from stabcli import constraints as c
 from stabcli.cli.options import (
     CorpusFormat,
     DownstreamModel,
+    HtmlPath,
     InputFormat,
     ItemCol,
     JsonPath,
@@ -19,7 +20,10 @@ from stabcli.cli.options import (
     KnnK,
     MarkdownPath,
     MinRating,
+    Mlflow,
+    MlflowExperiment,
     ModelParam,
+    Quiet,
     RatingCol,
     ReportForce,
     ReportFormat,
@@ -41,7 +45,7 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import render_report, report_files, spinner, warn, wrote
+from stabcli.cli.output import render_report, report_files, set_quiet, spinner, warn, wrote
 from stabcli.constraints import ranged
 from stabcli.errors import UsageError
 
@@ -121,6 +125,7 @@ def audit_cmd(
     fmt: ReportFormat = "table",
     json_path: JsonPath = None,
     markdown_path: MarkdownPath = None,
+    html_path: HtmlPath = None,
     plots: Annotated[
         Path | None,
         plots_option(
@@ -246,6 +251,9 @@ def audit_cmd(
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,
     keys: Keys = None,
+    mlflow: Mlflow = False,
+    mlflow_experiment: MlflowExperiment = None,
+    quiet: Quiet = False,
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
@@ -270,6 +278,8 @@ def audit_cmd(
 
         stabcli audit runs/ml --labels ratings_mean.csv --task regression --prefer stability
 
+        stabcli audit runs/exp1 --html audit.html --mlflow --mlflow-experiment embeddings
+
         stabcli audit runs/ml --labels ml-1m/movies.dat --task multilabel --model gbdt
 
         stabcli audit runs/ml --labels genres.csv --model sklearn.svm:LinearSVC --model-param C=0.5
@@ -278,7 +288,8 @@ def audit_cmd(
     """
     from stabcli.commands.audit import audit
 
-    with spinner("auditing") as on_step:
+    set_quiet(quiet)
+    with spinner("audit") as on_step:
         report = audit(
             inputs,
             normalize=normalize,
@@ -321,7 +332,7 @@ def audit_cmd(
             time_col=time_col,
             rating_col=rating_col,
             min_rating=min_rating,
-            **report_files(json_path, markdown_path, plots, per_key, force),
+            **report_files(json_path, markdown_path, plots, per_key, force, html_path, mlflow, mlflow_experiment),
             on_step=on_step,
             on_warning=warn,
             on_figure=wrote,

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
 PAGES = [README, *DOCS]
-README_MAX_BYTES = 25_000
+README_MAX_BYTES = 40_000
 CI_MARKER = "<!-- ci:test-command -->"
 
 INLINE_LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")

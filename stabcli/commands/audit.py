@@ -783,8 +783,8 @@ def audit(inputs: str | Path | Sequence[str | Path], **options: Any) -> AuditRep
     >>> report = stabcli.audit("runs/exp1", knn_k=5, top=3)  # doctest: +SKIP
     >>> report.representation.knn_overlap  # doctest: +SKIP
     """
-    from stabcli.commands.common import ReportFiles, refuse_unknown, take, warn
-    from stabcli.inputs.textfile import check_encoding
+    from stabcli.commands.common import ReportFiles, refuse_unknown, refuse_unused_table_options, take, warn
+    from stabcli.inputs.textfile import check_encoding, check_regular_file
     from stabcli.reports import audit_render
     from stabcli.training.cluster import joblib_on, scheduler_address
 
@@ -801,16 +801,21 @@ def audit(inputs: str | Path | Sequence[str | Path], **options: Any) -> AuditRep
     settings = AuditOptions(**take(AuditOptions, options, keep=("seed",)))
     labelled = {name: options.pop(name) for name in DOWNSTREAM_KEYWORDS if name in options}
     refuse_unknown("audit", options)
+    tables = [("--labels", labelled.get("labels")), ("--key-names", key_names), ("--frequencies", frequencies)]
+    refuse_unused_table_options(labelled, tables)
     downstream = _downstream_options(labelled, scheduler)
-    with joblib_on(scheduler_address(scheduler) if downstream is not None else None) as cluster:
+    address = scheduler_address(scheduler) if downstream is not None else None
+    validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
+    files.check_formats()
+    more_inputs = [labelled.get("labels"), key_names, read.keys_file, settings.eis_anchor, frequencies]
+    plan = files.plan(paths, more_inputs)
+    names, counts = _key_tables(key_names, frequencies, labelled.get("encoding"))
+    runs = load_runs(paths, on_warning=on_warning, read=read)
+    if downstream is not None:
+        check_regular_file(Path(downstream.labels), "label file")  # before any worker starts
+    with joblib_on(address) as cluster:  # connects (local:N: starts workers) once the inputs are checked
         if cluster is not None and downstream is not None and downstream.jobs is None:
             downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs
-        validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
-        files.check_formats()
-        more_inputs = [labelled.get("labels"), key_names, read.keys_file, settings.eis_anchor, frequencies]
-        plan = files.plan(paths, more_inputs)
-        names, counts = _key_tables(key_names, frequencies, labelled.get("encoding"))
-        runs = load_runs(paths, on_warning=on_warning, read=read)
         per_key = files.per_key is not None
         report = build_report(runs, settings, on_step, downstream, checks, names, per_key, on_warning, counts)
         figures = files.write(

@@ -474,6 +474,8 @@ def featurize(
     for emb in embeddings[1:]:
         if emb.dim != first.dim:
             raise InputError(f"{emb.source}: dimension {emb.dim}, but {first.source} has {first.dim}")
+    if first.dim == 0:  # random features of nothing are constants: refused as audit refuses them
+        raise InputError(f"{first.source}: vectors have 0 dimensions; there is nothing to featurize")
     reference, reference_file = _load_reference(options, read)
     notes: list[str] = []
     if reference is not None or read.keys_file is not None:  # keyless inputs: --keys, or all keyless, or refused

@@ -579,6 +579,7 @@ def _choose_columns(
             chosen[role] = 3 if role == "time" else 2
             if chosen[role] in [c for r, c in chosen.items() if r != role]:
                 del chosen[role]
+    _refuse_shared_columns(path, layout, chosen)
     if options.min_rating is not None and "rating" not in chosen:
         raise InputError(
             f"{path}: --min-rating needs a rating column and none was recognised"
@@ -586,6 +587,19 @@ def _choose_columns(
             + "; pass --rating-col"
         )
     return chosen
+
+
+def _refuse_shared_columns(path: Path, layout: TableLayout, chosen: dict[str, int]) -> None:
+    """InputError when two roles resolved to one column (``--user-col item --item-col 1``
+    names the same column by name and by position): every session would be one item."""
+    seen: dict[int, str] = {}
+    for role, index in chosen.items():
+        if index in seen:
+            raise InputError(
+                f"{path}: {ROLE_FLAGS[role]} and {ROLE_FLAGS[seen[index]]} are both {_column_label(layout, index)}; "
+                "give each role its own column"
+            )
+        seen[index] = role
 
 
 def _column_label(layout: TableLayout, index: int) -> str:

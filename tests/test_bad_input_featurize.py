@@ -1,18 +1,15 @@
 """Bad inputs of ``featurize`` and of audit's outputs: each exits 2 with one line naming the
 file or option, and changes nothing under the working directory (inputs and outputs alike)."""
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state, make_runset, runner
 from stabcli.cli.app import app
 from stabcli.inputs.embeddings import write_embedding
 
-runner = CliRunner()
 KEYS = [f"k{i}" for i in range(30)]
 
 
@@ -29,13 +26,7 @@ def workspace(t: Path) -> Path:
     write_embedding(t / "d8.npy", KEYS, vectors(3, d=8))
     np.save(t / "keyless.npy", vectors(4))
     np.save(t / "short.npy", vectors(5, n=10))
-    runs = t / "runs"
-    runs.mkdir()
-    (runs / "keys.txt").write_text("".join(k + "\n" for k in KEYS))
-    for r in range(3):
-        (runs / f"run-{r:03d}").mkdir()
-        np.save(runs / f"run-{r:03d}" / "vectors.npy", vectors(10 + r))
-    (runs / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
+    make_runset(t / "runs", vectors=[vectors(10 + r) for r in range(3)], keys=KEYS, epochs=0)
     (t / "adir").mkdir()
     (t / "plain").write_text("a user's file\n")
     (t / "sub").mkdir()
@@ -389,7 +380,7 @@ CASES = [
     (
         "negative seed",
         F + ["a.npy", "--out", "o.npy", "--seed", "-1"],
-        "'--seed': Input should be greater than or equal to 0",
+        "--seed: must be at least 0, got",
         None,
         None,
     ),
@@ -439,28 +430,28 @@ CASES = [
     (
         "zero sigma",
         F + ["a.npy", "--out", "o.npy", "--sigma", "0"],
-        "--sigma: 0.0 must be a positive number",
+        "--sigma: must be greater than 0, got 0",
         None,
         None,
     ),
     (
         "negative sigma",
         F + ["a.npy", "--out", "o.npy", "--sigma", "-1"],
-        "--sigma: -1.0 must be a positive number",
+        "--sigma: must be greater than 0, got -1",
         None,
         None,
     ),
     (
         "nan sigma",
         F + ["a.npy", "--out", "o.npy", "--sigma", "nan"],
-        "--sigma: nan must be a positive number",
+        "--sigma: must be greater than 0, got nan",
         None,
         None,
     ),
     (
         "infinite sigma",
         F + ["a.npy", "--out", "o.npy", "--sigma", "inf"],
-        "--sigma: inf must be a positive number",
+        "--sigma: must be greater than 0, got inf",
         None,
         None,
     ),
@@ -509,14 +500,14 @@ CASES = [
     (
         "zero chunk rows",
         F + ["a.npy", "--out", "o.npy", "--chunk-rows", "0"],
-        "'--chunk-rows': Input should be greater than or equal to 1",
+        "--chunk-rows: must be at least 1, got",
         None,
         None,
     ),
     (
         "negative chunk rows",
         F + ["a.npy", "--out", "o.npy", "--chunk-rows", "-5"],
-        "'--chunk-rows': Input should be greater than or equal to 1",
+        "--chunk-rows: must be at least 1, got",
         None,
         None,
     ),
@@ -538,7 +529,7 @@ CASES = [
     (
         "negative reference",
         F + ["a.npy", "--out", "o.npy", "--align-to", "runs", "--reference", "-1"],
-        "'--reference': Input should be greater than or equal to 0",
+        "--reference: must be at least 0, got",
         None,
         None,
     ),

@@ -9,18 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state, invoke, runner
 from stabcli.cli.app import app
 from stabcli.inputs.embeddings import write_embedding
 
-runner = CliRunner()
 KEYS = [f"k{i}" for i in range(40)]
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def embedding(path: Path, seed: int, keys=KEYS, dim: int = 6) -> Path:

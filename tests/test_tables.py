@@ -11,15 +11,13 @@ import lzma
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
+from conftest import runner
 from stabcli.cli.app import app
 from stabcli.inputs.corpus import CorpusOptions, read_corpus
 from stabcli.inputs.embeddings import write_embedding
 from stabcli.inputs.keytable import read_key_names
 from stabcli.inputs.labels import read_labels
-
-runner = CliRunner()
 
 
 def _ratings(n_users: int = 12, n_items: int = 9, seed: int = 0) -> pd.DataFrame:

@@ -801,8 +801,10 @@ def audit(inputs: str | Path | Sequence[str | Path], **options: Any) -> AuditRep
     plan = files.plan(paths, more_inputs)
     names, counts = _key_tables(key_names, frequencies, labelled.get("encoding"))
     runs = load_runs(paths, on_warning=on_warning, read=read)
-    if downstream is not None:
-        check_regular_file(Path(downstream.labels), "label file")  # before any worker starts
+    if downstream is not None:  # before any worker starts
+        if not Path(downstream.labels).exists():
+            raise InputError(f"{downstream.labels}: label file not found")
+        check_regular_file(Path(downstream.labels), "label file")
     with joblib_on(address) as cluster:  # connects (local:N: starts workers) once the inputs are checked
         if cluster is not None and downstream is not None and downstream.jobs is None:
             downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs

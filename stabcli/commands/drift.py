@@ -955,7 +955,7 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
     >>> report = stabcli.drift("runs/v1", "v2.npy", noise="runs/v1")  # doctest: +SKIP
     >>> report.drift.moved_share  # doctest: +SKIP
     """
-    from stabcli.commands.common import ReportFiles, refuse_unknown, refuse_unused_table_options, take
+    from stabcli.commands.common import ReportFiles, only_with, refuse_unknown, refuse_unused_table_options, take
     from stabcli.inputs.textfile import check_encoding
     from stabcli.reports import drift_render
 

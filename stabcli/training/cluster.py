@@ -409,7 +409,9 @@ def cluster_backend(
     address: str, on_connect: Callable[[Cluster], None] | None = None
 ) -> Callable[[Sequence[RunTask], int], Iterator[RunResult]]:
     """A pretrain execution backend that connects to ``address`` (for ``local:N``: starts its
-    workers) only when the runs are ready to go, after every input was checked."""
+    workers) only when the runs are ready to go, after every input was checked. A missing
+    ``stabcli[dask]`` is reported at once."""
+    _distributed()
 
     def backend(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunResult]:
         if not tasks:

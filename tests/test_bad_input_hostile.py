@@ -481,35 +481,22 @@ INTERACTIONS = "user\titem\trating\n" + "".join(
 )
 
 
+def columns(t: Path, user: str, item: str) -> list:
+    (t / "i.tsv").write_text(INTERACTIONS)
+    return ["pretrain", t / "i.tsv", "--out", t / "r", "--user-col", user, "--item-col", item]
+
+
 def two_runs(t: Path) -> list:
     return [embedding(t / "b.npy", 1), embedding(t / "a.npy", 2)]
 
 
 CONTRADICTIONS = {
     "user and item columns by name and position": (
-        lambda t: [
-            "pretrain",
-            (t / "i.tsv").write_text(INTERACTIONS) and t / "i.tsv",
-            "--out",
-            t / "r",
-            "--user-col",
-            "item",
-            "--item-col",
-            "1",
-        ],
+        lambda t: columns(t, "item", "1"),
         "--item-col and --user-col are both 'item'",
     ),
     "item and user columns by position and name": (
-        lambda t: [
-            "pretrain",
-            (t / "i.tsv").write_text(INTERACTIONS) and t / "i.tsv",
-            "--out",
-            t / "r",
-            "--user-col",
-            "0",
-            "--item-col",
-            "user",
-        ],
+        lambda t: columns(t, "0", "user"),
         "--item-col and --user-col are both 'user'",
     ),
     "audit --test-size without --labels": (

@@ -48,6 +48,7 @@ def demo_cmd(
     from stabcli.commands.featurize import FeaturizeOptions, featurize
     from stabcli.measure.downstream import DownstreamOptions
     from stabcli.reports.audit_render import comparison_table
+    from stabcli.reports.layout import print_table
 
     sessions = sample_path("sessions.txt")
     _check_demo_out(out_dir)  # before a minute of work, not after
@@ -86,7 +87,7 @@ def demo_cmd(
     featurize(out_dir / "runs", featurized, FeaturizeOptions(dim=64), force=True)
     phi = build_report(load_runs([featurized]), AuditOptions(top=0))
     out.print()
-    out.print(comparison_table({"raw h (32 dims)": raw, "phi(h) (64 dims)": phi}))
+    print_table(out, comparison_table({"raw h (32 dims)": raw, "phi(h) (64 dims)": phi}))
     out.print(
         "Measured, not assumed: featurization helps where its column is more stable; see README "
         "'When featurization helps'.",

@@ -28,6 +28,7 @@ from stabcli.cli.options import (
 from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress, write_json_stdout
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
 from stabcli.inputs.corpus import CorpusOptions
+from stabcli.reports.layout import print_table
 from stabcli.reports.text import literal
 from stabcli.training.pretrain import PretrainResult, TrainConfig, parse_params, pretrain
 
@@ -70,7 +71,9 @@ def _pretrain_with_progress(out_dir: Path, corpus: Path | None, config: TrainCon
 def _summary_table(result: PretrainResult) -> Table:
     table = Table(title=literal(f"run set {result.root}"), title_justify="left")
     for column in ("run", "seed", "seconds", "final loss", "status"):
-        table.add_column(column, justify="right" if column in ("seed", "seconds", "final loss") else "left")
+        table.add_column(
+            column, justify="right" if column in ("seed", "seconds", "final loss") else "left", no_wrap=True
+        )
     styles = {"complete": "green", "kept": "cyan", "failed": "bold red"}
     for r in result.runs:
         table.add_row(
@@ -95,7 +98,7 @@ def report_pretrain(result: PretrainResult, fmt: str) -> None:
         }
         write_json_stdout(json.dumps(payload, indent=2) + "\n")
     else:
-        out.print(_summary_table(result))
+        print_table(out, _summary_table(result))
         if result.corpus:
             c = result.corpus
             out.print(f"corpus read as {c['description']}", highlight=False)
@@ -154,6 +157,13 @@ def pretrain_cmd(
         help="auto, lines, tagged, movielens or interactions (auto: "
         "MovieLens names, doc2vec → tagged, a delimited table → interactions, else lines).",
     ),
+    tokenize: Literal["none", "simple"] = typer.Option(
+        "none",
+        "--tokenize",
+        metavar="HOW",
+        help="Text corpora (lines, tagged): none splits on whitespace; simple is gensim's simple_preprocess "
+        "(lower case, words of 2-15 letters, punctuation and digits dropped). Recorded in the manifest.",
+    ),
     encoding: str = typer.Option(
         "utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides)."
     ),
@@ -202,6 +212,8 @@ def pretrain_cmd(
 
         stabcli pretrain docs.tsv --model doc2vec --out runs/docs --param dm_mean=1
 
+        stabcli pretrain articles.txt.gz --out runs/text --tokenize simple
+
         stabcli pretrain --script 'python train.py --seed {seed} --out {out}' --runs 5 --out runs/mine
     """
     config = TrainConfig(
@@ -217,7 +229,9 @@ def pretrain_cmd(
         script=script,
         checkpoints=checkpoints,
     )
-    options = CorpusOptions(corpus_format, encoding, user_col, item_col, time_col, rating_col, min_rating)
+    options = CorpusOptions(
+        corpus_format, encoding, user_col, item_col, time_col, rating_col, min_rating, tokenize=tokenize
+    )
     result = run_pretrain(
         out_dir,
         corpus,

@@ -18,6 +18,7 @@ from rich.text import Text
 from stabcli.environment import describe
 from stabcli.errors import UsageError
 from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow, PairSpread
+from stabcli.reports.layout import print_table
 from stabcli.reports.text import literal, md_code, md_text
 
 _BARS = " ▁▂▃▄▅▆▇█"
@@ -277,9 +278,9 @@ def convergence_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
 
 
 def _print_titled(console: Console, title: str, table: Table) -> None:
-    """The title on its own line (whole, never wrapped to the table's width), then the table."""
-    console.print(literal(title, "italic"), soft_wrap=True)
-    console.print(table)
+    """The title on its own line (whole, never wrapped to the table's width), then the table,
+    stacked when it does not fit (``reports.layout``)."""
+    print_table(console, table, literal(title, "italic"))
 
 
 def _rich_table(
@@ -290,7 +291,7 @@ def _rich_table(
 ) -> Table:
     table = Table()
     for i, header in enumerate(headers):
-        table.add_column(header, justify="right" if i >= right_from else "left")
+        table.add_column(header, justify="right" if i >= right_from else "left", no_wrap=True)
     for row in rows:
         table.add_row(*_plain(row), style=style(row) if style else None)
     return table
@@ -310,8 +311,8 @@ def render_terminal(report: AuditReport, console: Console) -> None:
         console.print(literal(environment, "yellow"), soft_wrap=True)
 
     table = Table()
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    table.add_column("metric", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
     table.add_column("reading", style="dim")
     for row in metric_rows(report):
         table.add_row(*_plain(list(row)))
@@ -355,15 +356,13 @@ def render_terminal(report: AuditReport, console: Console) -> None:
 
 def render_downstream(ds: DownstreamSection, console: Console) -> None:
     headers, rows = downstream_table(ds)
-    table = Table(title="Downstream fluctuation across runs", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(box=box.SIMPLE_HEAD)
     for i, header in enumerate(headers):
-        table.add_column(
-            header, justify="left" if i == 0 else "right", no_wrap=i > 0, overflow="fold" if i == 0 else "ellipsis"
-        )
+        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
     chosen = ds.recommendation.variant
     for row in rows:
         table.add_row(*_plain(row), style="bold green" if row[0] == chosen else None)
-    console.print(table)
+    print_table(console, table, literal("Downstream fluctuation across runs", "italic"))
     for note in downstream_notes(ds):
         console.print(literal(note, "yellow" if note.startswith("warning") else "dim"), soft_wrap=True)
     console.print(literal(f"recommendation: {ds.recommendation.reason}", "bold"), soft_wrap=True)
@@ -442,9 +441,9 @@ COMPARED = [
 def comparison_table(reports: dict[str, AuditReport]) -> Table:
     """Representation metrics of several variants side by side (e.g. raw h and phi(h))."""
     table = Table(title="Raw vs featurized, same runs", title_justify="left")
-    table.add_column("metric")
+    table.add_column("metric", no_wrap=True)
     for name in reports:
-        table.add_column(literal(name), justify="right")
+        table.add_column(literal(name), justify="right", no_wrap=True)
     for key, label, fmt in COMPARED:
         table.add_row(*_plain([label, *[fmt(getattr(r.representation, key)) for r in reports.values()]]))
     return table

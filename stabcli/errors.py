@@ -66,6 +66,11 @@ class RunSetError(StabcliError):
     """A run set on disk is inconsistent, locked, or was made with another configuration."""
 
 
+class StabcliWarning(UserWarning):
+    """What the library warns about (a dropped class, keys matched by position...) when the
+    caller gives no ``on_warning`` callback; the CLI prints these as ``warning:`` lines."""
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGHUP turned into the Ctrl-C path, so every ``finally:`` cleans up; the
     CLI exits with 128 + ``signum``."""

@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import Result
+from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_SCRIPT = REPO / "examples" / "train_numpy.py"
+
+runner = CliRunner()
+"""The one CliRunner of the tests (stdout and stderr apart: ``result.stderr``)."""
+
+
+def invoke(*args: object, env: dict[str, str] | None = None) -> Result:
+    """``stabcli ARGS`` run in-process by :data:`runner` (Paths and numbers are converted to str)."""
+    from stabcli.cli.app import app
+
+    return runner.invoke(app, [str(a) for a in args], env=env)
 
 
 def make_sessions(n_sequences: int = 120, n_items: int = 40, seed: int = 0) -> str:
@@ -125,27 +140,52 @@ def make_runset(
     seed: int = 0,
     losses: bool = True,
     manifest: dict | None = None,
+    *,
+    vectors: Sequence[np.ndarray] | None = None,
+    keys: Sequence[str] | None = None,
+    counts: Sequence[int] | None = None,
 ) -> Path:
-    """A run set written by hand (no training, milliseconds): keys ``k0…``, vectors, losses
-    and per-epoch checkpoints; epoch e holds the final vectors scaled by e/epochs."""
-    import json
+    """The one run-set builder of the tests: a run set written through ``RunSetWriter`` (no
+    training, milliseconds), as ``pretrain`` lays it out. Keys ``k0…`` (or ``keys``) shared in
+    ``keys.txt`` (with ``counts`` in ``key_counts.txt``), per run its final vectors (random
+    with ``seed + run``, or ``vectors[run]``), losses and ``epochs`` per-epoch checkpoints:
+    epoch e holds the final vectors scaled by e/epochs. ``manifest``: the fields to write."""
+    from stabcli.runset import RunSetWriter, checkpoint_path, write_run
 
-    root.mkdir(parents=True)
-    (root / "keys.txt").write_text("".join(f"k{i}\n" for i in range(n)))
-    for r in range(runs):
-        run = root / f"run-{r:03d}"
-        (run / "epochs").mkdir(parents=True)
-        final = np.random.default_rng(seed + r).standard_normal((n, dim)).astype(np.float32)
-        for e in range(1, epochs + 1):
-            np.save(run / "epochs" / f"{e:03d}.npy", final * np.float32(e / epochs))
-        np.save(run / "vectors.npy", final)
-        values = [2.0 - 0.5 * e + 0.01 * r for e in range(epochs)] if losses else [None] * epochs
-        (run / "losses.json").write_text(json.dumps(values))
-    (root / "stabcli.json").write_text(json.dumps(manifest or {"schema_version": 1, "runs": {}}))
+    if vectors is None:
+        vectors = [np.random.default_rng(seed + r).standard_normal((n, dim)).astype(np.float32) for r in range(runs)]
+    keys = [f"k{i}" for i in range(len(vectors[0]))] if keys is None else list(keys)
+    with RunSetWriter(root) as writer:
+        writer.create(manifest or {"runs": {}})
+        writer.write_keys(keys, counts)
+        for r, final in enumerate(vectors):
+            partial = writer.new_partial(r)
+            values = [2.0 - 0.5 * e + 0.01 * r for e in range(epochs)] if losses else [None] * epochs
+            write_run(partial, final, keys, shared_keys=keys, losses=values)
+            if epochs:
+                (partial / "epochs").mkdir()
+            for e in range(1, epochs + 1):
+                np.save(checkpoint_path(partial, e), np.asarray(final, dtype=np.float32) * np.float32(e / epochs))
+            writer.publish(r, partial)
     return root
 
 
 SUBPROCESS_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def default_signals() -> None:
+    """Give a child process the default SIGINT, SIGTERM and SIGHUP dispositions. An ignored
+    signal stays ignored across exec, and pytest started as a background job (``cmd &`` in a
+    script) ignores SIGINT: a child that inherited that would never see the Ctrl-C a test sends."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def start_process(args: Sequence[str | os.PathLike], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` of a child a test will signal, started as a terminal would start it
+    (default signal handlers, ``SUBPROCESS_ENV`` unless ``env`` is given)."""
+    kwargs.setdefault("env", SUBPROCESS_ENV)
+    return subprocess.Popen(args, preexec_fn=default_signals, **kwargs)
 
 
 def wait_for(predicate, seconds: float = 120.0) -> bool:
@@ -176,8 +216,6 @@ SLOW_FEATURIZE = (
 def start_slow_featurize(tmp_path: Path, new_session: bool = False):
     """A real ``stabcli featurize`` of 2,000 rows into ``out.npy`` with every chunk delayed, so
     a signal lands while it writes. Returns the process and the names in ``tmp_path`` before it."""
-    import subprocess
-
     from stabcli.inputs.embeddings import write_embedding
 
     write_embedding(
@@ -189,9 +227,8 @@ def start_slow_featurize(tmp_path: Path, new_session: bool = False):
     slow.write_text(SLOW_FEATURIZE)
     before = sorted(p.name for p in tmp_path.iterdir())
     argv = [sys.executable, str(slow), "featurize", str(tmp_path / "in.npy"), "--out", str(tmp_path / "out.npy")]
-    proc = subprocess.Popen(
+    proc = start_process(
         [*argv, "--dim", "8", "--chunk-rows", "10"],
-        env=SUBPROCESS_ENV,
         start_new_session=new_session,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -12,16 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state, make_runset
-from stabcli.cli.app import app
-
-runner = CliRunner()
-
-
-def invoke(*args, env=None):
-    return runner.invoke(app, [str(a) for a in args], env=env)
+from conftest import assert_bad_input, files_state, invoke, make_runset
 
 
 def save_npy(path: Path, seed: int = 0, n: int = 12, d: int = 4) -> Path:

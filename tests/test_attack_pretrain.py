@@ -12,14 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state, runner
 from stabcli.cli.app import app
 from stabcli.inputs.embeddings import write_embedding
-
-runner = CliRunner()
-
 
 # --- crafted gensim pickles, written opcode by opcode ---------------------------------
 

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state, make_runset, runner
 from stabcli.cli.app import app
 from stabcli.inputs.embeddings import write_embedding
 
-runner = CliRunner()
 KEYS = [f"k{i}" for i in range(30)]
 
 
@@ -29,15 +27,10 @@ def good(tmp, name="good.npy", seed=0, d=4):
 
 
 def fake_runset(tmp, manifest=None):
-    root = tmp / "runs"
-    root.mkdir()
-    (root / "keys.txt").write_text("".join(k + "\n" for k in KEYS))
-    for r in range(2):
-        (root / f"run-{r:03d}").mkdir()
-        np.save(root / f"run-{r:03d}" / "vectors.npy", vectors(r))
-    (root / "stabcli.json").write_text(
-        manifest if manifest is not None else json.dumps({"schema_version": 1, "runs": {}})
-    )
+    """A run set of two runs; ``manifest``: text that replaces its manifest (a damaged one)."""
+    root = make_runset(tmp / "runs", vectors=[vectors(r) for r in range(2)], keys=KEYS, epochs=0)
+    if manifest is not None:
+        (root / "stabcli.json").write_text(manifest)
     return root
 
 

@@ -3,20 +3,16 @@ no traceback or warning, and nothing created or changed (pretrain CORPUS, audit 
 
 import bz2
 import gzip
-import json
 import lzma
 import os
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state, make_runset, runner
 from stabcli.cli.app import app
 
-runner = CliRunner()
 KEYS = [f"k{i}" for i in range(30)]
 
 
@@ -54,16 +50,7 @@ def pretrain(corpus, *options):
 
 
 def runset(t: Path) -> Path:
-    root = t / "runs"
-    root.mkdir()
-    (root / "keys.txt").write_text("".join(k + "\n" for k in KEYS))
-    for r in range(2):
-        (root / f"run-{r:03d}").mkdir()
-        np.save(
-            root / f"run-{r:03d}" / "vectors.npy", np.random.default_rng(r).standard_normal((30, 4)).astype(np.float32)
-        )
-    (root / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
-    return root
+    return make_runset(t / "runs", keys=KEYS, epochs=0)
 
 
 def labels(path_of, *options):

@@ -3,20 +3,17 @@ option, before any output is written, and leaves every file where it was."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state, make_runset, runner
 from stabcli.cli.app import app
 from stabcli.inputs.embeddings import write_embedding
 
-runner = CliRunner()
 N, D = 30, 4
 KEYS = [f"k{i}" for i in range(N)]
 
@@ -37,17 +34,12 @@ def emb(tmp: Path, name: str, seed=0, keys=None, d=D, rows=None) -> Path:
 
 
 def noise_set(tmp: Path, runs=5, keys=None, d=D, name="noise", bad_run=None) -> Path:
-    root = tmp / name
-    root.mkdir()
     keys = KEYS if keys is None else keys
-    (root / "keys.txt").write_text("".join(k + "\n" for k in keys))
-    for r in range(runs):
-        (root / f"run-{r:03d}").mkdir()
-        array = vectors(100 + r, len(keys), d)
-        if r == bad_run:
-            array[2, 1] = np.nan
-        np.save(root / f"run-{r:03d}" / "vectors.npy", array)
-    (root / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
+    root = make_runset(tmp / name, vectors=[vectors(100 + r, len(keys), d) for r in range(runs)], keys=keys, epochs=0)
+    if bad_run is not None:  # the writer refuses NaN: damage the run afterwards
+        array = vectors(100 + bad_run, len(keys), d)
+        array[2, 1] = np.nan
+        np.save(root / f"run-{bad_run:03d}" / "vectors.npy", array)
     return root
 
 
@@ -134,23 +126,26 @@ CASES = {
     ),
     "noise dims differ": (lambda t: [*base(t), "--noise", str(noise_set(t, d=6))], "dimension 6"),
     "nan in a noise run": (lambda t: [*base(t), "--noise", str(noise_set(t, bad_run=2))], "'k2' has NaN"),
-    "alpha zero": (lambda t: with_noise(t, "--alpha", "0"), "--alpha: 0"),
-    "alpha one": (lambda t: with_noise(t, "--alpha", "1"), "--alpha: 1"),
-    "alpha negative": (lambda t: with_noise(t, "--alpha", "-0.5"), "--alpha: -0.5"),
-    "alpha above one": (lambda t: with_noise(t, "--alpha", "3"), "--alpha: 3"),
-    "alpha nan": (lambda t: with_noise(t, "--alpha", "nan"), "--alpha: nan"),
-    "alpha inf": (lambda t: with_noise(t, "--alpha", "inf"), "--alpha: inf"),
-    "knn-k zero": (lambda t: [*base(t), "--knn-k", "0"], "'--knn-k': Input should be greater than or equal to 1"),
+    "alpha zero": (lambda t: with_noise(t, "--alpha", "0"), "--alpha: must be strictly between 0 and 1, got 0"),
+    "alpha one": (lambda t: with_noise(t, "--alpha", "1"), "--alpha: must be strictly between 0 and 1, got 1"),
+    "alpha negative": (
+        lambda t: with_noise(t, "--alpha", "-0.5"),
+        "--alpha: must be strictly between 0 and 1, got -0.5",
+    ),
+    "alpha above one": (lambda t: with_noise(t, "--alpha", "3"), "--alpha: must be strictly between 0 and 1, got 3"),
+    "alpha nan": (lambda t: with_noise(t, "--alpha", "nan"), "--alpha: must be strictly between 0 and 1, got nan"),
+    "alpha inf": (lambda t: with_noise(t, "--alpha", "inf"), "--alpha: must be strictly between 0 and 1, got inf"),
+    "knn-k zero": (lambda t: [*base(t), "--knn-k", "0"], "--knn-k: must be at least 1, got 0"),
     "knn-k too large": (
         lambda t: [*base(t), "--knn-k", "30"],
         "--knn-k: 30 must be less than the number of compared keys",
     ),
-    "knn-queries zero": (lambda t: [*base(t), "--knn-queries", "0"], "'--knn-queries': Input should be greater"),
-    "top negative": (lambda t: [*base(t), "--top", "-1"], "'--top': Input should be greater than or equal to 0"),
-    "seed negative": (lambda t: [*base(t), "--seed", "-3"], "'--seed': Input should be greater than or equal to 0"),
+    "knn-queries zero": (lambda t: [*base(t), "--knn-queries", "0"], "--knn-queries: must be at least 1, got 0"),
+    "top negative": (lambda t: [*base(t), "--top", "-1"], "--top: must be at least 0, got -1"),
+    "seed negative": (lambda t: [*base(t), "--seed", "-3"], "--seed: must be at least 0, got -3"),
     "reference negative": (
         lambda t: [*base(t), "--reference", "-1"],
-        "'--reference': Input should be greater than or equal to 0",
+        "--reference: must be at least 0, got -1",
     ),
     "reference beyond runs": (
         lambda t: ["drift", str(noise_set(t)), str(emb(t, "a.npy")), "--reference", "7"],

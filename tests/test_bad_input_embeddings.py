@@ -14,13 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state, runner
 from stabcli.cli.app import app
 from stabcli.inputs.embeddings import write_embedding
 
-runner = CliRunner()
 KEYS = [f"k{i}" for i in range(12)]
 SENTENCES = [["a", "b", "c", "d"], ["b", "c", "e"], ["a", "e", "f"]] * 5
 

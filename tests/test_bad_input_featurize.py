@@ -1,18 +1,15 @@
 """Bad inputs of ``featurize`` and of audit's outputs: each exits 2 with one line naming the
 file or option, and changes nothing under the working directory (inputs and outputs alike)."""
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state
+from conftest import assert_bad_input, files_state, make_runset, runner
 from stabcli.cli.app import app
 from stabcli.inputs.embeddings import write_embedding
 
-runner = CliRunner()
 KEYS = [f"k{i}" for i in range(30)]
 
 
@@ -29,13 +26,7 @@ def workspace(t: Path) -> Path:
     write_embedding(t / "d8.npy", KEYS, vectors(3, d=8))
     np.save(t / "keyless.npy", vectors(4))
     np.save(t / "short.npy", vectors(5, n=10))
-    runs = t / "runs"
-    runs.mkdir()
-    (runs / "keys.txt").write_text("".join(k + "\n" for k in KEYS))
-    for r in range(3):
-        (runs / f"run-{r:03d}").mkdir()
-        np.save(runs / f"run-{r:03d}" / "vectors.npy", vectors(10 + r))
-    (runs / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
+    make_runset(t / "runs", vectors=[vectors(10 + r) for r in range(3)], keys=KEYS, epochs=0)
     (t / "adir").mkdir()
     (t / "plain").write_text("a user's file\n")
     (t / "sub").mkdir()
@@ -101,7 +92,7 @@ CASES = [
     ),
     (
         "out is the input's keys file",
-        F + ["a.npy", "--out", "a.keys.txt", "--format", "npy", "--force"],
+        F + ["a.npy", "--out", "a.keys.txt", "--output-format", "npy", "--force"],
         "--out {t}/a.keys.txt: is the input {t}/a.keys.txt",
         None,
         None,
@@ -136,7 +127,7 @@ CASES = [
     ),
     (
         "out is the --align-to reference's keys",
-        F + ["a.npy", "--out", "b.keys.txt", "--format", "npy", "--align-to", "b.npy"],
+        F + ["a.npy", "--out", "b.keys.txt", "--output-format", "npy", "--align-to", "b.npy"],
         "is the input {t}/b.keys.txt",
         None,
         None,
@@ -258,7 +249,7 @@ CASES = [
     ("out text file exists", F + ["a.npy", "--out", "o.vec"], "--out {t}/o.vec: already exists", exists("o.vec"), None),
     (
         "out is a directory",
-        F + ["a.npy", "--out", "adir", "--format", "npy", "--force"],
+        F + ["a.npy", "--out", "adir", "--output-format", "npy", "--force"],
         "--out {t}/adir: is a directory; give a file name",
         None,
         None,
@@ -350,16 +341,16 @@ CASES = [
     ),
     # ---- formats (issue 14 §3)
     (
-        "suffix contradicts --format",
-        F + ["a.npy", "--out", "x.kv", "--format", "npy"],
-        "--format: npy contradicts the suffix of --out {t}/x.kv (kv)",
+        "suffix contradicts --output-format",
+        F + ["a.npy", "--out", "x.kv", "--output-format", "npy"],
+        "--output-format: npy contradicts the suffix of --out {t}/x.kv (kv)",
         None,
         None,
     ),
     (
-        "txt suffix with --format parquet",
-        F + ["a.npy", "--out", "x.txt", "--format", "parquet"],
-        "--format: parquet contradicts the suffix",
+        "txt suffix with --output-format parquet",
+        F + ["a.npy", "--out", "x.txt", "--output-format", "parquet"],
+        "--output-format: parquet contradicts the suffix",
         None,
         None,
     ),
@@ -372,16 +363,16 @@ CASES = [
     ),
     ("no suffix", F + ["a.npy", "--out", "x"], "cannot tell the format from the suffix '(none)'", None, None),
     (
-        "unknown --format",
-        F + ["a.npy", "--out", "x.npy", "--format", "csv"],
-        "'--format': 'csv' is not one of 'npy', 'word2vec'",
+        "unknown --output-format",
+        F + ["a.npy", "--out", "x.npy", "--output-format", "csv"],
+        "'--output-format': 'csv' is not one of 'npy', 'word2vec'",
         None,
         None,
     ),
     (
-        "run set with --format kv",
-        F + ["runs", "--out", "phi", "--format", "kv"],
-        "--format: kv: a run set is featurized into a run set of .npy runs",
+        "run set with --output-format kv",
+        F + ["runs", "--out", "phi", "--output-format", "kv"],
+        "--output-format: kv: a run set is featurized into a run set of .npy runs",
         None,
         None,
     ),
@@ -389,7 +380,7 @@ CASES = [
     (
         "negative seed",
         F + ["a.npy", "--out", "o.npy", "--seed", "-1"],
-        "'--seed': Input should be greater than or equal to 0",
+        "--seed: must be at least 0, got",
         None,
         None,
     ),
@@ -439,28 +430,28 @@ CASES = [
     (
         "zero sigma",
         F + ["a.npy", "--out", "o.npy", "--sigma", "0"],
-        "--sigma: 0.0 must be a positive number",
+        "--sigma: must be greater than 0, got 0",
         None,
         None,
     ),
     (
         "negative sigma",
         F + ["a.npy", "--out", "o.npy", "--sigma", "-1"],
-        "--sigma: -1.0 must be a positive number",
+        "--sigma: must be greater than 0, got -1",
         None,
         None,
     ),
     (
         "nan sigma",
         F + ["a.npy", "--out", "o.npy", "--sigma", "nan"],
-        "--sigma: nan must be a positive number",
+        "--sigma: must be greater than 0, got nan",
         None,
         None,
     ),
     (
         "infinite sigma",
         F + ["a.npy", "--out", "o.npy", "--sigma", "inf"],
-        "--sigma: inf must be a positive number",
+        "--sigma: must be greater than 0, got inf",
         None,
         None,
     ),
@@ -509,14 +500,14 @@ CASES = [
     (
         "zero chunk rows",
         F + ["a.npy", "--out", "o.npy", "--chunk-rows", "0"],
-        "'--chunk-rows': Input should be greater than or equal to 1",
+        "--chunk-rows: must be at least 1, got",
         None,
         None,
     ),
     (
         "negative chunk rows",
         F + ["a.npy", "--out", "o.npy", "--chunk-rows", "-5"],
-        "'--chunk-rows': Input should be greater than or equal to 1",
+        "--chunk-rows: must be at least 1, got",
         None,
         None,
     ),
@@ -538,7 +529,7 @@ CASES = [
     (
         "negative reference",
         F + ["a.npy", "--out", "o.npy", "--align-to", "runs", "--reference", "-1"],
-        "'--reference': Input should be greater than or equal to 0",
+        "--reference: must be at least 0, got",
         None,
         None,
     ),
@@ -781,6 +772,7 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(tmp_path, monkeypat
 
 VALUE_OPTIONS = {
     "--format",
+    "--output-format",
     "--seed",
     "--dim",
     "--epsilon",
@@ -822,7 +814,8 @@ TEXT = st.one_of(st.text(max_size=6), st.sampled_from(["", " ", "1e3", "0x10", "
             st.tuples(st.just("--chunk-rows"), st.one_of(MAGNITUDES.map(str), TEXT)),
             st.tuples(st.just("--reference"), MAGNITUDES.map(str)),
             st.tuples(
-                st.just("--format"), st.one_of(st.sampled_from(["npy", "kv", "word2vec", "parquet", "csv"]), TEXT)
+                st.just("--output-format"),
+                st.one_of(st.sampled_from(["npy", "kv", "word2vec", "parquet", "csv"]), TEXT),
             ),
             st.tuples(
                 st.just("--epsilon"), st.one_of(st.sampled_from(["0.2", "0.5", "-1", "nan", "inf", "0", "1e300"]), TEXT)

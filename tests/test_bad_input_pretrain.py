@@ -8,14 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import assert_bad_input, files_state, make_sessions
+from conftest import assert_bad_input, files_state, invoke, make_sessions, runner
 from stabcli.cli.app import app
 from stabcli.errors import OptionError
 from stabcli.training.pretrain import TrainConfig, pretrain
 
-runner = CliRunner()
 SMALL = ["--runs", "1", "--dim", "4", "--epochs", "1", "--jobs", "1"]
 
 
@@ -24,10 +22,6 @@ def corpus(t: Path) -> Path:
     if not path.exists():
         path.write_text(make_sessions(40, 12), encoding="utf-8")
     return path
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 PARAM_CASES = [
@@ -100,14 +94,14 @@ OPTION_CASES = [
     (["--runs", "1000000000"], "--runs: 1,000,000,000 runs"),
     (["--seed", "-1"], "'--seed': Input should be greater than or equal to 0"),
     (["--seed", str(2**32)], "--seed: must be between"),
-    (["--dim", "0"], "'--dim': Input should be greater than or equal to 1"),
-    (["--dim", "-3"], "'--dim': Input should be greater than or equal to 1"),
+    (["--dim", "0"], "--dim: must be at least 1, got"),
+    (["--dim", "-3"], "--dim: must be at least 1, got"),
     (["--dim", "1000000000"], "--dim: "),
     (["--dim", str(2**40)], "--dim: 1099511627776 is larger than gensim accepts"),
-    (["--window", "0"], "'--window': Input should be greater than or equal to 1"),
-    (["--epochs", "0"], "'--epochs': Input should be greater than or equal to 1"),
-    (["--min-count", "0"], "'--min-count': Input should be greater than or equal to 1"),
-    (["--negative", "-1"], "'--negative': Input should be greater than or equal to 0"),
+    (["--window", "0"], "--window: must be at least 1, got"),
+    (["--epochs", "0"], "--epochs: must be at least 1, got"),
+    (["--min-count", "0"], "--min-count: must be at least 1, got"),
+    (["--negative", "-1"], "--negative: must be at least 0, got"),
     (["--model", "glove"], "'--model': 'glove' is not one of 'word2vec', 'doc2vec'"),
     (["--vary", "jitter"], "'--vary': 'jitter' is not one of 'seed', 'shuffle', 'bootstrap'"),
     (["--timeout", "0"], "--timeout: must be a positive"),

@@ -5,18 +5,12 @@ import sys
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import files_state
+from conftest import files_state, invoke, runner
 from stabcli import __version__
 from stabcli.cli.app import app
 
-runner = CliRunner()
 SMALL = ["--runs", "2", "--dim", "4", "--epochs", "2", "--jobs", "1"]
-
-
-def invoke(*args: str):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def test_version():
@@ -401,7 +395,7 @@ def test_audit_checks_reach_downstream_variants(runset, genre_labels):
             "--featurize-dims '8,x': expected a comma-separated list of int",
         ),
         (["--labels", "GENRES", "--model", "svm"], "'--model': 'svm' is not one of 'logreg', 'knn', 'ridge'"),
-        (["--labels", "GENRES", "--test-size", "1.5"], "--test-size: 1.5 must be a share strictly between 0 and 1"),
+        (["--labels", "GENRES", "--test-size", "1.5"], "--test-size: must be strictly between 0 and 1, got 1.5"),
         (["--labels", "GENRES", "--task", "regression"], "--task regression needs finite numeric labels, found 'g"),
         (["--labels", "ONECLASS"], "only one class ('g') among the 40 labeled keys"),
     ],
@@ -495,7 +489,7 @@ def test_choices_and_ranges_are_declared_for_help_and_checked_by_typer():
     for value in READ_FORMATS:
         assert invoke("audit", "--input-format", value, "--help").exit_code == 0
     for value in WRITE_FORMATS:
-        assert invoke("featurize", "--format", value, "--help").exit_code == 0
+        assert invoke("featurize", "--output-format", value, "--help").exit_code == 0
 
 
 def help_examples(name: str) -> list[list[str]]:

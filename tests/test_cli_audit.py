@@ -11,18 +11,12 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from conftest import make_runset
-from stabcli.cli.app import EXIT_BROKEN_PIPE, app
+from conftest import invoke, make_runset
+from stabcli.cli.app import EXIT_BROKEN_PIPE
 from stabcli.inputs.keytable import PER_KEY_COLUMNS
 
-runner = CliRunner()
 FAST = ["--knn-k", "3", "--knn-queries", "5", "--pairs", "200"]
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def strict_json(text):
@@ -223,3 +217,20 @@ def test_frequencies_file_gives_the_table_in_every_output(tmp_path):
     assert all(item["frequency"] >= 2 for item in rep["least_stable"])
     assert "Stability by frequency (--frequencies):" in (tmp_path / "r.md").read_text()
     assert (tmp_path / "plots" / "by_frequency.png").stat().st_size > 0
+
+
+def test_a_featurized_run_set_is_phi_h_in_the_downstream_audit(tmp_path):
+    block = {"dim": 4, "sigma": 1.0, "seed": 0, "normalize": True}
+    root = make_runset(tmp_path / "phi", runs=3, n=40, manifest={"schema_version": 1, "runs": {}, "featurize": block})
+    labels = tmp_path / "labels.csv"
+    labels.write_text("".join(f"k{i},{'ab'[i % 2]}\n" for i in range(40)))
+    result = invoke("audit", root, *FAST, "--labels", labels, "--json", tmp_path / "r.json", "--jobs", "1")
+    assert result.exit_code == 0, result.output
+    ds = strict_json((tmp_path / "r.json").read_text())["downstream"]
+    assert list(ds["variants"]) == ["phi(h)", "avg", "aligned"]  # no phi of phi by default
+    assert ds["variants"]["phi(h)"]["source"] == "phi(h)"
+    assert ds["recommendation"]["prefer"] == "balanced" and "raw h" not in ds["recommendation"]["reason"]
+    assert "phi(h)" in result.stdout and "raw h" not in result.stdout
+    explicit = invoke("audit", root, *FAST, "--labels", labels, "--variants", "h,phi:8", "--format", "json")
+    rec = strict_json(explicit.stdout)["downstream"]["recommendation"]
+    assert rec["variant"] != "phi:8" and "phi:8 (phi of phi) not recommended" in rec["reason"]

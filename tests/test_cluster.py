@@ -139,14 +139,12 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
 
-from conftest import EXAMPLE_SCRIPT, assert_bad_input, files_state, make_sessions  # noqa: E402
+from conftest import EXAMPLE_SCRIPT, assert_bad_input, files_state, make_sessions, runner, start_process  # noqa: E402
 from stabcli.cli.app import app  # noqa: E402
 from stabcli.training.cluster import pretrain_backend  # noqa: E402
 from stabcli.training.pretrain import TrainConfig, pretrain  # noqa: E402
 
-runner = CliRunner()
 SMALL = TrainConfig(dim=8, window=2, negative=2, epochs=3)
 
 
@@ -294,7 +292,7 @@ def test_sigterm_to_the_client_cancels_the_tasks_and_the_same_command_resumes(tm
         "--format",
         "json",
     ]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_process(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list((tmp_path / "dask").glob(".run-*/progress")):
         time.sleep(0.05)

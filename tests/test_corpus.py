@@ -3,6 +3,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import runner
 from stabcli.errors import InputError, OptionError
 from stabcli.inputs.corpus import CorpusOptions, detect_format, read_corpus
 
@@ -492,13 +493,11 @@ def test_min_rating_without_ratings_is_refused(tmp_path):
 def test_pretrain_on_a_renamed_u_data_trains_items_not_rows(tmp_path):
     import json
 
-    from typer.testing import CliRunner
-
     from stabcli.cli.app import app
 
     rows = interactions(n_users=20, n_items=15)
     path = write(tmp_path, "mydata.tsv", u_data(rows))
-    result = CliRunner().invoke(
+    result = runner.invoke(
         app,
         [
             "pretrain",

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
+from conftest import runner
 from stabcli.cli.app import app
 from stabcli.measure.align import procrustes_residual
 from stabcli.measure.degenerate import describe_same, same_runs
-
-runner = CliRunner()
 
 
 def rotation(d: int, seed: int) -> np.ndarray:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy.linalg import orthogonal_procrustes
 from scipy.stats import ortho_group
-from typer.testing import CliRunner
 
+from conftest import make_runset, runner
 from stabcli.cli.app import app
 from stabcli.commands.drift import (
     DriftOptions,
@@ -20,7 +20,6 @@ from stabcli.commands.drift import (
     evaluate_checks,
     load_inputs,
     move_items,
-    report_json,
     validate_checks,
 )
 from stabcli.errors import OptionError, UsageError
@@ -28,10 +27,9 @@ from stabcli.inputs.corpus import CorpusOptions
 from stabcli.inputs.embeddings import write_embedding
 from stabcli.measure import drift_stats as dm
 from stabcli.measure.align import procrustes_rotation
+from stabcli.reports.schema import to_json
 from stabcli.runset import RunSet
 from stabcli.training.pretrain import TrainConfig, pretrain
-
-runner = CliRunner()
 
 N_ITEMS, N_GROUPS = 300, 6
 NOISE_RUNS = 10
@@ -448,7 +446,7 @@ def test_report_json_has_no_nan(tmp_path):
     inputs = load_inputs(*(write_and_path(tmp_path, name, b) for name in ("b.npy", "a.npy")))
     report, _ = compute_drift(inputs, DriftOptions(knn_k=3))
     report = evaluate_checks(report, validate_checks(["drift.distance_median<=1e-9"], False, False))
-    text = json.dumps(report_json(report), allow_nan=False)
+    text = json.dumps(to_json(report), allow_nan=False)
     assert json.loads(text)["passed"] is True
 
 
@@ -460,20 +458,14 @@ def write_and_path(tmp_path, name, b):
 def synthetic_noise_set(root: Path, base: np.ndarray, runs: int = 6, counts: bool = False) -> Path:
     """A run set of rotated noisy copies of ``base`` (keys k0…), optionally with key counts."""
     rng = np.random.default_rng(7)
-    root.mkdir()
-    keys = [f"k{i}" for i in range(len(base))]
-    (root / "keys.txt").write_text("".join(k + "\n" for k in keys))
-    if counts:
-        (root / "key_counts.txt").write_text("".join(f"{10 * (i + 1)}\n" for i in range(len(base))))
-    for r in range(runs):
-        (root / f"run-{r:03d}").mkdir()
-        noisy = base + 0.05 * rng.standard_normal(base.shape)
-        np.save(
-            root / f"run-{r:03d}" / "vectors.npy",
-            (noisy @ ortho_group.rvs(base.shape[1], random_state=r)).astype(np.float32),
+    arrays = [
+        ((base + 0.05 * rng.standard_normal(base.shape)) @ ortho_group.rvs(base.shape[1], random_state=r)).astype(
+            np.float32
         )
-    (root / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
-    return root
+        for r in range(runs)
+    ]
+    key_counts = [10 * (i + 1) for i in range(len(base))] if counts else None
+    return make_runset(root, vectors=arrays, counts=key_counts, epochs=0)
 
 
 def test_rotation_of_before_moves_nothing_against_a_noise_band(tmp_path):

@@ -10,16 +10,13 @@ import sys
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import REPO, start_slow_featurize, wait_for
+from conftest import REPO, runner, start_process, start_slow_featurize, wait_for
 from conftest import SUBPROCESS_ENV as ENV
 from stabcli.cli.app import app
 from stabcli.runset import RunSet
 from stabcli.training import trainers
 from stabcli.training.pretrain import TrainConfig, pretrain
-
-runner = CliRunner()
 
 
 def slow_pretrain(tmp_path, sessions_file, out, jobs="2"):
@@ -43,9 +40,7 @@ def slow_pretrain(tmp_path, sessions_file, out, jobs="2"):
         "--out",
         str(out),
     ]
-    return args, subprocess.Popen(
-        args, env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    return args, start_process(args, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_ctrl_c_exits_130_keeps_finished_runs_and_resumes(tmp_path, sessions_file):

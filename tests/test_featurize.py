@@ -7,8 +7,8 @@ from sklearn.base import clone
 from sklearn.kernel_approximation import RBFSampler
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
-from typer.testing import CliRunner
 
+from conftest import runner
 from stabcli import FourierFeaturizer, ProcrustesAligner
 from stabcli.cli.app import app
 from stabcli.commands.audit import load_runs
@@ -16,8 +16,6 @@ from stabcli.commands.featurize import FeaturizeOptions, featurize
 from stabcli.inputs.embeddings import read_embedding, write_embedding
 from stabcli.measure.fourier import choose_dimension, gaussian_kernel_error
 from stabcli.runset import RunSet
-
-runner = CliRunner()
 
 
 def unit(x):
@@ -176,7 +174,7 @@ def test_word2vec_outputs_load_in_gensim(tmp_path, emb, name, binary):
 def test_other_output_formats_round_trip(tmp_path, emb, fmt, name):
     path, keys, _ = emb
     direct = np.load(featurize(path, tmp_path / "d.npy", FeaturizeOptions(dim=6)).output)
-    featurize(path, tmp_path / name, FeaturizeOptions(dim=6, fmt=fmt))
+    featurize(path, tmp_path / name, FeaturizeOptions(dim=6, output_format=fmt))
     if fmt == "npy":
         np.testing.assert_array_equal(np.load(tmp_path / name, allow_pickle=False), direct)
         assert (tmp_path / "o.keys.txt").read_text().splitlines() == keys
@@ -255,8 +253,8 @@ def test_save_transform_holds_u_and_recipe(tmp_path, emb):
     [
         (["--dim", "7"], "--dim: 7 must be an even integer >= 2"),
         (["--dim", "0"], "--dim: 0 only aligns: it needs --align-to"),
-        (["--sigma", "-1"], "--sigma: -1.0 must be a positive number"),
-        (["--chunk-rows", "0"], "Invalid value for '--chunk-rows': Input should be greater than or equal to 1"),
+        (["--sigma", "-1"], "--sigma: must be greater than 0, got -1"),
+        (["--chunk-rows", "0"], "--chunk-rows: must be at least 1, got 0"),
     ],
 )
 def test_cli_bad_options(tmp_path, emb, args, message):
@@ -313,7 +311,7 @@ def test_featurize_options_validate_themselves_once():
         ({"sigma": float("nan")}, "sigma"),
         ({"dim": True}, "dim"),
         ({"chunk_rows": 0}, "chunk_rows"),
-        ({"fmt": "csv"}, "fmt"),
+        ({"output_format": "csv"}, "output_format"),
         ({"reference": 2}, "reference"),
         ({"normalize": "yes"}, "normalize"),
     ]:

@@ -9,14 +9,12 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-import stabcli.cli.demo
-from conftest import make_sessions
+import stabcli.commands.demo
+from conftest import make_sessions, runner
 from stabcli.cli.app import app
 from stabcli.errors import UsageError
 
-runner = CliRunner()
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # counts a valid value of which stays cheap (a run of 1 epoch on a tiny corpus), or so large that it is refused
@@ -131,7 +129,7 @@ def demo_stops_before_training(monkeypatch):
     def stop(*args, **kwargs):
         raise _Stop("stopped before training")
 
-    monkeypatch.setattr(stabcli.cli.demo, "run_pretrain", stop)
+    monkeypatch.setattr(stabcli.commands.demo, "pretrain", stop)
 
 
 @FUZZ

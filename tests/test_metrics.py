@@ -287,7 +287,6 @@ def test_scale_dependent_numbers_are_rescaled_back_when_finite():
     small_grams, big_grams = m.gram_blocks(runs), m.gram_blocks(big)
     assert big_grams.scale > 1 and small_grams.scale == 1
     assert m.pip_loss(big_grams, 0, 1) == pytest.approx(m.pip_loss(small_grams, 0, 1) * scale**2, rel=1e-9)
-    assert m.gram_norm(big_grams, 2) == pytest.approx(m.gram_norm(small_grams, 2) * scale**2, rel=1e-12)
     np.testing.assert_allclose(
         m.noise_share(big).variance_per_dim, m.noise_share(runs).variance_per_dim * scale**2, rtol=1e-12
     )

@@ -8,17 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import make_runset, runner
 from stabcli.errors import UsageError, WriteError
 from stabcli.fs.outputs import OutputPlan, foreign_entry, plots_owned
 from stabcli.runset import owned as runset_owned
-
-
-def make_runset(root: Path) -> Path:
-    (root / "run-000").mkdir(parents=True, exist_ok=True)
-    (root / "stabcli.json").write_text("{}")
-    (root / "keys.txt").write_text("a\n")
-    (root / "run-000" / "vectors.npy").write_bytes(b"x")
-    return root
 
 
 def test_an_output_that_is_an_input_is_refused_naming_both(tmp_path, monkeypatch):
@@ -97,16 +90,15 @@ def test_a_file_output_that_is_a_directory_is_refused_even_with_force(tmp_path):
 
 def test_force_replaces_a_directory_only_when_stabcli_wrote_everything_in_it(tmp_path):
     runs = make_runset(tmp_path / "old")
-    (runs / "run-000" / "epochs").mkdir()
-    (runs / "run-000" / "epochs" / "001.npy").write_bytes(b"e")
+    assert (runs / "run-000" / "epochs" / "001.npy").is_file()
     assert foreign_entry(runs, runset_owned) is None
     plan = OutputPlan(force=True)
     plan.add(runs, "--out", kind="dir", owned=runset_owned)
     with plan:
         (plan.staging(runs) / "stabcli.json").write_text('{"new": 1}')
     assert sorted(p.name for p in runs.iterdir()) == ["stabcli.json"]
-    for foreign in ("notes.txt", "run-000/notes.txt", "analysis/x"):
-        make_runset(runs)
+    for i, foreign in enumerate(("notes.txt", "run-000/notes.txt", "analysis/x")):
+        runs = make_runset(tmp_path / f"runs{i}")
         (runs / foreign).parent.mkdir(parents=True, exist_ok=True)
         (runs / foreign).write_text("mine")
         plan = OutputPlan(force=True)
@@ -114,8 +106,7 @@ def test_force_replaces_a_directory_only_when_stabcli_wrote_everything_in_it(tmp
         with pytest.raises(UsageError, match=f"holds .*{foreign.split('/')[0]}.*, which stabcli did not write"):
             plan.check()
         assert (runs / foreign).read_text() == "mine"
-        (runs / foreign).unlink()
-    (runs / "analysis").rmdir()
+    runs = make_runset(tmp_path / "linked")
     (runs / "keys-link.txt").symlink_to(tmp_path / "elsewhere")
     assert foreign_entry(runs, runset_owned) == runs / "keys-link.txt"
 
@@ -202,28 +193,13 @@ def test_a_file_size_limit_names_the_real_file_and_leaves_no_temporary(tmp_path)
 
 
 def audit_workspace(t: Path) -> Path:
-    import json
-
-    import numpy as np
-
-    runs = t / "runs"
-    runs.mkdir()
-    (runs / "keys.txt").write_text("".join(f"k{i}\n" for i in range(30)))
-    for r in range(3):
-        (runs / f"run-{r:03d}").mkdir()
-        np.save(
-            runs / f"run-{r:03d}" / "vectors.npy", np.random.default_rng(r).standard_normal((30, 4)).astype(np.float32)
-        )
-    (runs / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}}))
-    return runs
+    return make_runset(t / "runs", runs=3, epochs=0)
 
 
 AUDIT = ["--knn-k", "3", "--pairs", "50", "--knn-queries", "10"]
 
 
 def test_audit_force_replaces_outputs_and_appends_to_the_step_summary(tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
     from stabcli.cli.app import app
 
     runs = audit_workspace(tmp_path)
@@ -231,17 +207,17 @@ def test_audit_force_replaces_outputs_and_appends_to_the_step_summary(tmp_path, 
     (tmp_path / "summary.md").write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
     args = ["audit", str(runs), *AUDIT, "--json", str(tmp_path / "r.json"), "--plots", str(tmp_path / "plots")]
-    result = CliRunner().invoke(app, args)
+    result = runner.invoke(app, args)
     assert result.exit_code == 2 and "r.json: already exists; pass --force" in result.stderr
     assert (tmp_path / "r.json").read_text() == "old" and (tmp_path / "summary.md").read_text() == "earlier step\n"
-    result = CliRunner().invoke(app, args + ["--force"])
+    result = runner.invoke(app, args + ["--force"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "r.json").read_text().startswith("{")
     assert (tmp_path / "summary.md").read_text().startswith("earlier step\n#")
     figures = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert figures and all(name.endswith(".png") for name in figures)
     assert f"wrote {tmp_path / 'plots' / figures[0]}" in result.stderr
-    result = CliRunner().invoke(app, args + ["--force"])  # a plots directory of stabcli's figures is replaced
+    result = runner.invoke(app, args + ["--force"])  # a plots directory of stabcli's figures is replaced
     assert result.exit_code == 0, result.output
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
@@ -289,8 +265,9 @@ def test_audit_plots_over_a_file_size_limit_leave_no_output_at_all(tmp_path):
 
 def test_an_exists_ok_directory_is_never_replaced_through_the_plan(tmp_path):
     runs = make_runset(tmp_path / "runs")
+    before = (runs / "run-000" / "vectors.npy").read_bytes()
     plan = OutputPlan()
     plan.add(runs, "--out", kind="dir", exists_ok=True)
     with pytest.raises(ValueError, match="written by its caller"):
         plan.staging(runs)
-    assert (runs / "run-000" / "vectors.npy").read_bytes() == b"x"
+    assert (runs / "run-000" / "vectors.npy").read_bytes() == before

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SUBPROCESS_ENV as ENV
-from conftest import start_slow_featurize, wait_for
+from conftest import start_process, start_slow_featurize, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -74,7 +74,7 @@ def pretrain_args(corpus: Path, out: Path, jobs: str = "2") -> list[str]:
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_of_pretrain_exits_143_with_one_line_and_leaves_no_process(tmp_path, sessions_file, signum, code):
     out = tmp_path / "runs"
-    proc = subprocess.Popen(
+    proc = start_process(
         pretrain_args(big_corpus(tmp_path, sessions_file), out),
         env=ENV,
         stdout=subprocess.PIPE,
@@ -99,7 +99,7 @@ def test_sigterm_of_pretrain_exits_143_with_one_line_and_leaves_no_process(tmp_p
 def test_sigkill_of_the_parent_then_an_immediate_rerun_equals_an_uninterrupted_run(tmp_path, sessions_file):
     corpus = big_corpus(tmp_path, sessions_file)
     killed, full = tmp_path / "killed", tmp_path / "full"
-    proc = subprocess.Popen(
+    proc = start_process(
         pretrain_args(corpus, killed),
         env=ENV,
         stdout=subprocess.DEVNULL,
@@ -146,9 +146,7 @@ def test_ctrl_c_of_script_runs_kills_the_scripts_and_a_rerun_is_clean(tmp_path):
         "--out",
         str(out),
     ]
-    proc = subprocess.Popen(
-        args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    proc = start_process(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert wait_for(lambda: len(list(pids.iterdir())) == 2), "scripts did not start"
     scripts = [int(p.name) for p in pids.iterdir()]
     os.kill(proc.pid, signal.SIGINT)
@@ -255,7 +253,7 @@ def test_orphans_that_outlive_a_killed_parent_cannot_corrupt_the_rerun(tmp_path,
     corpus = big_corpus(tmp_path, sessions_file, times=300)
     killed, full = tmp_path / "killed", tmp_path / "full"
     args = pretrain_args(corpus, killed)
-    proc = subprocess.Popen(
+    proc = start_process(
         [sys.executable, str(wrapper)] + args[3:],
         env=ENV,
         stdout=subprocess.DEVNULL,

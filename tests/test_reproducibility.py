@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.linalg import orthogonal_procrustes
-from typer.testing import CliRunner
 
+from conftest import runner
 from stabcli import FourierFeaturizer, ProcrustesAligner
 from stabcli.cli.app import app
 from stabcli.commands.featurize import FeaturizeOptions, featurize
@@ -29,7 +29,6 @@ from stabcli.measure.fourier import MATMUL_BLOCK_ROWS, blocked_matmul
 from stabcli.training.pretrain import TrainConfig, pretrain
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data"
-RUNNER = CliRunner()
 
 
 @pytest.fixture
@@ -37,7 +36,7 @@ def cli():
     """Run the command line in this process; fails the test on a non-zero exit."""
 
     def run(args: list[str]):
-        result = RUNNER.invoke(app, args)
+        result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
         return result
 

@@ -155,7 +155,7 @@ def test_downstream_section_wraps_the_downstream_dict_and_keeps_its_json():
                 "stale_drop": None,
             }
         },
-        "recommendation": {"variant": None, "reason": "nothing to compare"},
+        "recommendation": {"variant": None, "reason": "nothing to compare", "prefer": "stability"},
     }
     section = DownstreamSection.from_dict(raw)
     assert to_json(section) == {**raw, "dropped_classes": {}}

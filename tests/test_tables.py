@@ -11,16 +11,14 @@ import lzma
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
+from conftest import runner
 from stabcli.cli.app import app
 from stabcli.errors import InputError
 from stabcli.inputs.corpus import CorpusOptions, read_corpus
 from stabcli.inputs.embeddings import read_embedding, write_embedding
 from stabcli.inputs.keytable import read_key_names
 from stabcli.inputs.labels import read_labels
-
-runner = CliRunner()
 
 
 def _ratings(n_users: int = 12, n_items: int = 9, seed: int = 0) -> pd.DataFrame:

@@ -10,21 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from stabcli.cli.app import app
+from conftest import invoke
 from stabcli.errors import quoted, shorten
 from stabcli.inputs.embeddings import write_embedding
 from stabcli.reports.text import literal, md_code, md_text, plain_console
 
-runner = CliRunner()
 # rich would print 🆕, ❌ and a bold "x" for these (emoji codes and markup), and colour numbers
 DATA_KEYS = ["sku:new:35", "[bold]x[/]", ":x:", "a`b|c", "*em*", "[link=http://e.x]l[/link]", "3.14"]
 EMOJI = re.compile("[\U0001f300-\U0001faff\u2600-\u27bf]")
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def keyed(path: Path, seed: int, n: int = 30) -> Path:

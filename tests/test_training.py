@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import EXAMPLE_SCRIPT, REPO
+from conftest import EXAMPLE_SCRIPT, REPO, runner
 from stabcli.errors import OptionError, RunSetError, UsageError
 from stabcli.runset import RunSet
 from stabcli.training.pretrain import TrainConfig, parse_params, pretrain, script_argv
@@ -386,11 +386,9 @@ def test_parallel_runs_equal_sequential_runs_with_the_process_backend(tmp_path, 
 
 
 def test_the_json_summary_names_the_corpus_reading(tmp_path, sessions_file):
-    from typer.testing import CliRunner
-
     from stabcli.cli.app import app
 
-    result = CliRunner().invoke(
+    result = runner.invoke(
         app,
         [
             "pretrain",
@@ -419,7 +417,7 @@ def test_the_json_summary_names_the_corpus_reading(tmp_path, sessions_file):
         "header": None,
     }
     assert payload["keys"] == 40 and result.stderr == ""
-    table = CliRunner().invoke(
+    table = runner.invoke(
         app,
         [
             "pretrain",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
+from stabcli import constraints as c
 from stabcli.cli.options import (
     DownstreamModel,
     InputFormat,
@@ -34,23 +34,9 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import (
-    EXIT_FAILED_CHECK,
-    err,
-    out,
-    report_outputs,
-    warn,
-    write_json_stdout,
-    write_report_outputs,
-)
+from stabcli.cli.output import render_report, report_files, spinner, warn, wrote
+from stabcli.constraints import ranged
 from stabcli.errors import UsageError
-from stabcli.inputs.embeddings import ReadOptions
-from stabcli.inputs.textfile import check_encoding
-
-if TYPE_CHECKING:
-    from stabcli.commands.audit import AuditOptions
-    from stabcli.measure.downstream import DownstreamOptions
-    from stabcli.reports.audit_report import AuditReport
 
 
 def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
@@ -67,97 +53,18 @@ def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
     return parsed
 
 
-def audit_and_render(
-    inputs: list[Path],
-    options: AuditOptions,
-    checks: list[str],
-    fmt: str,
-    json_path: Path | None,
-    markdown_path: Path | None,
-    plots: Path | None,
-    downstream: DownstreamOptions | None = None,
-    key_names: Path | None = None,
-    per_key: Path | None = None,
-    encoding: str | None = None,
-    force: bool = False,
-    read: ReadOptions | None = None,
-    frequencies: Path | None = None,
-) -> AuditReport:
-    """Validate, load, compute, write every requested rendering; returns the report."""
-    from stabcli.commands.audit import build_report, load_runs, validate_checks
-    from stabcli.inputs.keytable import per_key_format, per_key_frame, read_frequencies, read_key_names
-    from stabcli.reports.audit_render import render_markdown, render_terminal, require_plots, write_plots
-    from stabcli.reports.schema import dumps
-
-    validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
-    if plots:
-        require_plots()
-    if per_key:
-        per_key_format(per_key)
-    plan = report_outputs(inputs, downstream, json_path, markdown_path, plots, per_key, key_names, force)
-    if read is not None and read.keys_file is not None:
-        plan.add_input(read.keys_file)
-    if options.eis_anchor is not None:
-        plan.add_input(options.eis_anchor)
-    if frequencies is not None:
-        plan.add_input(frequencies)
-    plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
-    names = read_key_names(key_names, encoding) if key_names else None
-    counts = read_frequencies(frequencies, encoding or "utf-8") if frequencies else None
-
-    runs = load_runs(inputs, on_warning=warn, read=read)
-    with err.status("auditing", spinner="dots") if err.is_terminal else nullcontext() as status:
-        report = build_report(
-            runs,
-            options,
-            on_step=(lambda s: status.update(f"auditing: {s}")) if status else None,
-            downstream=downstream,
-            checks=checks,
-            key_names=names,
-            per_key=per_key is not None,
-            on_warning=warn,
-            frequencies=counts,
-        )
-    text = dumps(report)
-
-    def frame() -> Any:
-        stats = report.key_stats
-        return per_key_frame(
-            stats.keys,
-            names,
-            stats.frequency,
-            stats.norm,
-            stats.aligned_variance,
-            stats.relative_instability,
-            stats.displacement,
-            stats.knn_overlap,
-        )
-
-    write_report_outputs(
-        plan,
-        text,
-        lambda: render_markdown(report),
-        json_path,
-        markdown_path,
-        plots,
-        lambda directory: write_plots(report, directory),
-        per_key,
-        frame,
-    )
-    if fmt == "json":
-        write_json_stdout(text)
-    else:
-        render_terminal(report, out)
-    return report
-
-
 def audit_cmd(
     inputs: Annotated[
         list[Path], typer.Argument(metavar="INPUTS...", help="A run set directory, or two or more embedding files.")
     ],
     normalize: Annotated[bool, typer.Option("--normalize", help="L2-normalize every row first.")] = False,
     pairs: Annotated[
-        int, typer.Option("--pairs", min=1, metavar="N", help="Key pairs sampled for the inner-product noise share.")
+        int,
+        typer.Option(
+            "--pairs",
+            metavar="N",
+            help=ranged("Key pairs sampled for the inner-product noise share.", c.AUDIT_OPTIONS["pairs"]),
+        ),
     ] = 10_000,
     knn_k: KnnK = 10,
     knn_queries: Annotated[
@@ -170,9 +77,11 @@ def audit_cmd(
         int | None,
         typer.Option(
             "--min-frequency",
-            min=1,
             metavar="N",
-            help="List only keys that occur at least N times in the training corpus (needs frequencies).",
+            help=ranged(
+                "List only keys that occur at least N times in the training corpus (needs frequencies).",
+                c.AUDIT_OPTIONS["min_frequency"],
+            ),
         ),
     ] = None,
     frequencies: Annotated[
@@ -196,7 +105,9 @@ def audit_cmd(
     eis_alpha: Annotated[
         float,
         typer.Option(
-            "--eis-alpha", min=0.0, max=100.0, metavar="ALPHA", help="Exponent of the anchor's spectrum in EIS."
+            "--eis-alpha",
+            metavar="ALPHA",
+            help=ranged("Exponent of the anchor's spectrum in EIS.", c.AUDIT_OPTIONS["eis_alpha"]),
         ),
     ] = 3.0,
     check: Annotated[list[str], check_option("representation.knn_overlap>=0.6")] = [],  # noqa: B006
@@ -245,7 +156,9 @@ def audit_cmd(
         ),
     ] = None,
     reference: Annotated[int, reference_option("Position of the run whose model is reused stale on the others.")] = 0,
-    jobs: Annotated[int | None, jobs_option("Downstream fits in parallel [default: available cores].")] = None,
+    jobs: Annotated[
+        int | None, jobs_option("Downstream fits in parallel [default: available cores].", c.DOWNSTREAM_OPTIONS["jobs"])
+    ] = None,
     scheduler: Annotated[
         str | None,
         scheduler_option(
@@ -260,14 +173,25 @@ def audit_cmd(
             "movies.dat: latin-1; a byte-order mark decides]."
         ),
     ] = None,
+    prefer: Annotated[
+        Literal["stability", "balanced", "accuracy"],
+        typer.Option(
+            "--prefer",
+            metavar="stability|balanced|accuracy",
+            help="With --labels: a variant with more churn or std than the input is recommended never (stability), "
+            "for a gain beyond 2× the noise (balanced) or beyond 1× (accuracy).",
+        ),
+    ] = "balanced",
     min_class_size: Annotated[
         int,
         typer.Option(
             "--min-class-size",
-            min=1,
             metavar="N",
-            help="Drop label classes with fewer labeled keys, with a warning (5 = one expected test key at the "
-            "default --test-size 0.2).",
+            help=ranged(
+                "Drop label classes with fewer labeled keys, with a warning (5 = one expected test key at the "
+                "default --test-size 0.2).",
+                c.DOWNSTREAM_OPTIONS["min_class_size"],
+            ),
         ),
     ] = 5,
     key_names: KeyNames = None,
@@ -302,76 +226,48 @@ def audit_cmd(
         stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
 
         stabcli audit a.vec b.vec c.vec --frequencies counts.tsv --min-frequency 5
+
+        stabcli audit runs/ml --labels ratings_mean.csv --task regression --prefer stability
     """
-    from stabcli.commands.audit import AuditOptions
+    from stabcli.commands.audit import audit
 
-    if encoding is not None:
-        check_encoding("encoding", encoding)
-    read = ReadOptions(input_format, trust_pickle, keys)
-    options = AuditOptions(
-        normalize=normalize,
-        pairs=pairs,
-        knn_k=knn_k,
-        knn_queries=knn_queries,
-        seed=seed,
-        top=top,
-        min_frequency=min_frequency,
-        eis_alpha=eis_alpha,
-        eis_anchor=eis_anchor,
-    )
-    downstream = None
-    if labels is None:
-        given = {
-            "--variants": variants,
-            "--featurize-dims": featurize_dims,
-            "--sigmas": sigmas,
-            "--model": model,
-            "--min-class-size": None if min_class_size == 5 else min_class_size,
-            "--scheduler": scheduler,
-        }
-        extra = [name for name, value in given.items() if value is not None]
-        if extra:
-            raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
-    else:
-        from stabcli.measure.downstream import DownstreamOptions
-
-        downstream = DownstreamOptions(
-            labels,
+    with spinner("auditing") as on_step:
+        report = audit(
+            inputs,
+            normalize=normalize,
+            pairs=pairs,
+            knn_k=knn_k,
+            knn_queries=knn_queries,
+            seed=seed,
+            top=top,
+            min_frequency=min_frequency,
+            frequencies=frequencies,
+            eis_anchor=eis_anchor,
+            eis_alpha=eis_alpha,
+            checks=check,
+            labels=labels,
             task=task,
             model=model,
             test_size=test_size,
             split_seed=split_seed,
             variants=comma_list(variants, str, "--variants"),
-            featurize_dims=comma_list(featurize_dims, int, "--featurize-dims") or [],
-            sigmas=comma_list(sigmas, float, "--sigmas") or [],
+            featurize_dims=comma_list(featurize_dims, int, "--featurize-dims"),
+            sigmas=comma_list(sigmas, float, "--sigmas"),
             reference=reference,
-            seed=seed,
             jobs=jobs,
+            scheduler=scheduler,
             encoding=encoding,
             min_class_size=min_class_size,
+            prefer=prefer,
+            key_names=key_names,
+            input_format=input_format,
+            trust_pickle=trust_pickle,
+            keys=keys,
+            **report_files(json_path, markdown_path, plots, per_key, force),
+            on_step=on_step,
+            on_warning=warn,
+            on_figure=wrote,
         )
-    from stabcli.training.cluster import joblib_on, scheduler_address
+    from stabcli.reports.audit_render import render_terminal
 
-    with joblib_on(scheduler_address(scheduler) if labels is not None else None) as cluster:
-        if cluster is not None and downstream is not None and downstream.jobs is None:
-            from dataclasses import replace
-
-            downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs
-        report = audit_and_render(
-            inputs,
-            options,
-            check,
-            fmt,
-            json_path,
-            markdown_path,
-            plots,
-            downstream,
-            key_names,
-            per_key,
-            encoding,
-            force,
-            read,
-            frequencies,
-        )
-    if not report.passed:
-        raise typer.Exit(EXIT_FAILED_CHECK)
+    render_report(report, fmt, render_terminal)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from stabcli import constraints as c
 from stabcli.cli.options import (
     DownstreamModel,
     InputFormat,
@@ -32,9 +32,8 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import EXIT_FAILED_CHECK, err, out, report_outputs, write_json_stdout, write_report_outputs
-from stabcli.errors import OptionError, UsageError
-from stabcli.inputs.embeddings import ReadOptions
+from stabcli.cli.output import render_report, report_files, spinner, wrote
+from stabcli.constraints import ranged
 
 
 def drift_cmd(
@@ -67,7 +66,11 @@ def drift_cmd(
     ] = 1_000,
     alpha: Annotated[
         float,
-        typer.Option("--alpha", metavar="LEVEL", help="Level of the per-key test and of the FDR of the listed keys."),
+        typer.Option(
+            "--alpha",
+            metavar="LEVEL",
+            help=ranged("Level of the per-key test and of the FDR of the listed keys.", c.DRIFT_OPTIONS["alpha"]),
+        ),
     ] = 0.01,
     top: Annotated[int, top_option("Moved keys to list (largest changes without --noise).")] = 20,
     seed: Annotated[int, seed_option("Seed of the k-NN sample.")] = 0,
@@ -117,86 +120,34 @@ def drift_cmd(
 
         stabcli drift runs/ml ml-new.npy --noise runs/ml --key-names ml-100k/u.item --per-key drift.csv --plots figs
     """
-    from stabcli.commands.drift import (
-        DriftOptions,
-        compute_drift,
-        evaluate_checks,
-        load_inputs,
-        read_key_names,
-        validate_checks,
-    )
-    from stabcli.reports.audit_render import require_plots
-    from stabcli.reports.drift_render import render_markdown, render_terminal, write_plots
-    from stabcli.reports.schema import dumps
+    from stabcli.commands.drift import drift
+    from stabcli.reports.drift_render import render_terminal
 
-    if fmt not in ("table", "json"):
-        raise OptionError("fmt", f"{fmt!r}: choose table or json")
-    options = DriftOptions(
-        alpha=alpha, align=align, knn_k=knn_k, knn_queries=knn_queries, top=top, seed=seed, reference=reference
-    )
-    read = ReadOptions(input_format, trust_pickle, keys)
-    downstream = None
-    if labels is None:
-        given = {"--task": task if task != "auto" else None, "--model": model}
-        extra = [name for name, value in given.items() if value is not None]
-        if extra:
-            raise UsageError(f"{', '.join(extra)} only apply with --labels FILE")
-    else:
-        from stabcli.measure.downstream import DownstreamOptions
-
-        downstream = DownstreamOptions(
-            labels, task=task, model=model, test_size=test_size, split_seed=split_seed, encoding=encoding
+    with spinner("drift") as on_step:
+        report = drift(
+            before,
+            after,
+            noise,
+            alpha=alpha,
+            align=align,
+            knn_k=knn_k,
+            knn_queries=knn_queries,
+            top=top,
+            seed=seed,
+            reference=reference,
+            labels=labels,
+            task=task,
+            model=model,
+            test_size=test_size,
+            split_seed=split_seed,
+            encoding=encoding,
+            key_names=key_names,
+            checks=check,
+            input_format=input_format,
+            trust_pickle=trust_pickle,
+            keys=keys,
+            **report_files(json_path, markdown_path, plots, per_key, force),
+            on_step=on_step,
+            on_figure=wrote,
         )
-        if not 0 < test_size < 1:
-            raise OptionError("test_size", f"{test_size:g} must be between 0 and 1")
-    parsed = validate_checks(check, has_noise=noise is not None, has_labels=labels is not None)
-    if plots:
-        require_plots()
-    per_key_csv = False
-    if per_key:
-        from stabcli.inputs.keytable import per_key_format
-
-        per_key_csv = per_key_format(per_key) == "csv"
-    plan = report_outputs(
-        [before, after, *([noise] if noise else [])],
-        downstream,
-        json_path,
-        markdown_path,
-        plots,
-        per_key,
-        key_names,
-        force,
-    )
-    if keys is not None:
-        plan.add_input(keys)
-    plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
-    inputs = load_inputs(before, after, noise, reference, read)
-    names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
-    with err.status("drift", spinner="dots") if err.is_terminal else nullcontext() as status:
-        report, table = compute_drift(
-            inputs,
-            options,
-            downstream,
-            names,
-            str(key_names) if key_names else None,
-            on_step=(lambda s: status.update(f"drift: {s}")) if status else None,
-        )
-    report = evaluate_checks(report, parsed)
-    text = dumps(report)
-    write_report_outputs(
-        plan,
-        text,
-        lambda: render_markdown(report),
-        json_path,
-        markdown_path,
-        plots,
-        lambda directory: write_plots(report, table, directory),
-        per_key,
-        lambda: table.frame(compact=per_key_csv),
-    )
-    if fmt == "json":
-        write_json_stdout(text)
-    else:
-        render_terminal(report, out)
-    if not report.passed:
-        raise typer.Exit(EXIT_FAILED_CHECK)
+    render_report(report, fmt, render_terminal)

@@ -7,9 +7,10 @@ from typing import Annotated, Literal
 
 import typer
 
-from stabcli.cli.options import InputFormat, Keys, TrustPickle, reference_option, seed_option
-from stabcli.cli.output import err, out
-from stabcli.inputs.embeddings import ReadOptions
+from stabcli.cli.options import InputFormat, Keys, ReportFormat, TrustPickle, reference_option, seed_option
+from stabcli.cli.output import err, out, write_json_stdout
+from stabcli.constraints import FEATURIZE_OPTIONS, ranged
+from stabcli.reports.schema import dumps
 from stabcli.reports.text import literal
 
 
@@ -28,7 +29,10 @@ def featurize_cmd(
         help="Choose the smallest M whose measured mean kernel error is <= this (instead of --dim).",
     ),
     sigma: float = typer.Option(
-        1.0, "--sigma", metavar="SIGMA", help="Direction scale: kernel exp(-sigma^2 |h-h'|^2 / 2)."
+        1.0,
+        "--sigma",
+        metavar="SIGMA",
+        help=ranged("Direction scale: kernel exp(-sigma^2 |h-h'|^2 / 2).", FEATURIZE_OPTIONS["sigma"]),
     ),
     seed: Annotated[int, seed_option("Seed of the random directions U.")] = 0,
     normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="L2-normalize rows first."),
@@ -39,21 +43,25 @@ def featurize_cmd(
         help="Rotate onto this reference first (shared keys): an embedding file, or a run set's run --reference.",
     ),
     reference: Annotated[int, reference_option("With --align-to RUN_SET: position of its reference run.")] = 0,
-    fmt: Literal["npy", "word2vec", "word2vec-bin", "kv", "parquet"] | None = typer.Option(
-        None,
-        "--format",
-        metavar="FORMAT",
-        help="npy, word2vec, word2vec-bin, kv or parquet [default: from the suffix of --out].",
-    ),
+    output_format: Annotated[
+        Literal["npy", "word2vec", "word2vec-bin", "kv", "parquet"] | None,
+        typer.Option(
+            "--output-format",
+            metavar="FORMAT",
+            help="npy, word2vec, word2vec-bin, kv or parquet [default: from the suffix of --out].",
+        ),
+    ] = None,
     save_transform: Path | None = typer.Option(
         None, "--save-transform", metavar="FILE", help="Write U (and the rotation) with a serving recipe (.npz)."
     ),
     chunk_rows: int | None = typer.Option(
         None,
         "--chunk-rows",
-        min=1,
         metavar="N",
-        help="Rows per streamed chunk [default: about 1 MB of output, which stays in cache].",
+        help=ranged(
+            "Rows per streamed chunk [default: about 1 MB of output, which stays in cache].",
+            FEATURIZE_OPTIONS["chunk_rows"],
+        ),
     ),
     force: bool = typer.Option(
         False,
@@ -61,6 +69,7 @@ def featurize_cmd(
         help="Replace existing outputs (a directory only if it holds nothing but "
         "a run set stabcli wrote; never an input).",
     ),
+    fmt: ReportFormat = "table",
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,
     keys: Keys = None,
@@ -78,9 +87,11 @@ def featurize_cmd(
 
         stabcli featurize today.vec --out today-aligned.npy --dim 0 --align-to yesterday.vec
     """
-    from stabcli.commands.featurize import FeaturizeOptions, featurize
+    from stabcli.commands.featurize import featurize
 
-    options = FeaturizeOptions(
+    result = featurize(
+        input_path,
+        output,
         dim=dim,
         epsilon=epsilon,
         sigma=sigma,
@@ -88,20 +99,20 @@ def featurize_cmd(
         normalize=normalize,
         align_to=align_to,
         reference=reference,
-        fmt=fmt,
+        output_format=output_format,
         chunk_rows=chunk_rows,
-    )
-    result = featurize(
-        input_path,
-        output,
-        options,
+        input_format=input_format,
+        trust_pickle=trust_pickle,
+        keys=keys,
         save_transform=save_transform,
         force=force,
         on_run=lambda name: err.print(literal(f"featurized {name}")) if err.is_terminal else None,
-        read=ReadOptions(input_format, trust_pickle, keys),
     )
     for note in result.notes:
         err.print(literal(f"note: {note}"), soft_wrap=True)
+    if fmt == "json":
+        write_json_stdout(dumps(result))
+        return
     out.print(
         literal(
             f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +18,7 @@ from stabcli.fs.atomic import cannot_write
 from stabcli.reports.text import literal, plain_console
 
 if TYPE_CHECKING:
-    from stabcli.fs.outputs import OutputPlan
-    from stabcli.measure.downstream import DownstreamOptions
+    pass
 
 EXIT_FAILED_CHECK = 1
 EXIT_BAD_INPUT = 2
@@ -124,68 +124,47 @@ def write_json_stdout(text: str) -> None:
     STDOUT.flush()
 
 
-def report_outputs(
-    inputs: list[Path],
-    downstream: DownstreamOptions | None,
-    json_path: Path | None,
-    markdown_path: Path | None,
-    plots: Path | None,
-    per_key: Path | None,
-    key_names: Path | None,
-    force: bool,
-) -> OutputPlan:
-    """Every output of an audit or a drift (--json, --markdown, --plots, --per-key,
-    GITHUB_STEP_SUMMARY) against every input (``inputs`` with their companion keys files,
-    --labels, --key-names)."""
-    from stabcli.fs.outputs import OutputPlan, plots_owned, with_companions
-
-    plan = OutputPlan([companion for path in inputs for companion in with_companions(path)], force=force)
-    if downstream is not None:
-        plan.add_input(downstream.labels)
-    if key_names is not None:
-        plan.add_input(key_names)
-    if per_key:
-        plan.add(per_key, "--per-key")
-    if json_path:
-        plan.add(json_path, "--json")
-    if markdown_path:
-        plan.add(markdown_path, "--markdown")
-    if plots:
-        plan.add(plots, "--plots", kind="dir", owned=plots_owned)
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        plan.add(os.environ["GITHUB_STEP_SUMMARY"], "GITHUB_STEP_SUMMARY", kind="append")
-    return plan
-
-
-def write_report_outputs(
-    plan: OutputPlan,
-    text: str,
-    markdown: Callable[[], str],
-    json_path: Path | None,
-    markdown_path: Path | None,
-    plots: Path | None,
-    write_plots: Callable[[Path], list[Path]],
-    per_key: Path | None,
-    frame: Callable[[], Any],
-) -> None:
-    """Write a report command's outputs (``report_outputs``) all or nothing: the JSON
-    ``text``, the Markdown (also appended to GITHUB_STEP_SUMMARY), the figures
-    ``write_plots(directory)`` draws and the per-key table ``frame()``; names the figures."""
+def report_files(
+    json_path: Path | None, markdown_path: Path | None, plots: Path | None, per_key: Path | None, force: bool
+) -> dict[str, Any]:
+    """A report command's file options as the entry point's keywords, with the CI step summary
+    (``GITHUB_STEP_SUMMARY``, where GitHub Actions shows Markdown) when it is set."""
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    written: list[Path] = []
-    with plan:  # all or nothing: every output appears together, or none on any failure
-        if json_path:
-            plan.write_text(json_path, text)
-        rendered = markdown() if markdown_path or summary else ""
-        if markdown_path:
-            plan.write_text(markdown_path, rendered)
-        if summary:
-            plan.write_text(summary, rendered)
-        if plots:
-            written = [plots / path.name for path in write_plots(plan.staging(plots))]
-        if per_key:
-            from stabcli.inputs.keytable import write_per_key  # pandas (60 MB, a second): only when asked
+    return {
+        "json": json_path,
+        "markdown": markdown_path,
+        "plots": plots,
+        "per_key": per_key,
+        "step_summary": Path(summary) if summary else None,
+        "force": force,
+    }
 
-            write_per_key(frame(), per_key, plan.staging(per_key))
-    for path in written:
-        err.print(literal(f"wrote {path}"), soft_wrap=True)
+
+def wrote(path: Path) -> None:
+    """``wrote PATH`` on stderr, for each figure a report command writes."""
+    err.print(literal(f"wrote {path}"), soft_wrap=True)
+
+
+@contextmanager
+def spinner(label: str) -> Iterator[Callable[[str], None] | None]:
+    """A status line on a terminal's stderr while the block runs; yields the ``on_step``
+    callback that updates it (None when stderr is not a terminal)."""
+    if not err.is_terminal:
+        yield None
+        return
+    with err.status(label, spinner="dots") as status:
+        yield lambda step: status.update(f"{label}: {step}")
+
+
+def render_report(report: Any, fmt: str, render_terminal: Callable[[Any, Console], None]) -> None:
+    """The report on stdout (exact JSON, or the terminal view); exit 1 when a check failed."""
+    if fmt == "json":
+        from stabcli.reports.schema import dumps
+
+        write_json_stdout(dumps(report))
+    else:
+        render_terminal(report, out)
+    if not report.passed:
+        import typer
+
+        raise typer.Exit(EXIT_FAILED_CHECK)

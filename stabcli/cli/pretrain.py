@@ -9,7 +9,6 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.table import Table
 
-from stabcli import __version__
 from stabcli.cli.options import (
     Dim,
     EmbeddingModel,
@@ -27,45 +26,28 @@ from stabcli.cli.options import (
 )
 from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress, write_json_stdout
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
-from stabcli.inputs.corpus import CorpusOptions
 from stabcli.reports.layout import print_table
 from stabcli.reports.text import literal
-from stabcli.training.pretrain import PretrainResult, TrainConfig, parse_params, pretrain
+from stabcli.training.pretrain import PretrainResult
 
 
-def run_pretrain(
-    out_dir: Path, corpus: Path | None, config: TrainConfig, scheduler: str | None = None, **kwargs: Any
-) -> PretrainResult:
-    """Call the library with a progress bar over runs (and epochs for gensim models); with a
-    Dask scheduler every run is a task on the cluster."""
-    from stabcli.training.cluster import scheduler_address
+def run_pretrain(corpus: Path | None, out_dir: Path, **options: Any) -> PretrainResult:
+    """``stabcli.pretrain`` with a progress bar over runs (and epochs for gensim models) and
+    the Dask scheduler's line on stderr."""
+    from stabcli.commands.pretrain import pretrain
 
-    address = scheduler_address(scheduler)
-    if address is None:
-        return _pretrain_with_progress(out_dir, corpus, config, **kwargs)
-    from stabcli.training.cluster import Cluster, pretrain_backend
-
-    with Cluster(address) as cluster:
-        dashboard = cluster.dashboard_link
-        err.print(
-            f"Dask scheduler {address}: {len(cluster.workers())} worker(s)"
-            + (f"; dashboard {dashboard}" if dashboard else ""),
-            highlight=False,
-            soft_wrap=True,
-        )
-        return _pretrain_with_progress(out_dir, corpus, config, backend=pretrain_backend(cluster), **kwargs)
-
-
-def _pretrain_with_progress(out_dir: Path, corpus: Path | None, config: TrainConfig, **kwargs: Any) -> PretrainResult:
     with progress() as bar:
-        runs_task = bar.add_task("runs", total=kwargs["runs"])
-        epochs_task = bar.add_task("epochs", total=None, visible=config.script is None)
+        runs_task = bar.add_task("runs", total=options.get("runs", 10))
+        epochs_task = bar.add_task("epochs", total=None, visible=options.get("script") is None)
 
         def on_progress(p: Any) -> None:
             bar.update(runs_task, completed=p.runs_done, total=p.runs_total)
             bar.update(epochs_task, completed=p.epochs_done, total=p.epochs_total)
 
-        return pretrain(out_dir, corpus, config, on_progress=on_progress, **kwargs)
+        def on_step(text: str) -> None:
+            err.print(literal(text), soft_wrap=True)
+
+        return pretrain(corpus, out_dir, on_progress=on_progress, on_step=on_step, **options)
 
 
 def _summary_table(result: PretrainResult) -> Table:
@@ -88,20 +70,17 @@ def _summary_table(result: PretrainResult) -> Table:
 
 def report_pretrain(result: PretrainResult, fmt: str) -> None:
     if fmt == "json":
-        payload = {
-            "stabcli_version": __version__,
-            "run_set": str(result.root),
-            "keys": result.keys,
-            "corpus": result.corpus,
-            "runs": [r.__dict__ for r in result.runs],
-            "failed": len(result.failed),
-        }
-        write_json_stdout(json.dumps(payload, indent=2) + "\n")
+        write_json_stdout(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
         print_table(out, _summary_table(result))
         if result.corpus:
             c = result.corpus
             out.print(f"corpus read as {c['description']}", highlight=False)
+    exit_on_failures(result)
+
+
+def exit_on_failures(result: PretrainResult) -> None:
+    """One ``failed:`` line per failed run on stderr, then exit 2."""
     for r in result.failed:
         print_line(err, "failed:", "bold red", shorten(one_line(r.error or ""), MESSAGE_LIMIT))
     if result.failed:
@@ -119,7 +98,7 @@ def pretrain_cmd(
     epochs: Epochs = 10,
     sg: SkipGram = True,
     min_count: MinCount = 1,
-    seed: Annotated[int, seed_option("Run i uses seed SEED + i.")] = 0,
+    seed: Annotated[int, seed_option("Run i uses seed SEED + i.", None)] = 0,
     jobs: Annotated[int | None, jobs_option("Runs in parallel [default: available cores].")] = None,
     scheduler: Annotated[
         str | None,
@@ -201,8 +180,8 @@ def pretrain_cmd(
 ) -> None:
     """Train N independent runs of an embedding into a run set.
 
-    Run i uses seed SEED+i with one gensim worker, so on one machine the same command gives
-    bitwise identical vectors whatever --jobs is. Rerunning resumes: finished runs are kept.
+    Run i uses seed SEED+i with one gensim worker, so the same command gives bitwise
+    identical vectors whatever --jobs is. Rerunning resumes: finished runs are kept.
 
     Examples:
 
@@ -216,7 +195,10 @@ def pretrain_cmd(
 
         stabcli pretrain --script 'python train.py --seed {seed} --out {out}' --runs 5 --out runs/mine
     """
-    config = TrainConfig(
+    result = run_pretrain(
+        corpus,
+        out_dir,
+        runs=runs,
         model=model,
         dim=dim,
         window=window,
@@ -224,24 +206,22 @@ def pretrain_cmd(
         epochs=epochs,
         sg=sg,
         min_count=min_count,
-        vary=vary,
-        params=parse_params(model, param),
-        script=script,
-        checkpoints=checkpoints,
-    )
-    options = CorpusOptions(
-        corpus_format, encoding, user_col, item_col, time_col, rating_col, min_rating, tokenize=tokenize
-    )
-    result = run_pretrain(
-        out_dir,
-        corpus,
-        config,
-        scheduler,
-        runs=runs,
         seed=seed,
         jobs=jobs,
+        scheduler=scheduler,
+        checkpoints=checkpoints,
+        vary=vary,
+        params=param,
         force=force,
-        corpus_options=options,
+        script=script,
         timeout=timeout,
+        corpus_format=corpus_format,
+        encoding=encoding,
+        user_col=user_col,
+        item_col=item_col,
+        time_col=time_col,
+        rating_col=rating_col,
+        min_rating=min_rating,
+        tokenize=tokenize,
     )
     report_pretrain(result, fmt)

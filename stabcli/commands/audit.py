@@ -11,11 +11,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from stabcli import __version__
+from stabcli.constraints import AUDIT_OPTIONS, DOWNSTREAM_OPTIONS, Constraint, validate_params
 from stabcli.environment import EnvironmentDifference, differences
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.resources import require_memory
@@ -72,25 +73,10 @@ class AuditOptions:
     eis_alpha: float = DEFAULT_EIS_ALPHA
     eis_anchor: Path | None = None  # None: the consensus of the runs
 
+    parameter_constraints: ClassVar[dict[str, Constraint]] = AUDIT_OPTIONS
+
     def __post_init__(self) -> None:
-        for name, least in (
-            ("pairs", 1),
-            ("knn_k", 1),
-            ("knn_queries", 1),
-            ("top", 0),
-            ("seed", 0),
-            ("min_frequency", 1),
-        ):
-            value = getattr(self, name)
-            if value is None and name in ("knn_queries", "min_frequency"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise OptionError(name, f"expected an integer, got {value!r}")
-            if value < least:
-                raise OptionError(name, f"{value} must be at least {least}")
-        alpha = self.eis_alpha
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 100:
-            raise OptionError("eis_alpha", f"{alpha!r} must be a number from 0 to 100")
+        validate_params(self)
 
 
 @dataclass
@@ -664,6 +650,9 @@ def build_report(
     if downstream:  # options against the runs, labels, split, memory: all before the Gram pass
         from stabcli.measure.downstream import plan_downstream
 
+        featurized = _featurized(runs)
+        if featurized and featurized.get("dim"):  # phi(h) already: named so, not featurized again
+            downstream = replace(downstream, featurized=True)
         plan = plan_downstream(downstream, runs.keys, len(runs.arrays), runs.dim, on_warning)
     given_anchor = read_anchor(options.eis_anchor, runs, options.normalize) if options.eis_anchor else None
     frame = _frame(runs, options, step)
@@ -731,3 +720,145 @@ def resolve(report: Any, path: str) -> float | None:
 def evaluate_checks(report: Any, expressions: Sequence[str]) -> list[Check]:
     """``schema.evaluate_checks`` on an audit report (or its JSON)."""
     return schema.evaluate_checks(report, expressions, AuditReport)
+
+
+# ---------------------------------------------------------------- the entry point
+
+# DownstreamOptions' fields (measure/downstream.py imports scikit-learn: seconds); a test keeps them equal
+DOWNSTREAM_KEYWORDS = (
+    "labels",
+    "task",
+    "model",
+    "test_size",
+    "split_seed",
+    "variants",
+    "featurize_dims",
+    "sigmas",
+    "reference",
+    "seed",
+    "jobs",
+    "encoding",
+    "min_class_size",
+    "prefer",
+)
+
+
+def audit(inputs: str | Path | Sequence[str | Path], **options: Any) -> AuditReport:
+    """Measure how much of an embedding is run-to-run noise (``stabcli audit``).
+
+    Parameters
+    ----------
+    inputs : path or list of paths
+        A run set directory, or two or more embedding files.
+    **options
+        The command's options by their library names (``knn_k=10``, ``top=20``,
+        ``labels="genres.tsv"``, ``checks=["representation.knn_overlap>=0.6"]``...); files
+        to write: ``json``, ``markdown``, ``plots``, ``per_key`` (with ``force``); callbacks
+        ``on_step(text)``, ``on_warning(text)`` (default: a ``StabcliWarning``) and
+        ``on_figure(path)``. ``docs/api.md`` lists them; each is validated as its flag is.
+
+    Returns
+    -------
+    AuditReport
+        ``report.to_dict()`` is what ``stabcli audit --format json`` prints;
+        ``report.passed`` is false when a check failed.
+
+    Raises
+    ------
+    StabcliError
+        Bad input or options (``OptionError`` names the parameter), before any file is written.
+
+    Examples
+    --------
+    >>> report = stabcli.audit("runs/exp1", knn_k=5, top=3)  # doctest: +SKIP
+    >>> report.representation.knn_overlap  # doctest: +SKIP
+    """
+    from stabcli.commands.common import ReportFiles, refuse_unknown, take, warn
+    from stabcli.inputs.textfile import check_encoding
+    from stabcli.reports import audit_render
+    from stabcli.training.cluster import joblib_on, scheduler_address
+
+    paths = [Path(inputs)] if isinstance(inputs, (str, Path)) else [Path(p) for p in inputs]
+    options = dict(options)
+    on_warning = options.pop("on_warning", None) or warn
+    on_step, on_figure = options.pop("on_step", None), options.pop("on_figure", None)
+    checks, key_names = list(options.pop("checks", ())), options.pop("key_names", None)
+    scheduler, frequencies = options.pop("scheduler", None), options.pop("frequencies", None)
+    if options.get("encoding") is not None:
+        check_encoding("encoding", options["encoding"])
+    files = ReportFiles.take(options)
+    read = ReadOptions(**take(ReadOptions, options, {"keys": "keys_file"}))
+    settings = AuditOptions(**take(AuditOptions, options, keep=("seed",)))
+    labelled = {name: options.pop(name) for name in DOWNSTREAM_KEYWORDS if name in options}
+    refuse_unknown("audit", options)
+    downstream = _downstream_options(labelled, scheduler)
+    with joblib_on(scheduler_address(scheduler) if downstream is not None else None) as cluster:
+        if cluster is not None and downstream is not None and downstream.jobs is None:
+            downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs
+        validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
+        files.check_formats()
+        more_inputs = [labelled.get("labels"), key_names, read.keys_file, settings.eis_anchor, frequencies]
+        plan = files.plan(paths, more_inputs)
+        names, counts = _key_tables(key_names, frequencies, labelled.get("encoding"))
+        runs = load_runs(paths, on_warning=on_warning, read=read)
+        per_key = files.per_key is not None
+        report = build_report(runs, settings, on_step, downstream, checks, names, per_key, on_warning, counts)
+        figures = files.write(
+            plan,
+            schema.dumps(report),
+            lambda: audit_render.render_markdown(report),
+            lambda d: audit_render.write_plots(report, d),
+            lambda: _frame_of(report, names),
+        )
+    for figure in figures:
+        if on_figure is not None:
+            on_figure(figure)
+    return report
+
+
+def _key_tables(
+    key_names: str | Path | None, frequencies: str | Path | None, encoding: str | None
+) -> tuple[dict[str, str] | None, dict[str, int] | None]:
+    """The ``key_names`` and ``frequencies`` files, read (None when not given)."""
+    from stabcli.inputs.keytable import read_frequencies, read_key_names
+
+    names = read_key_names(Path(key_names), encoding) if key_names is not None else None
+    counts = read_frequencies(Path(frequencies), encoding or "utf-8") if frequencies is not None else None
+    return names, counts
+
+
+def _downstream_options(labelled: dict[str, Any], scheduler: str | None) -> DownstreamOptions | None:
+    """The ``DownstreamOptions`` of ``labels=...``; without labels, a UsageError naming the
+    options that only apply with them."""
+    from stabcli.commands.common import only_with
+
+    if labelled.get("labels") is None:
+        for name, value in labelled.items():  # a bad value is refused even where it would not apply
+            constraint = DOWNSTREAM_OPTIONS.get(name)
+            if constraint is not None and name != "seed" and (problem := constraint.problem(value)) is not None:
+                raise OptionError(name, problem)
+        names = ("variants", "featurize_dims", "sigmas", "model")
+        given = [(name, labelled.get(name) is not None) for name in names]
+        given += [("min_class_size", labelled.get("min_class_size", 5) != 5), ("scheduler", scheduler is not None)]
+        given += [("prefer", labelled.get("prefer", "balanced") != "balanced")]
+        only_with("--labels FILE", [("--" + name.replace("_", "-"), present) for name, present in given])
+        return None
+    from stabcli.measure.downstream import DownstreamOptions
+
+    return DownstreamOptions(**{name: value for name, value in labelled.items() if value is not None})
+
+
+def _frame_of(report: AuditReport, names: Mapping[str, str] | None) -> Any:
+    from stabcli.inputs.keytable import per_key_frame
+
+    stats = report.key_stats
+    return per_key_frame(
+        stats.keys,
+        dict(names) if names else None,
+        stats.frequency,
+        stats.norm,
+        stats.aligned_variance,
+        stats.relative_instability,
+        stats.displacement,
+        stats.knn_overlap,
+    )

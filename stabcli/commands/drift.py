@@ -16,20 +16,22 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from stabcli import __version__
 from stabcli.commands.featurize import SIDECAR_SUFFIX
+from stabcli.constraints import DRIFT_OPTIONS, Constraint, validate_params
 from stabcli.environment import EnvironmentDifference, differences, read_recorded
 from stabcli.errors import InputError, OptionError
 from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
+from stabcli.inputs.embeddings.core import require_float32_range
 from stabcli.measure import drift_stats as dm
 from stabcli.measure import metrics as m
 from stabcli.measure.align import match_keys, matched_vectors, procrustes_rotation, rows_of
 from stabcli.reports import schema
-from stabcli.reports.schema import Check, doc, to_json
+from stabcli.reports.schema import Check, JsonReport, doc
 from stabcli.runset import RunSet, is_runset
 from stabcli.runset.layout import run_name
 
@@ -55,12 +57,10 @@ class DriftOptions:
     seed: int = 0
     reference: int = 0
 
+    parameter_constraints: ClassVar[dict[str, Constraint]] = DRIFT_OPTIONS
+
     def __post_init__(self) -> None:
-        if not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha) and 0 < self.alpha < 1):
-            raise OptionError("alpha", f"{self.alpha!r} must be a number strictly between 0 and 1")
-        for name, low in (("knn_k", 1), ("knn_queries", 1), ("top", 0), ("seed", 0), ("reference", 0)):
-            if getattr(self, name) < low:
-                raise OptionError(name, f"{getattr(self, name)} must be at least {low}")
+        validate_params(self)
 
 
 # ------------------------------------------------------------------ loading
@@ -132,6 +132,8 @@ def load_inputs(
     if len(keys) < 2:
         raise InputError(f"{a_emb.source}: only 1 key in common with {b_emb.source}; drift needs at least 2")
     b, a = (matched_vectors(emb, rows, keys) for emb, rows in zip((b_emb, a_emb), match.rows, strict=True))
+    for emb, arr in ((b_emb, b), (a_emb, a)):
+        require_float32_range(emb.source, keys, arr, DRIFT_RANGE)
     inputs = DriftInputs(str(before), str(after), keys, b, a, added, removed, b_keyless)
     inputs.environments = {
         "before": recorded_environment(before, b_set, b_index),
@@ -150,6 +152,7 @@ def load_inputs(
             if emb.dim != b_emb.dim:
                 raise InputError(f"{emb.source}: dimension {emb.dim}, but {b_emb.source} has {b_emb.dim}")
             arrays.append(matched_vectors(emb, _cover(emb, keys, noise), keys))
+            require_float32_range(emb.source, keys, arrays[-1], DRIFT_RANGE)
         member = member_by_path or any(np.array_equal(arr, b) for arr in arrays)
         minimum = 3 if member else 4
         if len(arrays) < minimum:
@@ -169,6 +172,9 @@ def load_inputs(
     return inputs
 
 
+DRIFT_RANGE = "drift compares distances and noise bands in float32 magnitudes"
+
+
 def recorded_environment(path: Path, runset: RunSet | None, index: int | None) -> dict[str, str] | None:
     """The environment a side was computed in: its run's training environment for a run set,
     the featurize sidecar's for a file ``stabcli featurize`` wrote, else None (not recorded)."""
@@ -177,7 +183,7 @@ def recorded_environment(path: Path, runset: RunSet | None, index: int | None) -
     sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
     try:
         return read_recorded(json.loads(sidecar.read_text(encoding="utf-8")).get("environment"))
-    except (OSError, ValueError, AttributeError):  # no sidecar, or not one stabcli wrote: nothing recorded
+    except (OSError, ValueError, AttributeError, RecursionError):  # no sidecar, or not one stabcli wrote
         return None
 
 
@@ -339,7 +345,7 @@ class DownstreamSection:
 
 
 @dataclass(frozen=True)
-class DriftReport:
+class DriftReport(JsonReport):
     stabcli_version: str = doc("version that wrote the report")
     input: InputSection = doc("what was compared")
     drift: DriftSection = doc("per-key change BEFORE → AFTER")
@@ -365,11 +371,6 @@ class PerKey:
         if compact:
             frame = frame.astype({c: np.float32 for c in frame.select_dtypes("float64").columns})
         return frame
-
-
-def report_json(report: DriftReport) -> dict[str, Any]:
-    """The report as plain JSON types (``schema.to_json``); NaN and inf become null."""
-    return to_json(report)
 
 
 # ------------------------------------------------------------------ checks (schema's, one implementation)
@@ -676,3 +677,88 @@ def move_items(
         if kept:
             refreshed.append(kept)
     return refreshed
+
+
+# ------------------------------------------------------------------ the entry point
+
+
+def drift(before: str | Path, after: str | Path, noise: str | Path | None = None, **options: Any) -> DriftReport:
+    """Which keys did a refresh really move, and which only changed by training noise (``stabcli drift``)?
+
+    Parameters
+    ----------
+    before, after : path
+        Embedding files, or run sets (their ``reference`` run).
+    noise : path, optional
+        Run set of seeded runs on BEFORE's data and configuration: each key's noise band.
+    **options
+        The command's options by their library names (``alpha``, ``align``, ``knn_k``,
+        ``knn_queries``, ``top``, ``seed``, ``reference``, ``labels``, ``task``, ``model``,
+        ``test_size``, ``split_seed``, ``encoding``, ``key_names``, ``checks``,
+        ``input_format``, ``trust_pickle``, ``keys``); files to write: ``json``,
+        ``markdown``, ``plots``, ``per_key`` (with ``force``); callbacks ``on_step(text)``
+        and ``on_figure(path)``. Each is validated as its flag is, with the same message.
+
+    Returns
+    -------
+    DriftReport
+        ``report.to_dict()`` is what ``stabcli drift --format json`` prints;
+        ``report.passed`` is false when a check failed.
+
+    Raises
+    ------
+    StabcliError
+        Bad input or options (``OptionError`` names the parameter), before any file is written.
+
+    Examples
+    --------
+    >>> report = stabcli.drift("runs/v1", "v2.npy", noise="runs/v1")  # doctest: +SKIP
+    >>> report.drift.moved_share  # doctest: +SKIP
+    """
+    from stabcli.commands.common import ReportFiles, only_with, refuse_unknown, take
+    from stabcli.reports import drift_render
+
+    before, after = Path(before), Path(after)
+    noise = Path(noise) if noise is not None else None
+    options = dict(options)
+    on_step, on_figure = options.pop("on_step", None), options.pop("on_figure", None)
+    checks, key_names = list(options.pop("checks", ())), options.pop("key_names", None)
+    labelled = {name: options.pop(name) for name in DOWNSTREAM_KEYWORDS if name in options}
+    encoding = labelled.get("encoding")
+    files = ReportFiles.take(options)
+    settings = DriftOptions(**take(DriftOptions, options))
+    read = ReadOptions(**take(ReadOptions, options, {"keys": "keys_file"}))
+    refuse_unknown("drift", options)
+    downstream = None
+    if labelled.get("labels") is None:
+        given = [("--task", labelled.get("task", "auto") != "auto"), ("--model", labelled.get("model") is not None)]
+        only_with("--labels FILE", given)
+    else:
+        from stabcli.measure.downstream import DownstreamOptions
+
+        downstream = DownstreamOptions(**{k: v for k, v in labelled.items() if v is not None})
+    parsed = validate_checks(checks, has_noise=noise is not None, has_labels=downstream is not None)
+    per_key_csv = files.check_formats() == "csv"
+    more_inputs = [downstream.labels if downstream else None, Path(key_names) if key_names else None, read.keys_file]
+    plan = files.plan([before, after, *([noise] if noise else [])], more_inputs)
+    inputs = load_inputs(before, after, noise, settings.reference, read)
+    names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
+    report, table = compute_drift(
+        inputs, settings, downstream, names, str(key_names) if key_names else None, on_step=on_step
+    )
+    report = evaluate_checks(report, parsed)
+    figures = files.write(
+        plan,
+        schema.dumps(report),
+        lambda: drift_render.render_markdown(report),
+        lambda directory: drift_render.write_plots(report, table, directory),
+        lambda: table.frame(compact=per_key_csv),
+    )
+    for figure in figures:
+        if on_figure is not None:
+            on_figure(figure)
+    return report
+
+
+# DownstreamOptions' fields drift has (measure/downstream.py imports scikit-learn: seconds)
+DOWNSTREAM_KEYWORDS = ("labels", "task", "model", "test_size", "split_seed", "encoding")

@@ -15,13 +15,14 @@ import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from numbers import Integral, Real
+from numbers import Real
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 import numpy as np
 
 from stabcli import __version__
+from stabcli.constraints import FEATURIZE_OPTIONS, Constraint, validate_params
 from stabcli.environment import capture
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.atomic import file_sha256
@@ -40,18 +41,18 @@ from stabcli.inputs.embeddings import (
     require_finite,
     write_embedding,
 )
+from stabcli.inputs.embeddings.core import require_float32_range
 from stabcli.measure.align import alignment_residuals, match_keys, procrustes_rotation
 from stabcli.measure.fourier import (
     blocked_matmul,
     check_output_dim,
-    check_seed,
-    check_sigma,
     choose_dimension,
     draw_directions,
     fourier_features,
     rahimi_recht_dimension,
 )
 from stabcli.measure.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
+from stabcli.reports.schema import JsonReport
 from stabcli.runset import VECTORS, RunSet, RunSetWriter, owned, run_name, write_run
 
 DEFAULT_DIM = 128
@@ -79,7 +80,7 @@ class FeaturizeOptions:
         Reference embedding file or run set to rotate onto (shared keys) first.
     reference : int
         With a run set as ``align_to``: the position of its run used as the reference.
-    fmt : str or None
+    output_format : str or None
         Output format, one of ``embeddings.WRITE_FORMATS``; None: from the suffix.
     chunk_rows : int or None
         Rows per streamed chunk; None: about ``CHUNK_BYTES`` of output.
@@ -92,8 +93,10 @@ class FeaturizeOptions:
     normalize: bool = True
     align_to: Path | None = None
     reference: int = 0
-    fmt: str | None = None
+    output_format: str | None = None
     chunk_rows: int | None = None
+
+    parameter_constraints: ClassVar[dict[str, Constraint]] = FEATURIZE_OPTIONS
 
     def __post_init__(self) -> None:
         if self.dim is not None and self.epsilon is not None:
@@ -114,26 +117,19 @@ class FeaturizeOptions:
                 raise OptionError("dim", "0 only aligns: it needs --align-to")
         else:
             check_output_dim(self.dim, "dim")
-        check_sigma(self.sigma)
-        if self.seed is None:
-            raise OptionError("seed", "None: give a non-negative integer")
-        check_seed(self.seed)
+        validate_params(self)
         if not isinstance(self.normalize, bool):
             raise OptionError("normalize", f"{self.normalize!r} must be True or False")
-        if isinstance(self.reference, bool) or not isinstance(self.reference, Integral) or self.reference < 0:
-            raise OptionError("reference", f"{self.reference!r} must be a non-negative integer")
         if self.reference and self.align_to is None:
             raise OptionError("reference", "only applies with --align-to RUN_SET")
-        if self.fmt is not None and self.fmt not in WRITE_FORMATS:
-            raise OptionError("fmt", f"{self.fmt!r}: choose one of {', '.join(WRITE_FORMATS)}")
-        if self.chunk_rows is not None and (
-            isinstance(self.chunk_rows, bool) or not isinstance(self.chunk_rows, Integral) or self.chunk_rows < 1
-        ):
-            raise OptionError("chunk_rows", f"{self.chunk_rows!r} must be at least 1")
+        if self.output_format is not None and self.output_format not in WRITE_FORMATS:
+            raise OptionError("output_format", f"{self.output_format!r}: choose one of {', '.join(WRITE_FORMATS)}")
 
 
 @dataclass
-class FeaturizeResult:
+class FeaturizeResult(JsonReport):
+    """What a featurize wrote; ``to_dict()`` is what ``stabcli featurize --format json`` prints."""
+
     output: Path
     sidecar: Path
     rows: int
@@ -339,7 +335,7 @@ def _output_format(output: Path, fmt: str | None, runset: bool) -> str:
     suffix_format = format_for(output)
     if runset:
         if fmt not in (None, "npy"):
-            raise OptionError("fmt", f"{fmt}: a run set is featurized into a run set of .npy runs")
+            raise OptionError("output_format", f"{fmt}: a run set is featurized into a run set of .npy runs")
         if suffix_format is not None:  # the rule: a run set's output is a directory, named without a file suffix
             raise UsageError(
                 f"--out {output}: a run set is featurized into a run set (a directory), and "
@@ -355,7 +351,7 @@ def _output_format(output: Path, fmt: str | None, runset: bool) -> str:
         return suffix_format
     if suffix_format is not None and suffix_format != fmt:
         raise OptionError(
-            "fmt", f"{fmt} contradicts the suffix of --out {output} ({suffix_format}); change one of them"
+            "output_format", f"{fmt} contradicts the suffix of --out {output} ({suffix_format}); change one of them"
         )
     return fmt
 
@@ -371,7 +367,7 @@ def _load_reference(options: FeaturizeOptions, read: ReadOptions) -> tuple[Embed
         return None, None
     runset = _open_runset(options.align_to)
     if runset is None:
-        return read.read(options.align_to), options.align_to
+        return _usable_reference(read.read(options.align_to)), options.align_to
     if options.reference >= len(runset.runs):
         raise OptionError(
             "reference",
@@ -379,7 +375,15 @@ def _load_reference(options: FeaturizeOptions, read: ReadOptions) -> tuple[Embed
             f"(positions 0 to {len(runset.runs) - 1})",
         )
     index = runset.runs[options.reference]
-    return runset.load(index), runset.run_dir(index) / VECTORS
+    return _usable_reference(runset.load(index)), runset.run_dir(index) / VECTORS
+
+
+def _usable_reference(reference: Embedding) -> Embedding:
+    """The --align-to reference, once no row holds NaN, inf or values beyond float32's range."""
+    require_float32_range(
+        reference.source, reference.keys, reference.vectors, "an --align-to reference must be finite in float32"
+    )
+    return reference
 
 
 def featurize(
@@ -391,15 +395,54 @@ def featurize(
     force: bool = False,
     on_run: Callable[[str], None] | None = None,
     read: ReadOptions | None = None,
+    **keywords: Any,
 ) -> FeaturizeResult:
-    """Featurize one embedding file, or every run of a run set with the same directions U.
+    """Featurize one embedding file, or every run of a run set with the same directions U
+    (``stabcli featurize``).
 
     A run set is written as a new run set that ``stabcli audit`` reads. The sidecar
     ``OUTPUT.featurize.json`` records everything needed to reproduce the output bit for
-    bit. Every output is checked before any work (``stabcli.fs.outputs``: never an input,
-    existing ones only with ``force``) and written all or nothing. ``read``: how input files
-    are read (``--input-format``, ``--trust-pickle``, ``--keys``; ``embeddings.match_inputs``).
+    bit. Every output is checked before any work (never an input, existing ones only with
+    ``force``) and written all or nothing.
+
+    Parameters
+    ----------
+    input_path : path
+        An embedding file or a run set.
+    output : path
+        The output file, or a new run-set directory for a run set.
+    options : FeaturizeOptions, optional
+        The options as one object; or give them as keywords instead (``dim``, ``epsilon``,
+        ``sigma``, ``seed``, ``normalize``, ``align_to``, ``reference``, ``output_format``,
+        ``chunk_rows``, and the reading options ``input_format``, ``trust_pickle``, ``keys``).
+    save_transform : path, optional
+        Write U (and the rotation) with a serving recipe (.npz).
+    force : bool
+        Replace existing outputs (a directory only if it holds nothing but a run set stabcli wrote).
+    on_run : callable, optional
+        Called with each run's name once it is featurized.
+    read : ReadOptions, optional
+        How input files are read (``--input-format``, ``--trust-pickle``, ``--keys``).
+
+    Returns
+    -------
+    FeaturizeResult
+        ``result.to_dict()`` is what ``stabcli featurize --format json`` prints.
+
+    Examples
+    --------
+    >>> result = stabcli.featurize("emb.npy", "phi.npy", dim=64)  # doctest: +SKIP
+    >>> result.output_dim  # doctest: +SKIP
+    64
     """
+    if keywords:
+        from stabcli.commands.common import refuse_unknown, take
+
+        if options is not None or read is not None:
+            raise TypeError("featurize(): give options as an object or as keywords, not both")
+        options = FeaturizeOptions(**take(FeaturizeOptions, keywords))
+        read = ReadOptions(**take(ReadOptions, keywords, {"keys": "keys_file"}))
+        refuse_unknown("featurize", keywords)
     options = options or FeaturizeOptions()
     read = read or ReadOptions()
     source, output = Path(input_path), Path(output)
@@ -414,14 +457,14 @@ def featurize(
         plan.add(output, "--out", kind="dir", owned=owned)
     else:
         plan.add(output, "--out")
-        if (options.fmt or format_for(output)) == "npy":
+        if (options.output_format or format_for(output)) == "npy":
             plan.add(keys_path_for(output), "keys file")
     sidecar_path = output.with_name(output.name + SIDECAR_SUFFIX)  # once add() knows the output has a name
     plan.add(sidecar_path, "sidecar")
     if save_transform is not None:
         save_transform = plan.add(save_transform, "--save-transform")
     plan.check()  # an output that is an input is named as such first, whatever else is wrong with it
-    fmt = _output_format(output, options.fmt, runset is not None)
+    fmt = _output_format(output, options.output_format, runset is not None)
 
     embeddings = [runset.load(i) for i in runset.runs] if runset else [read.read(source)]
     first = embeddings[0]

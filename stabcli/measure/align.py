@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.linalg import orthogonal_procrustes
 
-from stabcli.inputs.embeddings import Embedding, require_finite
+from stabcli.inputs.embeddings import Embedding, fits_float32, require_finite
 from stabcli.measure.numerics import block_scale, row_chunks
 from stabcli.measure.threads import small_linalg
 
@@ -79,9 +79,11 @@ def matched_vectors(
     emb: Embedding, rows: np.ndarray | None, keys: Sequence[str], dtype: type | None = np.float32
 ) -> np.ndarray:
     """The rows ``rows`` of ``emb`` (all of them, as stored, when None; else a copy in
-    ``dtype``, None keeping the stored type), whose keys are ``keys``, as floats. InputError
+    ``dtype`` when the values fit it, None keeping the stored type), whose keys are ``keys``, as floats. InputError
     naming the first key whose row holds NaN or inf."""
-    arr = emb.vectors if rows is None else np.asarray(emb.vectors[rows], dtype=dtype)
+    arr = emb.vectors if rows is None else np.asarray(emb.vectors[rows])
+    if rows is not None and dtype is not None and (arr.dtype == dtype or fits_float32(arr)):
+        arr = np.asarray(arr, dtype=dtype)  # else (1e300 in float64) as stored: no overflow to inf, no warning
     if arr.dtype.kind != "f":
         arr = np.asarray(arr, dtype=np.float64)
     names = list(keys)

@@ -33,11 +33,15 @@ def same_runs(runs: Sequence[np.ndarray], tolerance: float = SAME_UP_TO_ROTATION
     n, dim = runs[0].shape
     rows = _sample(n, dim)
     sampled = [np.asarray(run[rows], dtype=np.float64) for run in runs]
+    peak = max(float(np.max(np.abs(x), initial=0.0)) for x in sampled)
+    if peak > 0.0:  # one scale for all runs (the test is scale-free): rows of 1e300 or 1e-300 stay in range
+        sampled = [x / peak for x in sampled]
     norms = [float(np.linalg.norm(x)) for x in sampled]  # a rotation keeps the norm: most pairs end here
     return [
         (r, s)
         for r, s in combinations(range(len(runs)), 2)
-        if abs(norms[r] - norms[s]) <= tolerance * max(norms[r], norms[s])
+        if min(norms[r], norms[s]) > 0.0  # an all-zero run is refused elsewhere, not "the same"
+        and abs(norms[r] - norms[s]) <= tolerance * max(norms[r], norms[s])
         and procrustes_residual(sampled[r], sampled[s]) < tolerance
     ]
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from joblib import Parallel, delayed
@@ -31,6 +31,7 @@ from sklearn.metrics import accuracy_score, f1_score, mean_squared_error, r2_sco
 from sklearn.model_selection import train_test_split
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 
+from stabcli.constraints import DOWNSTREAM_OPTIONS, Constraint, validate_params
 from stabcli.errors import InputError, OptionError
 from stabcli.fs.resources import available_memory, human_bytes
 from stabcli.inputs.labels import read_labels
@@ -45,6 +46,9 @@ SOURCES = ("h", "avg", "aligned")
 REGRESSION_MIN_DISTINCT = 21  # auto: numeric labels with more distinct values than this (or fractions) are regression
 KNN_NEIGHBOURS = 5
 STALE_TOLERANCE = 0.01  # a stale-model drop above this is called out in the recommendation
+# --prefer: how many times the noise a less stable variant's gain must exceed to be recommended
+PREFERENCES = {"stability": math.inf, "balanced": 2.0, "accuracy": 1.0}
+DEFAULT_PREFER = "balanced"
 # A class needs 1/test_size members to expect one of them in the test split: 5 for the default 0.2.
 MIN_CLASS_SIZE = 5
 DROPPED_SHOWN = 10  # dropped classes named in the warning line
@@ -75,6 +79,10 @@ class DownstreamOptions:
     jobs: int | None = None
     encoding: str | None = None  # None: utf-8, MovieLens u.item/movies.dat latin-1 (labels.read_labels)
     min_class_size: int = MIN_CLASS_SIZE  # smaller classes are dropped (with a warning)
+    prefer: str = DEFAULT_PREFER  # the recommendation's trade-off (PREFERENCES)
+    featurized: bool = False  # the input is already phi(h): named so, never featurized again
+
+    parameter_constraints: ClassVar[dict[str, Constraint]] = DOWNSTREAM_OPTIONS
 
     def __post_init__(self) -> None:
         for name in ("variants", "featurize_dims", "sigmas"):
@@ -82,6 +90,8 @@ class DownstreamOptions:
             if value is not None:
                 object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "labels", Path(self.labels))
+        if self.prefer not in PREFERENCES:
+            raise OptionError("prefer", f"{self.prefer!r} is not one of {', '.join(PREFERENCES)}")
         if self.task not in TASKS:
             raise OptionError("task", f"{self.task!r} is not one of {', '.join(TASKS)}")
         if self.model is not None:
@@ -89,18 +99,7 @@ class DownstreamOptions:
                 raise OptionError("model", f"{self.model!r} is not one of {', '.join(MODELS)}")
             if self.model == "logreg" and self.task == "regression":
                 raise OptionError("model", "logreg is for classification; use ridge or knn with --task regression")
-        if not (isinstance(self.test_size, (int, float)) and 0 < self.test_size < 1):
-            raise OptionError("test_size", f"{self.test_size!r} must be a share strictly between 0 and 1")
-        for name in ("split_seed", "seed"):
-            value = getattr(self, name)
-            if not 0 <= value <= SEED_MAX:
-                raise OptionError(name, f"{value} must be between 0 and {SEED_MAX}")
-        if self.reference < 0:
-            raise OptionError("reference", f"{self.reference} must be a run position (0 or more)")
-        if self.jobs is not None and self.jobs < 1:
-            raise OptionError("jobs", f"{self.jobs} must be at least 1")
-        if self.min_class_size < 1:
-            raise OptionError("min_class_size", f"{self.min_class_size} must be at least 1")
+        validate_params(self)
         if self.encoding is not None:
             check_encoding("encoding", self.encoding)
         parse_variants(self.variants, 2, self.featurize_dims, self.sigmas)  # syntax, M and sigma
@@ -127,7 +126,11 @@ _VARIANT_RE = re.compile(r"^(?:(h|avg|aligned)\+)?phi:(\d+)(?:@([0-9.eE+-]+))?$"
 
 
 def parse_variants(
-    spec: Sequence[str] | None, input_dim: int, featurize_dims: Sequence[int] = (), sigmas: Sequence[float] = ()
+    spec: Sequence[str] | None,
+    input_dim: int,
+    featurize_dims: Sequence[int] = (),
+    sigmas: Sequence[float] = (),
+    featurized: bool = False,
 ) -> list[Variant]:
     """Variant names → variants, expanded over the M and σ sweeps, duplicates dropped.
 
@@ -136,7 +139,8 @@ def parse_variants(
     """
     if spec is None:
         even = input_dim + input_dim % 2
-        spec = ["h", "avg", "aligned", f"phi:{even}", f"phi:{2 * even}"]
+        # an input that is already phi(h) is not featurized again by default
+        spec = ["h", "avg", "aligned"] if featurized else ["h", "avg", "aligned", f"phi:{even}", f"phi:{2 * even}"]
     for sigma in sigmas:
         if not _good_sigma(sigma):
             raise OptionError("sigmas", f"{sigma:g} is not a positive finite number up to {SIGMA_MAX:g}")
@@ -430,7 +434,7 @@ def plan_downstream(
     """Check the options against the runs, read the labels, choose the task, model and split,
     and refuse variants whose features cannot fit in memory. Reads only the label file."""
     options.check_runs(runs)
-    variants = parse_variants(options.variants, dim, options.featurize_dims, options.sigmas)
+    variants = parse_variants(options.variants, dim, options.featurize_dims, options.sigmas, options.featurized)
     targets = targets_for(keys, options, on_warning)
     model_name = options.model or ("logreg" if targets.task == "classification" else "ridge")
     make_model(model_name, targets.task)  # a bad model/task pair fails before any fitting
@@ -544,7 +548,9 @@ def downstream_report(
         entry["churn"] = churn(targets.task, predictions, targets.scale) if len(predictions) > 1 else None
         refit = entry[f"{primary}_by_run"]
         entry[f"stale_{primary}_mean"], entry["stale_drop"] = _stale(fits[v.name], refit, test, targets, primary)
-        results[v.name] = _json_safe(entry)
+        if options.featurized and v.name == "h":  # the input itself is phi(h): say so everywhere
+            entry["source"] = FEATURIZED_INPUT
+        results[FEATURIZED_INPUT if options.featurized and v.name == "h" else v.name] = _json_safe(entry)
     report = {
         "labels": str(options.labels),
         "task": targets.task,
@@ -565,7 +571,13 @@ def downstream_report(
         "not_converged": sum(not f.converged for group in fits.values() for f in group),
         "variants": results,
     }
-    report["recommendation"] = recommend(results, primary, 1 / len(test) if targets.task == "classification" else 0.0)
+    report["recommendation"] = recommend(
+        results,
+        primary,
+        1 / len(test) if targets.task == "classification" else 0.0,
+        prefer=options.prefer,
+        baseline=FEATURIZED_INPUT if options.featurized else "h",
+    )
     return report
 
 
@@ -607,50 +619,95 @@ def _majority(y_train: np.ndarray, y_test: np.ndarray) -> float:
     return float(np.mean(y_test == classes[int(np.argmax(counts))]))
 
 
-def recommend(results: dict[str, dict[str, Any]], primary: str, resolution: float = 0.0) -> dict[str, Any]:
-    """The most stable variant (lowest churn, then std) whose mean is within one std of the best.
+FEATURIZED_INPUT = "phi(h)"  # the name of an already featurized input among the variants
 
-    ``resolution`` is the smallest difference the metric can show (one test prediction,
-    1/n_test, for accuracy): "within one std" means within max(std, resolution), so a
-    best variant whose std happens to be 0 does not exclude a variant one prediction behind.
+
+def recommend(
+    results: dict[str, dict[str, Any]],
+    primary: str,
+    resolution: float = 0.0,
+    prefer: str = DEFAULT_PREFER,
+    baseline: str = "h",
+) -> dict[str, Any]:
+    """The variant to use: stability first, accuracy when its gain is beyond the noise.
+
+    Against the input itself (``baseline``: raw h, or ``phi(h)`` for a featurized input), a
+    variant is *steadier* when neither its churn nor its run-to-run std is larger. The noise
+    of a comparison is the larger of the two std and ``resolution`` (one test key for
+    accuracy). Candidates: the baseline; steadier variants that lose at most the noise; and
+    less steady variants whose gain exceeds ``PREFERENCES[prefer]`` × the noise (never with
+    ``stability``, 2× with ``balanced``, 1× with ``accuracy``). Among the candidates within
+    the noise of the best candidate's metric, ``accuracy`` takes the best, the others the
+    lowest churn (then std). A featurized baseline's phi variants (phi of phi) never compete.
     """
-    eligible = {
+    usable = {
         name: r
         for name, r in results.items()
         if r["churn"] is not None and r[f"{primary}_std"] is not None and r[f"{primary}_mean"] is not None
     }
-    if not eligible:
-        return {"variant": None, "reason": "no variant has more than one run; nothing to compare"}
+    if not usable:
+        return {"variant": None, "reason": "no variant has more than one run; nothing to compare", "prefer": prefer}
     label = "accuracy" if primary == "accuracy" else "R²"
-    best = max(eligible, key=lambda n: eligible[n][f"{primary}_mean"])
-    best_mean, best_std = eligible[best][f"{primary}_mean"], eligible[best][f"{primary}_std"]
-    close = [n for n, r in eligible.items() if r[f"{primary}_mean"] >= best_mean - max(best_std, resolution) - 1e-12]
-    choice = min(close, key=lambda n: (eligible[n]["churn"], eligible[n][f"{primary}_std"]))
-    c = eligible[choice]
-    churn_text = _churn_text(primary, c["churn"])
-    if choice == "h":
-        reason = (
-            f"raw h is already the best choice: churn {churn_text}, {label} {c[f'{primary}_mean']:.3f} "
-            f"(std {c[f'{primary}_std']:.3f}); no variant within one std of the best {label} "
-            f"({best}: {best_mean:.3f} ± {best_std:.3f}) has lower churn."
-        )
-    else:
-        # "vs raw h" only where h competed (it is then never below the choice); otherwise say why h lost
-        versus = f" vs {_churn_text(primary, eligible['h']['churn'])} for raw h" if "h" in close else ""
-        reason = (
-            f"{choice}: lowest churn ({churn_text}{versus}) among the {len(close)} variant(s) whose {label} is "
-            f"within one std of the best ({best}: {best_mean:.3f} ± {best_std:.3f}); its {label} is "
-            f"{c[f'{primary}_mean']:.3f} (std {c[f'{primary}_std']:.3f})."
-        )
-        if "h" in eligible and "h" not in close:
-            h = eligible["h"]
-            relation = "lower" if h["churn"] < c["churn"] else "higher" if h["churn"] > c["churn"] else "the same"
+    mean = {n: r[f"{primary}_mean"] for n, r in usable.items()}
+    std = {n: r[f"{primary}_std"] for n, r in usable.items()}
+    churn_of = {n: r["churn"] for n, r in usable.items()}
+    if baseline not in usable:  # --variants without h: the most stable variant is the reference
+        baseline = min(usable, key=lambda n: (churn_of[n], std[n]))
+    base = "raw h" if baseline == "h" else baseline
+    excluded = [n for n in usable if baseline == FEATURIZED_INPUT and "phi:" in n]
+    margin = PREFERENCES[prefer]
+
+    def noise(n: str) -> float:
+        return max(std[baseline], std[n], resolution)
+
+    def steadier(n: str) -> bool:
+        return churn_of[n] <= churn_of[baseline] + 1e-12 and std[n] <= std[baseline] + 1e-12
+
+    candidates, held_back = [baseline], []
+    for n in usable:
+        if n == baseline or n in excluded:
+            continue
+        gain = mean[n] - mean[baseline]
+        if steadier(n):
+            if gain >= -noise(n) - 1e-12:
+                candidates.append(n)
+        elif gain > margin * noise(n) + 1e-12:
+            candidates.append(n)
+        elif gain > 0:
+            held_back.append(n)
+    best = max(candidates, key=lambda n: mean[n])
+    close = [n for n in candidates if mean[n] >= mean[best] - noise(best) - 1e-12]
+    choice = best if prefer == "accuracy" else min(close, key=lambda n: (churn_of[n], std[n]))  # ties: the input
+    rule = f"--prefer {prefer}: a variant with more churn or a larger run-to-run std than {base} is " + (
+        "never recommended"
+        if math.isinf(margin)
+        else f"recommended only when its {label} gain exceeds {margin:g}× the noise (the larger run-to-run std of the two)"
+    )
+    c = usable[choice]
+    stats = f"churn {_churn_text(primary, c['churn'])}, {label} {mean[choice]:.3f} (std {std[choice]:.3f})"
+    if choice == baseline:
+        reason = f"{base} is already the best choice: {stats}."
+        if held_back:
+            h = max(held_back, key=lambda n: mean[n])
             reason += (
-                f" Raw h has {relation} churn ({_churn_text(primary, h['churn'])}) but its {label} "
-                f"{h[f'{primary}_mean']:.3f} is not within one std of the best."
+                f" {h} gains {label} {mean[h] - mean[baseline]:+.3f} but with "
+                f"{_ratio(churn_of[h], churn_of[baseline])} the churn and {_ratio(std[h], std[baseline])} the std: "
+                f"within {margin:g}× the noise ({margin * noise(h):.3f})."
             )
+    else:
+        gain = mean[choice] - mean[baseline]
+        reason = (
+            f"{choice}: {stats}, against {base}'s churn {_churn_text(primary, churn_of[baseline])}, "
+            f"{label} {mean[baseline]:.3f} (std {std[baseline]:.3f}); "
+            + f"{'steadier' if steadier(choice) else 'less steady'}, {label} change {gain:+.3f}"
+            + ("" if steadier(choice) else f", beyond {margin:g}× the noise ({margin * noise(choice):.3f})")
+            + "."
+        )
+    reason += f" Rule: {rule}."
+    if excluded:
+        reason += f" The input is already featurized ({baseline}): {', '.join(excluded)} (phi of phi) not recommended."
     stale_key = f"stale_{primary}_mean"
-    stale = {n: r[stale_key] for n, r in eligible.items() if r[stale_key] is not None}
+    stale = {n: r[stale_key] for n, r in usable.items() if r[stale_key] is not None}
     if stale and c["stale_drop"] is not None and c["stale_drop"] > STALE_TOLERANCE:
         keeper = max(stale, key=lambda name: stale[name])
         reason += (
@@ -662,7 +719,11 @@ def recommend(results: dict[str, dict[str, Any]], primary: str, resolution: floa
                 else "refit it on every refresh."
             )
         )
-    return {"variant": choice, "reason": reason}
+    return {"variant": choice, "reason": reason, "prefer": prefer}
+
+
+def _ratio(value: float, reference: float) -> str:
+    return f"{value / reference:.2g}×" if reference > 0 else "more than"
 
 
 def _churn_text(primary: str, value: float) -> str:

@@ -198,11 +198,6 @@ def frobenius_norm(a: np.ndarray) -> float:
     return rescaled(math.sqrt(frobenius_sq(a / c)), c)
 
 
-def gram_norm(grams: Grams, r: int) -> float:
-    """``‖H_rᵀ H_r‖_F = ‖H_r H_rᵀ‖_F`` in the input's units (inf beyond float64's range)."""
-    return rescaled(frobenius_norm(grams.G[r, r]), grams.scale, 2)
-
-
 def _pip_loss_scaled(grams: Grams, r: int, s: int) -> float:
     """PIP loss of the runs divided by ``grams.scale``."""
     c = block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from stabcli.environment import EnvironmentDifference
-from stabcli.reports.schema import Check, doc
+from stabcli.reports.schema import Check, JsonReport, doc
 
 
 @dataclass(frozen=True)
@@ -252,7 +252,12 @@ class VariantResult:
 @dataclass(frozen=True)
 class Recommendation:
     variant: str | None = doc("the recommended variant (null when nothing can be compared)")
-    reason: str = doc("the sentence explaining it")
+    reason: str = doc("the sentence explaining it, with the rule applied")
+    prefer: str = doc(
+        "`--prefer`: `stability` (never more churn or std than the input), `balanced` (default: only for a gain "
+        "beyond 2× the noise) or `accuracy` (beyond 1× the noise, then the best metric)",
+        default="balanced",
+    )
 
 
 @dataclass(frozen=True)
@@ -280,7 +285,10 @@ class DownstreamSection:
     variants: dict[str, VariantResult] = doc(
         "one entry per variant, by name (`h`, `avg`, `aligned`, `phi:64`, `phi:64@0.5`, …)"
     )
-    recommendation: Recommendation = doc("the most stable variant whose metric is within one std of the best")
+    recommendation: Recommendation = doc(
+        "the variant to use: the steadiest one within the noise of the best, where a variant with more churn or "
+        "std than the input (`h`, or `phi(h)` for a featurized run set) must gain beyond the --prefer margin"
+    )
     dropped_classes: dict[str, int] = doc(
         "classes with fewer labeled keys than `--min-class-size`, left out: class → "
         "labeled keys (empty for regression)",
@@ -307,7 +315,7 @@ class DownstreamSection:
 
 
 @dataclass(frozen=True)
-class AuditReport:
+class AuditReport(JsonReport):
     stabcli_version: str = doc("version that wrote the report")
     input: InputSection = doc("what was compared")
     representation: RepresentationSection = doc("stability of the vectors themselves")

@@ -77,6 +77,16 @@ def to_json(value: Any) -> Any:
     return value
 
 
+class JsonReport:
+    """Mixed into every command's report dataclass: ``to_dict()`` is its JSON value, exactly
+    what the command prints with ``--format json``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as plain JSON types (``to_json``): what ``--format json`` prints."""
+        value: dict[str, Any] = to_json(self)
+        return value
+
+
 def dumps(report: Any) -> str:
     """The report as indented JSON text with a final newline (strict: no NaN, no Infinity)."""
     return json.dumps(to_json(report), indent=2, allow_nan=False, ensure_ascii=False) + "\n"

@@ -27,7 +27,10 @@ def load_json(path: Path) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 (byte {exc.start})") from None
-    return json.loads(text, parse_constant=_reject_constant)  # ValueError also for a 5,000-digit integer
+    try:
+        return json.loads(text, parse_constant=_reject_constant)  # ValueError also for a 5,000-digit integer
+    except RecursionError:  # [[[[… nested 100,000 deep: Python's parser gives up
+        raise ValueError("nested too deeply") from None
 
 
 _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {

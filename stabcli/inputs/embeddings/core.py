@@ -83,6 +83,25 @@ def require_finite(source: Path, keys: list[str], block: np.ndarray, start: int 
         raise InputError(f"{source}: key {keys[start + int(np.argmin(ok))]!r} has NaN or infinite values")
 
 
+def require_float32_range(source: Path, keys: list[str], vectors: np.ndarray, why: str) -> None:
+    """InputError naming the first key whose row holds NaN, inf, or a finite value beyond
+    float32's range (1e300 in a float64 file), for the inputs whose computations need
+    float32 magnitudes (``why`` says which). Chunked; no RuntimeWarning."""
+    step = 1 << 16
+    for start in range(0, vectors.shape[0], step):
+        block = vectors[start : start + step]
+        require_finite(source, keys, block, start)
+        if block.dtype.itemsize > 4 or block.dtype.kind in "iu":
+            with np.errstate(over="ignore", invalid="ignore"):
+                big = (np.abs(block) > FLOAT32_MAX).any(axis=1)
+            if big.any():
+                row = int(np.argmax(big))
+                peak = float(np.max(np.abs(np.asarray(block[row], dtype=np.float64))))
+                raise InputError(
+                    f"{source}: key {keys[start + row]!r} has values beyond float32's range (up to {peak:.3g}); {why}"
+                )
+
+
 def fits_float32(values: np.ndarray) -> bool:
     """True when casting ``values`` to float32 turns no finite value into inf and no non-zero
     value into 0 or a subnormal (NaN and inf stay what they are: ``require_finite`` names them)."""

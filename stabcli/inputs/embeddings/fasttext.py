@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from stabcli.errors import InputError
+from stabcli.inputs.embeddings.bounds import check_ngram_work
 from stabcli.inputs.embeddings.core import ByteReader, Embedding, Source, check_keys
 
 MAGIC = 793712314
@@ -154,6 +155,8 @@ def read(source: Source) -> Embedding:
         word_rows = np.empty((len(words), dim), dtype=np.float32)
         if data.read_into(word_rows) < word_rows.nbytes:
             raise InputError(f"{path}: not a readable fastText .bin file (truncated in the input matrix)")
+        if args.bucket:  # the n-gram work is bounded by the file before any n-gram is hashed
+            check_ngram_work(path, words, args.minn, args.maxn, source.size)
         buckets, owners, counts = _ngram_index(words, args)
         sums = word_rows.astype(np.float64)
         chunk = np.empty((min(CHUNK_ROWS, max(args.bucket, 1)), dim), dtype=np.float32)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from stabcli.errors import InputError
+from stabcli.inputs.embeddings.bounds import check_ngram_work, total_size
 from stabcli.inputs.embeddings.core import Embedding, Source, check_keys, key_problem, require_real_dtype
 from stabcli.inputs.safe_pickle import load_gensim, printable
 
@@ -36,6 +37,9 @@ def read(source: Source) -> Embedding:
     state = kv.__dict__
     current_layout(path, state)
     if isinstance(kv, FastTextKeyedVectors) and state.get("vectors") is None:
+        words = state.get("index_to_key")
+        if isinstance(words, list):  # the n-gram work is bounded by the file before gensim loops
+            check_ngram_work(path, [str(w) for w in words], state.get("min_n"), state.get("max_n"), total_size(path))
         _fasttext_word_vectors(path, kv)
     keys, vectors = state.get("index_to_key"), state.get("vectors")
     if not isinstance(keys, list):

@@ -21,6 +21,12 @@ from stabcli.inputs.keytable import read_key_names
 from stabcli.inputs.labels import read_labels
 
 
+def _pretrain(corpus, out, *options: str):
+    """One quick run (dim 4, one epoch) of ``stabcli pretrain`` in-process."""
+    args = ["pretrain", str(corpus), "--out", str(out), "--runs", "1", "--dim", "4", "--epochs", "1", *options]
+    return runner.invoke(app, args)
+
+
 def _ratings(n_users: int = 12, n_items: int = 9, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = [
@@ -59,49 +65,13 @@ def test_any_time_header_by_time_col_and_the_columns_are_recorded(tmp_path):
     assert timed.columns == {"user": "'uid'", "item": "'movie'", "time": "'when'"}
     assert timed.sequences[1] == ["m1"] * 3 + ["m2"] * 3 + ["m3"] * 3  # u1 by time; u2 starts earlier
     out = tmp_path / "r"
-    result = runner.invoke(
-        app,
-        [
-            "pretrain",
-            str(tmp_path / "e.csv"),
-            "--out",
-            str(out),
-            "--runs",
-            "1",
-            "--dim",
-            "4",
-            "--epochs",
-            "1",
-            "--time-col",
-            "when",
-            "--min-count",
-            "1",
-        ],
-    )
+    result = _pretrain(str(tmp_path / "e.csv"), str(out), "--time-col", "when", "--min-count", "1")
     assert result.exit_code == 0, result.output
     assert "user 'uid', item 'movie', time 'when'" in result.stdout
     manifest = json.loads((out / "stabcli.json").read_text())
     assert manifest["corpus"]["columns"] == {"user": "'uid'", "item": "'movie'", "time": "'when'"}
-    result = runner.invoke(
-        app,
-        [
-            "pretrain",
-            str(tmp_path / "e.csv"),
-            "--out",
-            str(tmp_path / "j"),
-            "--runs",
-            "1",
-            "--dim",
-            "4",
-            "--epochs",
-            "1",
-            "--time-col",
-            "when",
-            "--min-count",
-            "1",
-            "--format",
-            "json",
-        ],
+    result = _pretrain(
+        str(tmp_path / "e.csv"), str(tmp_path / "j"), "--time-col", "when", "--min-count", "1", "--format", "json"
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["corpus"]["columns"] == {"user": "'uid'", "item": "'movie'", "time": "'when'"}
@@ -202,25 +172,7 @@ def test_tokenize_simple_is_gensims_simple_preprocess_and_recorded(tmp_path):
     assert corpus.sequences[0] == ["the", "cat", "sat", "on", "the", "mat"]
     assert read_corpus(tmp_path / "c.txt.gz", options=CorpusOptions(format="lines")).sequences[0][0] == "The"
     out = tmp_path / "r"
-    result = runner.invoke(
-        app,
-        [
-            "pretrain",
-            str(tmp_path / "c.txt.gz"),
-            "--out",
-            str(out),
-            "--runs",
-            "1",
-            "--dim",
-            "4",
-            "--epochs",
-            "1",
-            "--min-count",
-            "1",
-            "--tokenize",
-            "simple",
-        ],
-    )
+    result = _pretrain(str(tmp_path / "c.txt.gz"), str(out), "--min-count", "1", "--tokenize", "simple")
     assert result.exit_code == 0, result.output
     assert json.loads((out / "stabcli.json").read_text())["corpus"]["options"]["tokenize"] == "simple"
     assert "The" not in (out / "keys.txt").read_text().split()

@@ -154,6 +154,7 @@ DRIFT_OPTIONS = {
     "top": TOP,
     "seed": SEED,
     "reference": REFERENCE,
+    "measure": Constraint(str, choices=("direction", "length", "distance")),
 }
 DOWNSTREAM_OPTIONS = {
     "test_size": Constraint(float, low=0, high=1, open_low=True, open_high=True, requires="--labels"),
@@ -162,6 +163,7 @@ DOWNSTREAM_OPTIONS = {
     "reference": REFERENCE,
     "jobs": Constraint(int, low=1, optional=True),
     "min_class_size": Constraint(int, low=1, requires="--labels"),
+    "prefer": Constraint(str, choices=("stability", "balanced", "accuracy"), requires="--labels"),
 }
 FEATURIZE_OPTIONS = {
     "sigma": Constraint(float, low=0, open_low=True),

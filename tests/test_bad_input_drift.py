@@ -3,6 +3,7 @@ option, before any output is written, and leaves every file where it was."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,15 @@ def noise_set(tmp: Path, runs=5, keys=None, d=D, name="noise", bad_run=None) -> 
         array = vectors(100 + bad_run, len(keys), d)
         array[2, 1] = np.nan
         np.save(root / f"run-{bad_run:03d}" / "vectors.npy", array)
+    return root
+
+
+def manifest_set(tmp: Path, name: str, sha256: str, epochs: int = 10) -> Path:
+    """``noise_set`` with a pretrain-like manifest: corpus hash and training configuration."""
+    root = noise_set(tmp, name=name)
+    config = {"model": "word2vec", "dim": D, "epochs": epochs, "window": 3}
+    manifest = {"schema_version": 1, "runs": {}, "corpus": {"sha256": sha256}, "config": config}
+    (root / "stabcli.json").write_text(json.dumps(manifest))
     return root
 
 
@@ -186,6 +196,31 @@ CASES = {
         "'--model': 'forest' is not one of 'logreg', 'knn', 'ridge'",
     ),
     "model without labels": (lambda t: [*base(t), "--model", "ridge"], "--model only apply with --labels"),
+    "measure unknown": (lambda t: with_noise(t, "--measure", "angle"), "'--measure': 'angle' is not one of"),
+    "allow mismatch without noise": (
+        lambda t: [*base(t), "--allow-noise-mismatch"],
+        "--allow-noise-mismatch only apply with --noise RUNSET",
+    ),
+    "noise from another corpus": (
+        lambda t: [
+            "drift",
+            str(manifest_set(t, "b", "a" * 64)),
+            str(emb(t, "a.npy")),
+            "--noise",
+            str(manifest_set(t, "n", "c" * 64)),
+        ],
+        "its corpus sha256 is cccccccccccc…, BEFORE's",
+    ),
+    "noise with another dim setting": (
+        lambda t: [
+            "drift",
+            str(manifest_set(t, "b", "a" * 64)),
+            str(emb(t, "a.npy")),
+            "--noise",
+            str(manifest_set(t, "n", "a" * 64, epochs=20)),
+        ],
+        "its epochs is 20, BEFORE's",
+    ),
     "task without labels": (lambda t: [*base(t), "--task", "regression"], "--task only apply with --labels"),
     "key names missing": (
         lambda t: [*base(t), "--key-names", str(t / "names.tsv")],

@@ -90,8 +90,6 @@ class DownstreamOptions:
             if value is not None:
                 object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "labels", Path(self.labels))
-        if self.prefer not in PREFERENCES:
-            raise OptionError("prefer", f"{self.prefer!r} is not one of {', '.join(PREFERENCES)}")
         if self.task not in TASKS:
             raise OptionError("task", f"{self.task!r} is not one of {', '.join(TASKS)}")
         if self.model is not None:

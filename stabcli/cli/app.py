@@ -22,6 +22,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from stabcli import __version__
 from stabcli.cli.audit import audit_cmd
+from stabcli.cli.compare import compare_cmd
 from stabcli.cli.demo import demo_cmd
 from stabcli.cli.drift import drift_cmd
 from stabcli.cli.featurize import featurize_cmd
@@ -244,6 +245,7 @@ app.command("featurize", cls=_Command)(featurize_cmd)
 app.command("demo", cls=_Command)(demo_cmd)
 app.command("drift", cls=_Command)(drift_cmd)
 app.command("sweep", cls=_Command)(sweep_cmd)
+app.command("compare", cls=_Command)(compare_cmd)
 
 
 def main() -> None:

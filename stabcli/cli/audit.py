@@ -10,12 +10,16 @@ import typer
 from stabcli import constraints as c
 from stabcli.cli.options import (
     DownstreamModel,
+    HtmlPath,
     InputFormat,
     JsonPath,
     KeyNames,
     Keys,
     KnnK,
     MarkdownPath,
+    Mlflow,
+    MlflowExperiment,
+    Quiet,
     ReportForce,
     ReportFormat,
     SplitSeed,
@@ -34,7 +38,7 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import render_report, report_files, spinner, warn, wrote
+from stabcli.cli.output import render_report, report_files, set_quiet, spinner, warn, wrote
 from stabcli.constraints import ranged
 from stabcli.errors import UsageError
 
@@ -114,6 +118,7 @@ def audit_cmd(
     fmt: ReportFormat = "table",
     json_path: JsonPath = None,
     markdown_path: MarkdownPath = None,
+    html_path: HtmlPath = None,
     plots: Annotated[
         Path | None,
         plots_option(
@@ -206,6 +211,9 @@ def audit_cmd(
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,
     keys: Keys = None,
+    mlflow: Mlflow = False,
+    mlflow_experiment: MlflowExperiment = None,
+    quiet: Quiet = False,
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
@@ -228,10 +236,13 @@ def audit_cmd(
         stabcli audit a.vec b.vec c.vec --frequencies counts.tsv --min-frequency 5
 
         stabcli audit runs/ml --labels ratings_mean.csv --task regression --prefer stability
+
+        stabcli audit runs/exp1 --html audit.html --mlflow --mlflow-experiment embeddings
     """
     from stabcli.commands.audit import audit
 
-    with spinner("auditing") as on_step:
+    set_quiet(quiet)
+    with spinner("audit") as on_step:
         report = audit(
             inputs,
             normalize=normalize,
@@ -263,7 +274,7 @@ def audit_cmd(
             input_format=input_format,
             trust_pickle=trust_pickle,
             keys=keys,
-            **report_files(json_path, markdown_path, plots, per_key, force),
+            **report_files(json_path, markdown_path, plots, per_key, force, html_path, mlflow, mlflow_experiment),
             on_step=on_step,
             on_warning=warn,
             on_figure=wrote,

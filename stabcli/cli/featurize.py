@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from stabcli.cli.options import InputFormat, Keys, ReportFormat, TrustPickle, reference_option, seed_option
-from stabcli.cli.output import err, out, write_json_stdout
+from stabcli.cli.options import InputFormat, Keys, Quiet, ReportFormat, TrustPickle, reference_option, seed_option
+from stabcli.cli.output import err, info, out, set_quiet, write_json_stdout
 from stabcli.constraints import FEATURIZE_OPTIONS, ranged
 from stabcli.reports.schema import dumps
 from stabcli.reports.text import literal
@@ -73,6 +73,7 @@ def featurize_cmd(
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,
     keys: Keys = None,
+    quiet: Quiet = False,
 ) -> None:
     """Turn embeddings into random Fourier features phi(h), optionally aligned to a reference.
 
@@ -88,6 +89,8 @@ def featurize_cmd(
         stabcli featurize today.vec --out today-aligned.npy --dim 0 --align-to yesterday.vec
     """
     from stabcli.commands.featurize import featurize
+
+    set_quiet(quiet)
 
     result = featurize(
         input_path,
@@ -106,7 +109,7 @@ def featurize_cmd(
         keys=keys,
         save_transform=save_transform,
         force=force,
-        on_run=lambda name: err.print(literal(f"featurized {name}")) if err.is_terminal else None,
+        on_run=lambda name: info(f"featurize: {name} done"),
     )
     for note in result.notes:
         err.print(literal(f"note: {note}"), soft_wrap=True)

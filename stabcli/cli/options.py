@@ -37,8 +37,42 @@ ReportForce = Annotated[
     bool,
     typer.Option(
         "--force",
-        help="Replace existing --json/--markdown/--per-key files and a --plots directory holding only "
+        help="Replace existing --json/--markdown/--html/--per-key files and a --plots directory holding only "
         "stabcli's figures (never an input).",
+    ),
+]
+
+
+HtmlPath = Annotated[
+    Path | None,
+    typer.Option(
+        "--html",
+        metavar="FILE",
+        help="Also write a self-contained HTML page (tables, figures, the per-key table sortable and searchable).",
+    ),
+]
+Mlflow = Annotated[
+    bool,
+    typer.Option(
+        "--mlflow",
+        help="Log the options, every number of the report and its renderings to MLflow (MLFLOW_TRACKING_URI, "
+        "else MLflow's default: sqlite:///mlflow.db here). Needs stabcli[mlflow].",
+    ),
+]
+MlflowExperiment = Annotated[
+    str | None,
+    typer.Option(
+        "--mlflow-experiment",
+        metavar="NAME",
+        help="MLflow experiment to log into [default: $MLFLOW_EXPERIMENT_NAME, else stabcli].",
+    ),
+]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Nothing on stderr but warnings and errors: no progress, no stage lines, no 'wrote' lines.",
     ),
 ]
 

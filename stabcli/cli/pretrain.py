@@ -14,8 +14,11 @@ from stabcli.cli.options import (
     EmbeddingModel,
     Epochs,
     MinCount,
+    Mlflow,
+    MlflowExperiment,
     Negative,
     Params,
+    Quiet,
     ReportFormat,
     SkipGram,
     Timeout,
@@ -24,7 +27,18 @@ from stabcli.cli.options import (
     scheduler_option,
     seed_option,
 )
-from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress, write_json_stdout
+from stabcli.cli.output import (
+    EXIT_BAD_INPUT,
+    RunLines,
+    err,
+    info,
+    out,
+    print_line,
+    progress,
+    quiet_mlflow_logs,
+    set_quiet,
+    write_json_stdout,
+)
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
 from stabcli.reports.layout import print_table
 from stabcli.reports.text import literal
@@ -40,12 +54,15 @@ def run_pretrain(corpus: Path | None, out_dir: Path, **options: Any) -> Pretrain
         runs_task = bar.add_task("runs", total=options.get("runs", 10))
         epochs_task = bar.add_task("epochs", total=None, visible=options.get("script") is None)
 
+        lines = RunLines("pretrain")
+
         def on_progress(p: Any) -> None:
             bar.update(runs_task, completed=p.runs_done, total=p.runs_total)
             bar.update(epochs_task, completed=p.epochs_done, total=p.epochs_total)
+            lines(p.runs_done, p.runs_total)
 
         def on_step(text: str) -> None:
-            err.print(literal(text), soft_wrap=True)
+            info(text)
 
         return pretrain(corpus, out_dir, on_progress=on_progress, on_step=on_step, **options)
 
@@ -88,6 +105,7 @@ def exit_on_failures(result: PretrainResult) -> None:
 
 
 def pretrain_cmd(
+    ctx: typer.Context,
     corpus: Path | None = typer.Argument(None, metavar="CORPUS", help="Training corpus (optional with --script)."),
     out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Run set directory to create or resume."),
     runs: int = typer.Option(10, "--runs", "-n", min=1, metavar="N", help="Number of independent runs."),
@@ -177,6 +195,9 @@ def pretrain_cmd(
         None, "--min-rating", metavar="RATING", help="Tables: keep ratings >= this [default: keep all]."
     ),
     fmt: ReportFormat = "table",
+    mlflow: Mlflow = False,
+    mlflow_experiment: MlflowExperiment = None,
+    quiet: Quiet = False,
 ) -> None:
     """Train N independent runs of an embedding into a run set.
 
@@ -194,7 +215,16 @@ def pretrain_cmd(
         stabcli pretrain articles.txt.gz --out runs/text --tokenize simple
 
         stabcli pretrain --script 'python train.py --seed {seed} --out {out}' --runs 5 --out runs/mine
+
+        stabcli pretrain sessions.txt --out runs/exp1 --runs 5 --mlflow --mlflow-experiment item2vec
     """
+    from stabcli.commands.common import ReportFiles
+
+    set_quiet(quiet)
+    params = {k: v for k, v in ctx.params.items() if k not in ("mlflow", "mlflow_experiment", "quiet")}
+    if mlflow:
+        quiet_mlflow_logs()
+    tracker = ReportFiles(mlflow=mlflow, mlflow_experiment=mlflow_experiment).open_tracker()  # before any training
     result = run_pretrain(
         corpus,
         out_dir,
@@ -224,4 +254,12 @@ def pretrain_cmd(
         min_rating=min_rating,
         tokenize=tokenize,
     )
+    if tracker is not None:
+        from stabcli.reports.tracking import log_nested, pretrain_records
+
+        top, children = log_nested(tracker, *pretrain_records(result, params))
+        info(
+            f"logged to MLflow: run {top.run_id} with {len(children)} nested runs in experiment "
+            f"{tracker.experiment!r} at {tracker.tracking_uri}"
+        )
     report_pretrain(result, fmt)

@@ -773,15 +773,17 @@ def audit(inputs: str | Path | Sequence[str | Path], **options: Any) -> AuditRep
     >>> report = stabcli.audit("runs/exp1", knn_k=5, top=3)  # doctest: +SKIP
     >>> report.representation.knn_overlap  # doctest: +SKIP
     """
-    from stabcli.commands.common import ReportFiles, refuse_unknown, take, warn
+    from stabcli.commands.common import Renderings, ReportFiles, log_run, params_given, refuse_unknown, take, warn
     from stabcli.inputs.textfile import check_encoding
     from stabcli.reports import audit_render
     from stabcli.training.cluster import joblib_on, scheduler_address
 
     paths = [Path(inputs)] if isinstance(inputs, (str, Path)) else [Path(p) for p in inputs]
     options = dict(options)
+    params = {"inputs": [str(p) for p in paths], **params_given(options)}
     on_warning = options.pop("on_warning", None) or warn
     on_step, on_figure = options.pop("on_step", None), options.pop("on_figure", None)
+    on_logged = options.pop("on_logged", None)
     checks, key_names = list(options.pop("checks", ())), options.pop("key_names", None)
     scheduler, frequencies = options.pop("scheduler", None), options.pop("frequencies", None)
     if options.get("encoding") is not None:
@@ -799,17 +801,22 @@ def audit(inputs: str | Path | Sequence[str | Path], **options: Any) -> AuditRep
         files.check_formats()
         more_inputs = [labelled.get("labels"), key_names, read.keys_file, settings.eis_anchor, frequencies]
         plan = files.plan(paths, more_inputs)
+        tracker = files.open_tracker()
         names, counts = _key_tables(key_names, frequencies, labelled.get("encoding"))
         runs = load_runs(paths, on_warning=on_warning, read=read)
-        per_key = files.per_key is not None
+        per_key = files.per_key is not None or files.html is not None or tracker is not None  # the displacement column
         report = build_report(runs, settings, on_step, downstream, checks, names, per_key, on_warning, counts)
-        figures = files.write(
-            plan,
-            schema.dumps(report),
-            lambda: audit_render.render_markdown(report),
-            lambda d: audit_render.write_plots(report, d),
+        text = schema.dumps(report)
+        renderings = Renderings(
+            text,
+            lambda rows: audit_render.render_markdown(report, rows),
+            lambda: audit_render.plot_figures(report),
             lambda: _frame_of(report, names),
+            lambda figures, frame: audit_render.render_html(report, frame, figures, text),
+            len(report.representation.least_stable),
         )
+        figures = files.write(plan, text, renderings=renderings, on_warning=on_warning)
+        log_run(tracker, "audit", params, renderings, on_logged)
     for figure in figures:
         if on_figure is not None:
             on_figure(figure)

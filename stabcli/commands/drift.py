@@ -955,13 +955,15 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
     >>> report = stabcli.drift("runs/v1", "v2.npy", noise="runs/v1")  # doctest: +SKIP
     >>> report.drift.moved_share  # doctest: +SKIP
     """
-    from stabcli.commands.common import ReportFiles, only_with, refuse_unknown, take
+    from stabcli.commands.common import Renderings, ReportFiles, log_run, only_with, params_given, refuse_unknown, take
     from stabcli.reports import drift_render
 
     before, after = Path(before), Path(after)
     noise = Path(noise) if noise is not None else None
     options = dict(options)
+    params = {"before": str(before), "after": str(after), "noise": noise, **params_given(options)}
     on_step, on_figure = options.pop("on_step", None), options.pop("on_figure", None)
+    on_warning, on_logged = options.pop("on_warning", None), options.pop("on_logged", None)
     checks, key_names = list(options.pop("checks", ())), options.pop("key_names", None)
     allow_mismatch = bool(options.pop("allow_noise_mismatch", False))
     labelled = {name: options.pop(name) for name in DOWNSTREAM_KEYWORDS if name in options}
@@ -982,6 +984,7 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
     per_key_csv = files.check_formats() == "csv"
     more_inputs = [downstream.labels if downstream else None, Path(key_names) if key_names else None, read.keys_file]
     plan = files.plan([before, after, *([noise] if noise else [])], more_inputs)
+    tracker = files.open_tracker()
     if allow_mismatch and noise is None:
         only_with("--noise RUNSET", [("--allow-noise-mismatch", True)])
     inputs = load_inputs(before, after, noise, settings.reference, read, allow_mismatch)
@@ -990,13 +993,17 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
         inputs, settings, downstream, names, str(key_names) if key_names else None, on_step=on_step
     )
     report = evaluate_checks(report, parsed)
-    figures = files.write(
-        plan,
-        schema.dumps(report),
-        lambda: drift_render.render_markdown(report),
-        lambda directory: drift_render.write_plots(report, table, directory),
-        lambda: table.frame(compact=per_key_csv),
+    text = schema.dumps(report)
+    renderings = Renderings(
+        text,
+        lambda rows: drift_render.render_markdown(report, rows),
+        lambda: drift_render.plot_figures(report, table),
+        lambda: table.frame(compact=per_key_csv or files.per_key is None),
+        lambda figures, _: drift_render.render_html(report, table, figures, text),
+        len(report.drift.top),
     )
+    figures = files.write(plan, text, renderings=renderings, on_warning=on_warning)
+    log_run(tracker, "drift", params, renderings, on_logged)
     for figure in figures:
         if on_figure is not None:
             on_figure(figure)

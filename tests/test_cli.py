@@ -411,7 +411,10 @@ def test_audit_checks_reach_downstream_variants(runset, genre_labels):
             ["--labels", "GENRES", "--featurize-dims", "8,x"],
             "--featurize-dims '8,x': expected a comma-separated list of int",
         ),
-        (["--labels", "GENRES", "--model", "svm"], "'--model': 'svm' is not one of 'logreg', 'knn', 'ridge'"),
+        (
+            ["--labels", "GENRES", "--model", "svm"],
+            "--model: 'svm' is not one of logreg, knn, ridge, gbdt, mlp or module:Class",
+        ),
         (["--labels", "GENRES", "--test-size", "1.5"], "--test-size: must be strictly between 0 and 1, got 1.5"),
         (["--labels", "GENRES", "--task", "regression"], "--task regression needs finite numeric labels, found 'g"),
         (["--labels", "ONECLASS"], "only one class ('g') among the 40 labeled keys"),
@@ -498,8 +501,8 @@ def test_choices_and_ranges_are_declared_for_help_and_checked_by_typer():
     declared = {(name, p.name): p.metavar for name in COMMANDS for p in click_command(name).params}
     assert declared[("pretrain", "model")] == "|".join(TRAIN_MODELS)
     assert declared[("pretrain", "vary")] == "|".join(VARY)
-    assert declared[("audit", "task")] == declared[("drift", "task")] == "|".join(TASKS)
-    assert declared[("audit", "model")] == declared[("drift", "model")] == "|".join(MODELS)
+    assert declared[("audit", "task")] == declared[("drift", "task")] == "|".join((*TASKS, "next-item"))
+    assert declared[("audit", "model")] == declared[("drift", "model")] == "|".join((*MODELS, "MODULE:CLASS"))
     for name in ("pretrain", "audit", "drift"):
         assert declared[(name, "fmt")] == "table|json"
     for value in FORMATS:

@@ -333,3 +333,42 @@ def test_drift_html_from_the_command_line(tmp_path):
     assert json.loads(parser.scripts["stabcli-report"]) == data
     assert_numbers_match(parser, data, least=10)
     assert len(parser.tables["keys"]) == 1 + 30
+
+
+def test_featurize_html_from_the_command_line(tmp_path):
+    root = make_runset(tmp_path / "runs", runs=2, n=30, dim=4)
+    args = ["featurize", root, "--out", tmp_path / "phi", "--epsilon", "0.2", "--html", tmp_path / "f.html"]
+    result = invoke(*args, "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    parser = parse((tmp_path / "f.html").read_text(encoding="utf-8"))
+    assert json.loads(parser.scripts["stabcli-report"]) == data
+    assert_numbers_match(parser, data, least=6)  # rows, runs, dims, the measured error and its bound
+    sidecar = json.loads((tmp_path / "phi.featurize.json").read_text())
+    transform = {row[0][0]: row[1][0] for row in parser.tables["table-1"][1:]}
+    assert transform["sigma"] == str(sidecar["sigma"]) and transform["seed"] == str(sidecar["seed"])
+    refused = invoke("featurize", root, "--out", tmp_path / "phi2", "--html", root / "keys.txt")
+    assert_bad_input(refused, "--html")
+    assert not (tmp_path / "phi2").exists()  # refused before any work
+
+
+def test_sweep_html_from_the_command_line(tmp_path, sessions_file):
+    args = [
+        "sweep", sessions_file, "--out", tmp_path / "sw", "--grid", "window=2,3", "--sizes", "0.5,1",
+        "--runs", "2", "--dim", "4", "--epochs", "1", "-j", "1", "--knn-k", "3",
+        "--json", tmp_path / "s.json", "--html", tmp_path / "s.html",
+    ]  # fmt: skip
+    plots = importlib.util.find_spec("matplotlib") is not None
+    result = invoke(*args, *(["--plots", tmp_path / "figs"] if plots else []))
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "s.json").read_text())
+    parser = parse((tmp_path / "s.html").read_text(encoding="utf-8"))
+    assert json.loads(parser.scripts["stabcli-report"]) == data
+    cells = parser.tables["cells"]
+    assert len(cells) == 1 + len(data["cells"]) == 5
+    assert {row[0][0].rstrip(" *") for row in cells[1:]} == set(data["cells"])
+    if plots:  # the page's figures are the --plots files
+        import base64
+
+        images = [base64.b64decode(u.split(",", 1)[1]) for u in parser.urls if u.startswith("data:image/png")]
+        assert sorted(images) == sorted(p.read_bytes() for p in (tmp_path / "figs").iterdir())

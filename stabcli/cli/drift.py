@@ -19,6 +19,7 @@ from stabcli.cli.options import (
     MarkdownPath,
     Mlflow,
     MlflowExperiment,
+    ModelParam,
     Quiet,
     ReportForce,
     ReportFormat,
@@ -104,6 +105,7 @@ def drift_cmd(
     ] = None,
     task: Task = "auto",
     model: DownstreamModel = None,
+    model_param: ModelParam = [],  # noqa: B006
     test_size: TestSize = 0.2,
     split_seed: SplitSeed = 0,
     encoding: Annotated[
@@ -170,6 +172,7 @@ def drift_cmd(
             labels=labels,
             task=task,
             model=model,
+            model_params=model_param,
             test_size=test_size,
             split_seed=split_seed,
             encoding=encoding,

@@ -126,19 +126,29 @@ def labels_option(help: str) -> Any:
 
 
 Task = Annotated[
-    Literal["auto", "classification", "regression"],
+    Literal["auto", "classification", "regression", "multilabel", "next-item"],
     typer.Option(
         "--task",
-        metavar="auto|classification|regression",
-        help="With --labels; auto: numeric labels with fractions or more than 20 values are regression.",
+        metavar="auto|classification|regression|multilabel|next-item",
+        help="With --labels; auto: keys with several labels are multilabel, numeric labels with fractions or "
+        "more than 20 values regression. audit: next-item with --interactions.",
     ),
 ]
 DownstreamModel = Annotated[
-    Literal["logreg", "knn", "ridge"] | None,
+    str | None,
     typer.Option(
         "--model",
-        metavar="logreg|knn|ridge",
-        help="With --labels [default: logreg for classification, ridge for regression].",
+        metavar="logreg|knn|ridge|gbdt|mlp|MODULE:CLASS",
+        help="With --labels; gbdt and mlp are scikit-learn's HistGradientBoosting and MLP (seeded), MODULE:CLASS "
+        "any scikit-learn estimator [default: logreg for classification, ridge for regression].",
+    ),
+]
+ModelParam = Annotated[
+    list[str],
+    typer.Option(
+        "--model-param",
+        metavar="NAME=VALUE",
+        help="A parameter of --model (repeatable); VALUE is a Python literal: 200, 0.1, (64, 32), None, a word.",
     ),
 ]
 TestSize = Annotated[
@@ -215,6 +225,57 @@ def jobs_option(help: str, constraint: Constraint | None = None) -> Any:
 
 def scheduler_option(help: str) -> Any:
     return typer.Option("--scheduler", metavar="ADDRESS", help=help)
+
+
+# -- interaction tables (pretrain's corpus, audit --task next-item: corpus.CorpusOptions) ----
+CorpusFormat = Annotated[
+    Literal["auto", "lines", "tagged", "movielens", "interactions"],
+    typer.Option(
+        "--corpus-format",
+        metavar="FORMAT",
+        help="auto, lines, tagged, movielens or interactions (auto: "
+        "MovieLens names, doc2vec → tagged, a delimited table → interactions, else lines).",
+    ),
+]
+UserCol = Annotated[
+    str | None,
+    typer.Option(
+        "--user-col",
+        metavar="COL",
+        help="Tables: user column, header name or 0-based position "
+        "[default: a user/userId/uid… header, else column 0].",
+    ),
+]
+ItemCol = Annotated[
+    str | None,
+    typer.Option(
+        "--item-col",
+        metavar="COL",
+        help="Tables: item column, name or position [default: an item/itemId/movieId… header, else column 1].",
+    ),
+]
+TimeCol = Annotated[
+    str | None,
+    typer.Option(
+        "--time-col",
+        metavar="COL",
+        help="Tables: column ordering each user's items "
+        "[default: a timestamp/ts/time… header; no header: column 3 in the "
+        "MovieLens layout, else file order; none: file order].",
+    ),
+]
+RatingCol = Annotated[
+    str | None,
+    typer.Option(
+        "--rating-col",
+        metavar="COL",
+        help="Tables: rating column for --min-rating [default: a rating/score… header; MovieLens layout: column 2].",
+    ),
+]
+MinRating = Annotated[
+    float | None,
+    typer.Option("--min-rating", metavar="RATING", help="Tables: keep ratings >= this [default: keep all]."),
+]
 
 
 # -- the model a run trains (pretrain, sweep) --------------------------------------------------

@@ -10,18 +10,24 @@ import typer
 from rich.table import Table
 
 from stabcli.cli.options import (
+    CorpusFormat,
     Dim,
     EmbeddingModel,
     Epochs,
+    ItemCol,
     MinCount,
+    MinRating,
     Mlflow,
     MlflowExperiment,
     Negative,
     Params,
     Quiet,
+    RatingCol,
     ReportFormat,
     SkipGram,
+    TimeCol,
     Timeout,
+    UserCol,
     Window,
     jobs_option,
     scheduler_option,
@@ -147,13 +153,7 @@ def pretrain_cmd(
         help="Train with your own command; placeholders {seed} {out} {run} {corpus}. Run without a shell.",
     ),
     timeout: Timeout = None,
-    corpus_format: Literal["auto", "lines", "tagged", "movielens", "interactions"] = typer.Option(
-        "auto",
-        "--corpus-format",
-        metavar="FORMAT",
-        help="auto, lines, tagged, movielens or interactions (auto: "
-        "MovieLens names, doc2vec → tagged, a delimited table → interactions, else lines).",
-    ),
+    corpus_format: CorpusFormat = "auto",
     tokenize: Literal["none", "simple"] = typer.Option(
         "none",
         "--tokenize",
@@ -164,36 +164,11 @@ def pretrain_cmd(
     encoding: str = typer.Option(
         "utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides)."
     ),
-    user_col: str | None = typer.Option(
-        None,
-        "--user-col",
-        metavar="COL",
-        help="Tables: user column, header name or 0-based position "
-        "[default: a user/userId/uid… header, else column 0].",
-    ),
-    item_col: str | None = typer.Option(
-        None,
-        "--item-col",
-        metavar="COL",
-        help="Tables: item column, name or position [default: an item/itemId/movieId… header, else column 1].",
-    ),
-    time_col: str | None = typer.Option(
-        None,
-        "--time-col",
-        metavar="COL",
-        help="Tables: column ordering each user's items "
-        "[default: a timestamp/ts/time… header; no header: column 3 in the "
-        "MovieLens layout, else file order; none: file order].",
-    ),
-    rating_col: str | None = typer.Option(
-        None,
-        "--rating-col",
-        metavar="COL",
-        help="Tables: rating column for --min-rating [default: a rating/score… header; MovieLens layout: column 2].",
-    ),
-    min_rating: float | None = typer.Option(
-        None, "--min-rating", metavar="RATING", help="Tables: keep ratings >= this [default: keep all]."
-    ),
+    user_col: UserCol = None,
+    item_col: ItemCol = None,
+    time_col: TimeCol = None,
+    rating_col: RatingCol = None,
+    min_rating: MinRating = None,
     fmt: ReportFormat = "table",
     mlflow: Mlflow = False,
     mlflow_experiment: MlflowExperiment = None,

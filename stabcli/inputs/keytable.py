@@ -127,8 +127,10 @@ def per_key_frame(
     relative_instability: np.ndarray,
     displacement: np.ndarray | None,
     knn_overlap: np.ndarray,
+    extra: dict[str, np.ndarray] | None = None,
 ) -> pd.DataFrame:
-    """One row per key with the ``PER_KEY_COLUMNS``; missing values are empty (NA)."""
+    """One row per key with the ``PER_KEY_COLUMNS``, then the ``extra`` columns (the
+    downstream flip rates); missing values are empty (NA)."""
     import pandas as pd
 
     n = len(keys)
@@ -143,8 +145,9 @@ def per_key_frame(
             "relative_instability": relative_instability,
             "displacement": displacement if displacement is not None else np.full(n, np.nan),
             "knn_overlap": knn_overlap,
+            **(extra or {}),
         },
-        columns=PER_KEY_COLUMNS,
+        columns=PER_KEY_COLUMNS + list(extra or {}),
     )
 
 

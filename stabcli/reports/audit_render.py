@@ -9,14 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from stabcli.environment import describe
 from stabcli.reports import html
-from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow, PairSpread
+from stabcli.reports.audit_report import AuditReport, EpochRow, PairSpread
+from stabcli.reports.downstream_render import (
+    downstream_figure,
+    downstream_notes,
+    downstream_table,
+    next_item_notes,
+    next_item_table,
+    render_downstream,
+    render_next_item,
+)
 from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
 from stabcli.reports.figures import require_plots as require_plots  # where the commands import it from
 from stabcli.reports.figures import save as save_figures
@@ -372,81 +380,9 @@ def render_terminal(report: AuditReport, console: Console) -> None:
         console.print(literal(NO_LOSS, "dim"))
     if report.downstream:
         render_downstream(report.downstream, console)
+    if report.next_item:
+        render_next_item(report.next_item, console)
     render_checks(report, console)
-
-
-def render_downstream(ds: DownstreamSection, console: Console) -> None:
-    headers, rows = downstream_table(ds)
-    table = Table(box=box.SIMPLE_HEAD)
-    for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
-    chosen = ds.recommendation.variant
-    for row in rows:
-        table.add_row(*_plain(row), style="bold green" if row[0] == chosen else None)
-    print_table(console, table, literal("Downstream fluctuation across runs", "italic"))
-    for note in downstream_notes(ds):
-        console.print(literal(note, "yellow" if note.startswith("warning") else "dim"), soft_wrap=True)
-    console.print(literal(f"recommendation: {ds.recommendation.reason}", "bold"), soft_wrap=True)
-
-
-def _mean_std(entry: Any, metric: str) -> str:
-    mean, std = entry.metric(f"{metric}_mean"), entry.metric(f"{metric}_std")
-    return f"{mean:.3f}" + ("" if std is None else f" ({std:.3f})")
-
-
-def _fixed(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
-
-
-def downstream_table(ds: DownstreamSection) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of the paper's Table 1 layout plus churn and stale columns."""
-    classification = ds.task == "classification"
-    metrics = ("accuracy", "f1_macro") if classification else ("r2", "rmse")
-    primary = metrics[0]
-    headers = [
-        "variant",
-        "dims",
-        *(("accuracy", "macro-F1") if classification else ("R²", "RMSE")),
-        "churn",
-        "stale " + ("acc." if classification else "R²"),
-        "drop",
-    ]
-    rows = []
-    for name, entry in ds.variants.items():
-        churn = entry.churn
-        rows.append(
-            [
-                name,
-                str(entry.dim),
-                *(_mean_std(entry, metric) for metric in metrics),
-                "—" if churn is None else (f"{churn:.1%}" if classification else f"{churn:.3f}"),
-                _fixed(entry.metric(f"stale_{primary}_mean")),
-                _fixed(entry.stale_drop),
-            ]
-        )
-    return headers, rows
-
-
-def downstream_notes(ds: DownstreamSection) -> list[str]:
-    """Lines under the table: the protocol in one line, baselines, warnings."""
-    notes = [
-        f"{ds.model} on {Path(ds.labels).name} ({ds.task}): {ds.train:,} train / {ds.test:,} test keys, "
-        f"one split (seed {ds.split_seed}) for every run; mean (std over runs); stale = the model of "
-        f"{ds.reference} applied unchanged to the other runs"
-    ]
-    if ds.task == "regression":
-        notes.append("churn = root-mean-square difference between two runs' predictions, in label units")
-    if ds.majority_accuracy is not None:
-        notes.append(
-            f"{ds.classes} classes; always predicting the majority class scores accuracy {ds.majority_accuracy:.3f}"
-        )
-    if ds.skipped_keys:
-        notes.append(f"{ds.skipped_keys:,} keys have no label and were skipped")
-    if ds.not_converged:
-        notes.append(
-            f"warning: {ds.not_converged} fits stopped before the solver converged; their spread includes solver noise"
-        )
-    return notes
 
 
 def render_checks(report: AuditReport, console: Console) -> None:
@@ -506,6 +442,10 @@ def render_markdown(report: AuditReport, key_rows: int | None = None) -> str:
         lines += ["", "### Downstream fluctuation across runs", ""] + _md_table(headers, rows)
         lines += [""] + [f"- {md_text(note)}" for note in downstream_notes(ds)]
         lines += ["", f"**Recommendation:** {md_text(ds.recommendation.reason)}"]
+    if report.next_item:
+        headers, rows = next_item_table(report.next_item)
+        lines += ["", "### Next-item recommendation across runs", ""] + _md_table(headers, rows)
+        lines += [""] + [f"- {md_text(note)}" for note in next_item_notes(report.next_item)]
     if report.checks:
         lines += ["", "| check | value | result |", "| --- | ---: | --- |"]
         lines += [
@@ -582,6 +522,15 @@ def render_html(
                 html.paragraph(f"Recommendation: {ds.recommendation.reason}"),
             )
         )
+    if report.next_item:
+        headers, rows = next_item_table(report.next_item)
+        body.append(
+            html.section(
+                "Next-item recommendation across runs",
+                html.table(headers, rows),
+                html.bullets(next_item_notes(report.next_item)),
+            )
+        )
     if report.checks:
         body.append(html.section("Checks", html.checks_table(report.checks, _num)))
     body.append(html.section("Figures", html.figures(figures, PLOTS_INSTALL)))
@@ -655,7 +604,7 @@ def plot_figures(report: AuditReport) -> list[Figure]:
     if rep.by_frequency:
         drawn.append(png(_by_frequency_figure(plt, report), "by_frequency.png"))
     if report.downstream:
-        drawn.append(png(_fig2(plt, report.downstream), "fig2_downstream_spread.png"))
+        drawn.append(png(downstream_figure(plt, report.downstream), "fig2_downstream_spread.png"))
     return drawn
 
 
@@ -710,20 +659,4 @@ def _fig1c(plt: Any, rows: list[EpochRow]) -> Any:
     top.set(ylabel="variance per dimension", title="Across-run variance by epoch (Fig. 1c)")
     bottom.plot([r.epoch for r in rows], [r.noise_share for r in rows], marker="o", color="#c44e52")
     bottom.set(xlabel="epoch", ylabel="noise share", ylim=(0, 1))
-    return fig
-
-
-def _fig2(plt: Any, ds: DownstreamSection) -> Any:
-    primary, label = ("accuracy", "test accuracy") if ds.task == "classification" else ("r2", "test R²")
-    names = list(ds.variants)
-    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 3.8))
-    for x, name in enumerate(names):
-        values = ds.variants[name].metric(f"{primary}_by_run")
-        offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [0.0]
-        ax.scatter(
-            x + np.asarray(offsets), values, s=18, color="#4c72b0", alpha=0.8, marker="o" if len(values) > 1 else "D"
-        )
-        ax.hlines(np.mean(values), x - 0.3, x + 0.3, color="#c44e52")
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
-    ax.set(ylabel=label, title="Downstream metric per run (one dot per run, line = mean)")
     return fig

@@ -336,6 +336,11 @@ def _output_format(output: Path, fmt: str | None, runset: bool) -> str:
     if runset:
         if fmt not in (None, "npy"):
             raise OptionError("output_format", f"{fmt}: a run set is featurized into a run set of .npy runs")
+        if suffix_format is not None:  # the rule: a run set's output is a directory, named without a file suffix
+            raise UsageError(
+                f"--out {output}: a run set is featurized into a run set (a directory), and "
+                f"{output.suffix!r} names a file format; give a directory name such as {output.with_suffix('')}"
+            )
         return "npy"
     if fmt is None:
         if suffix_format is None:

@@ -46,6 +46,7 @@ from stabcli.cli.output import (
     write_json_stdout,
 )
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
+from stabcli.reports.layout import print_table
 from stabcli.reports.text import literal
 from stabcli.training.pretrain import PretrainResult
 
@@ -75,7 +76,9 @@ def run_pretrain(corpus: Path | None, out_dir: Path, **options: Any) -> Pretrain
 def _summary_table(result: PretrainResult) -> Table:
     table = Table(title=literal(f"run set {result.root}"), title_justify="left")
     for column in ("run", "seed", "seconds", "final loss", "status"):
-        table.add_column(column, justify="right" if column in ("seed", "seconds", "final loss") else "left")
+        table.add_column(
+            column, justify="right" if column in ("seed", "seconds", "final loss") else "left", no_wrap=True
+        )
     styles = {"complete": "green", "kept": "cyan", "failed": "bold red"}
     for r in result.runs:
         table.add_row(
@@ -92,7 +95,7 @@ def report_pretrain(result: PretrainResult, fmt: str) -> None:
     if fmt == "json":
         write_json_stdout(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
-        out.print(_summary_table(result))
+        print_table(out, _summary_table(result))
         if result.corpus:
             c = result.corpus
             out.print(f"corpus read as {c['description']}", highlight=False)
@@ -151,6 +154,13 @@ def pretrain_cmd(
     ),
     timeout: Timeout = None,
     corpus_format: CorpusFormat = "auto",
+    tokenize: Literal["none", "simple"] = typer.Option(
+        "none",
+        "--tokenize",
+        metavar="HOW",
+        help="Text corpora (lines, tagged): none splits on whitespace; simple is gensim's simple_preprocess "
+        "(lower case, words of 2-15 letters, punctuation and digits dropped). Recorded in the manifest.",
+    ),
     encoding: str = typer.Option(
         "utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides)."
     ),
@@ -176,6 +186,8 @@ def pretrain_cmd(
         stabcli pretrain ml-1m/ratings.dat --out runs/ml --min-rating 4 --vary bootstrap
 
         stabcli pretrain docs.tsv --model doc2vec --out runs/docs --param dm_mean=1
+
+        stabcli pretrain articles.txt.gz --out runs/text --tokenize simple
 
         stabcli pretrain --script 'python train.py --seed {seed} --out {out}' --runs 5 --out runs/mine
 
@@ -215,6 +227,7 @@ def pretrain_cmd(
         time_col=time_col,
         rating_col=rating_col,
         min_rating=min_rating,
+        tokenize=tokenize,
     )
     if tracker is not None:
         from stabcli.reports.tracking import log_nested, pretrain_records

@@ -809,8 +809,17 @@ def audit(inputs: str | Path | Sequence[str | Path], **options: Any) -> AuditRep
     >>> report = stabcli.audit("runs/exp1", knn_k=5, top=3)  # doctest: +SKIP
     >>> report.representation.knn_overlap  # doctest: +SKIP
     """
-    from stabcli.commands.common import Renderings, ReportFiles, log_run, params_given, refuse_unknown, take, warn
-    from stabcli.inputs.textfile import check_encoding
+    from stabcli.commands.common import (
+        Renderings,
+        ReportFiles,
+        log_run,
+        params_given,
+        refuse_unknown,
+        refuse_unused_table_options,
+        take,
+        warn,
+    )
+    from stabcli.inputs.textfile import check_encoding, check_regular_file
     from stabcli.measure.downstream.nextitem import next_item_options
     from stabcli.reports import audit_render
     from stabcli.training.cluster import joblib_on, scheduler_address
@@ -833,19 +842,26 @@ def audit(inputs: str | Path | Sequence[str | Path], **options: Any) -> AuditRep
         options.pop("task")
     labelled = {name: options.pop(name) for name in DOWNSTREAM_KEYWORDS if name in options}
     refuse_unknown("audit", options)
+    tables = [("--labels", labelled.get("labels")), ("--key-names", key_names), ("--frequencies", frequencies)]
+    refuse_unused_table_options(labelled, tables)
     downstream = _downstream_options(labelled, scheduler)
-    with joblib_on(scheduler_address(scheduler) if downstream is not None else None) as cluster:
+    address = scheduler_address(scheduler) if downstream is not None else None
+    # a typo fails before any input is read
+    validate_checks(checks, labels=downstream is not None, interactions=next_item is not None)
+    files.check_formats()
+    more_inputs = [labelled.get("labels"), key_names, read.keys_file, settings.eis_anchor, frequencies]
+    more_inputs += [next_item.interactions] if next_item is not None else []
+    plan = files.plan(paths, more_inputs)
+    tracker = files.open_tracker()
+    names, counts = _key_tables(key_names, frequencies, labelled.get("encoding"))
+    runs = load_runs(paths, on_warning=on_warning, read=read)
+    if downstream is not None:  # before any worker starts
+        if not Path(downstream.labels).exists():
+            raise InputError(f"{downstream.labels}: label file not found")
+        check_regular_file(Path(downstream.labels), "label file")
+    with joblib_on(address) as cluster:  # connects (local:N: starts workers) once the inputs are checked
         if cluster is not None and downstream is not None and downstream.jobs is None:
             downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs
-        # a typo fails before any input is read
-        validate_checks(checks, labels=downstream is not None, interactions=next_item is not None)
-        files.check_formats()
-        more_inputs = [labelled.get("labels"), key_names, read.keys_file, settings.eis_anchor, frequencies]
-        more_inputs += [next_item.interactions] if next_item is not None else []
-        plan = files.plan(paths, more_inputs)
-        tracker = files.open_tracker()
-        names, counts = _key_tables(key_names, frequencies, labelled.get("encoding"))
-        runs = load_runs(paths, on_warning=on_warning, read=read)
         per_key = files.per_key is not None or files.html is not None or tracker is not None  # the displacement column
         report = build_report(
             runs,

@@ -47,6 +47,37 @@ def refuse_unknown(command: str, options: Mapping[str, Any]) -> None:
         raise TypeError(f"{command}() got an unexpected keyword argument {next(iter(options))!r}")
 
 
+# options of the downstream protocol and their defaults: given with another value without
+# --labels, they are refused (audit and drift alike), never silently ignored
+LABEL_OPTION_DEFAULTS: dict[str, Any] = {
+    "task": "auto",
+    "model": None,
+    "test_size": 0.2,
+    "split_seed": 0,
+    "min_class_size": 5,
+    "variants": None,
+    "featurize_dims": None,
+    "sigmas": None,
+}
+
+
+def refuse_unused_table_options(labelled: dict[str, Any], tables: Iterable[tuple[str, object]]) -> None:
+    """``UsageError`` for options given without the file they apply to: the downstream options
+    (``--test-size``, ``--task``, …) without ``--labels``, ``--encoding`` without any of the
+    text ``tables`` (``(flag, value)``: ``--labels``, ``--key-names``, …)."""
+    tables = list(tables)
+    if labelled.get("labels") is None:
+        only_with(
+            "--labels FILE",
+            [
+                ("--" + name.replace("_", "-"), name in labelled and labelled[name] != default)
+                for name, default in LABEL_OPTION_DEFAULTS.items()
+            ],
+        )
+    if labelled.get("encoding") is not None and all(value is None for _flag, value in tables):
+        only_with(" or ".join(f"{flag} FILE" for flag, _value in tables), [("--encoding", True)])
+
+
 def only_with(required: str, given: Iterable[tuple[str, bool]]) -> None:
     """``UsageError`` naming the flags given (``name, given``) that only apply with ``required``."""
     extra = [name for name, present in given if present]

@@ -896,7 +896,17 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
     >>> report = stabcli.drift("runs/v1", "v2.npy", noise="runs/v1")  # doctest: +SKIP
     >>> report.drift.moved_share  # doctest: +SKIP
     """
-    from stabcli.commands.common import Renderings, ReportFiles, log_run, only_with, params_given, refuse_unknown, take
+    from stabcli.commands.common import (
+        Renderings,
+        ReportFiles,
+        log_run,
+        only_with,
+        params_given,
+        refuse_unknown,
+        refuse_unused_table_options,
+        take,
+    )
+    from stabcli.inputs.textfile import check_encoding
     from stabcli.reports import drift_render
 
     before, after = Path(before), Path(after)
@@ -914,11 +924,12 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
     read = ReadOptions(**take(ReadOptions, options, {"keys": "keys_file"}))
     refuse_unknown("drift", options)
     downstream = None
+    refuse_unused_table_options(labelled, [("--labels", labelled.get("labels")), ("--key-names", key_names)])
     if labelled.get("labels") is None:
-        given = [("--task", labelled.get("task", "auto") != "auto"), ("--model", labelled.get("model") is not None)]
-        given += [("--model-param", bool(labelled.get("model_params")))]
-        only_with("--labels FILE", given)
-    else:
+        only_with("--labels FILE", [("--model-param", bool(labelled.get("model_params")))])
+    if encoding is not None:
+        check_encoding("encoding", encoding)
+    if labelled.get("labels") is not None:
         from stabcli.measure.downstream import DownstreamOptions
 
         if labelled.get("task") == "next-item":

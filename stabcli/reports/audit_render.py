@@ -29,6 +29,7 @@ from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
 from stabcli.reports.figures import require_plots as require_plots  # where the commands import it from
 from stabcli.reports.figures import save as save_figures
 from stabcli.reports.html import Cell, Figure
+from stabcli.reports.layout import print_table
 from stabcli.reports.summary import cut_note
 from stabcli.reports.text import literal, md_code, md_text
 
@@ -306,9 +307,9 @@ def convergence_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
 
 
 def _print_titled(console: Console, title: str, table: Table) -> None:
-    """The title on its own line (whole, never wrapped to the table's width), then the table."""
-    console.print(literal(title, "italic"), soft_wrap=True)
-    console.print(table)
+    """The title on its own line (whole, never wrapped to the table's width), then the table,
+    stacked when it does not fit (``reports.layout``)."""
+    print_table(console, table, literal(title, "italic"))
 
 
 def _rich_table(
@@ -319,7 +320,7 @@ def _rich_table(
 ) -> Table:
     table = Table()
     for i, header in enumerate(headers):
-        table.add_column(header, justify="right" if i >= right_from else "left")
+        table.add_column(header, justify="right" if i >= right_from else "left", no_wrap=True)
     for row in rows:
         table.add_row(*_plain(row), style=style(row) if style else None)
     return table
@@ -339,8 +340,8 @@ def render_terminal(report: AuditReport, console: Console) -> None:
         console.print(literal(environment, "yellow"), soft_wrap=True)
 
     table = Table()
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    table.add_column("metric", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
     table.add_column("reading", style="dim")
     for row in metric_rows(report):
         table.add_row(*_plain(list(row[:3])))

@@ -10,6 +10,7 @@ from stabcli.commands.compare import CompareReport, Delta, Side
 from stabcli.reports import html
 from stabcli.reports.audit_render import _num, _pct
 from stabcli.reports.html import Cell
+from stabcli.reports.layout import print_table
 from stabcli.reports.schema import dumps
 from stabcli.reports.text import literal, md_code, md_text
 
@@ -97,13 +98,13 @@ def render_terminal(report: CompareReport, console: Console) -> None:
     console.print(literal(verdict(report), style="bold"), soft_wrap=True)
     console.print(literal(side_line("A", report.a)), soft_wrap=True)
     console.print(literal(side_line("B", report.b)), soft_wrap=True)
-    table = Table(title="A vs B", title_justify="left")
+    table = Table()
     for i, header in enumerate(HEADERS):
-        table.add_column(header, justify="left" if i == 0 else "right")
+        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
     for _, entry, cells in rows(report):
         beyond = bool(entry.exceeds_a and entry.exceeds_b)
         table.add_row(*(literal(c) for c in cells), style="bold" if beyond else None)
-    console.print(table)
+    print_table(console, table, literal("A vs B", "italic"))
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
         mark = literal("PASS", "green") if check.passed else literal("FAIL", "bold red")
         console.print(mark, literal(f"{check.name} (value {_num(check.value)})"), soft_wrap=True)

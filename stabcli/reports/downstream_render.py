@@ -12,20 +12,19 @@ from rich.console import Console
 from rich.table import Table
 
 from stabcli.reports.audit_report import DownstreamSection, NextItemSection
+from stabcli.reports.layout import print_table
 from stabcli.reports.text import literal
 
 
 def render_downstream(ds: DownstreamSection, console: Console) -> None:
     headers, rows = downstream_table(ds)
-    table = Table(title="Downstream fluctuation across runs", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(box=box.SIMPLE_HEAD)
     for i, header in enumerate(headers):
-        table.add_column(
-            header, justify="left" if i == 0 else "right", no_wrap=i > 0, overflow="fold" if i == 0 else "ellipsis"
-        )
+        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
     chosen = ds.recommendation.variant
     for row in rows:
         table.add_row(*[literal(cell) for cell in row], style="bold green" if row[0] == chosen else None)
-    console.print(table)
+    print_table(console, table, literal("Downstream fluctuation across runs", "italic"))  # whole or stacked
     for note in downstream_notes(ds):
         console.print(literal(note, "yellow" if note.startswith("warning") else "dim"), soft_wrap=True)
     console.print(literal(f"recommendation: {ds.recommendation.reason}", "bold"), soft_wrap=True)
@@ -185,12 +184,12 @@ def next_item_notes(section: NextItemSection) -> list[str]:
 
 def render_next_item(section: NextItemSection, console: Console) -> None:
     headers, rows = next_item_table(section)
-    table = Table(title="Next-item recommendation across runs", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(box=box.SIMPLE_HEAD)
     for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i < 2 else "right", no_wrap=i > 1)
+        table.add_column(header, justify="left" if i < 2 else "right", no_wrap=True)
     for row in rows:
         table.add_row(*[literal(cell) for cell in row])
-    console.print(table)
+    print_table(console, table, literal("Next-item recommendation across runs", "italic"))
     for note in next_item_notes(section):
         console.print(literal(note, "dim"), soft_wrap=True)
 

@@ -16,6 +16,7 @@ from stabcli.reports.audit_render import _json_number, _num, _pct
 from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
 from stabcli.reports.figures import save as save_figures
 from stabcli.reports.html import Cell, Figure
+from stabcli.reports.layout import print_table
 from stabcli.reports.schema import dumps, to_json
 from stabcli.reports.summary import cut_note
 from stabcli.reports.text import literal, md_code, md_text
@@ -265,35 +266,33 @@ def render_terminal(report: DriftReport, console: Console) -> None:
         console.print(literal(environment, "yellow"), soft_wrap=True)
     for note in notes(report):
         console.print(literal(note, "yellow" if note.startswith("warning") else "bold"), soft_wrap=True)
-    table = Table(title="Drift", title_justify="left")
-    table.add_column("measure")
+    table = Table()
+    table.add_column("measure", no_wrap=True)
     table.add_column("value", justify="right", no_wrap=True)
     table.add_column("reading", style="dim")
     for row in summary_rows(report):
         table.add_row(*map(literal, row[:3]))
-    console.print(table)
+    print_table(console, table, literal("Drift", "italic"))
     if report.drift.top:
-        top = Table(title=_top_title(report), title_justify="left")
+        top = Table()
         for header in _top_headers(report):
-            top.add_column(header, justify="left" if header in ("key", "name") else "right")
+            top.add_column(header, justify="left" if header in ("key", "name") else "right", no_wrap=True)
         for top_row in _top_rows(report):
             top.add_row(*map(literal, top_row))  # keys and names are data, not markup or emoji codes
-        console.print(top)
+        print_table(console, top, literal(_top_title(report), "italic"))
     elif report.noise is not None:
         console.print(literal(f"no key moved beyond its noise band at FDR {report.noise.alpha:g}"))
     if report.downstream is not None:
         ds = report.downstream
-        table = Table(
-            title=literal(
-                f"Downstream: {ds.model} on {Path(ds.labels).name} ({ds.task}, {ds.train:,} train / {ds.test:,} test keys)"
-            ),
-            title_justify="left",
+        title = (
+            f"Downstream: {ds.model} on {Path(ds.labels).name} ({ds.task}, {ds.train:,} train / {ds.test:,} test keys)"
         )
-        table.add_column("model")
-        table.add_column("value", justify="right")
+        table = Table()
+        table.add_column("model", no_wrap=True)
+        table.add_column("value", justify="right", no_wrap=True)
         for name, value in downstream_rows(report):
             table.add_row(literal(name), literal(value))
-        console.print(table)
+        print_table(console, table, literal(title, "italic"))
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
         mark = literal("PASS", "green") if check.passed else literal("FAIL", "bold red")
         console.print(mark + literal(f" {check.name} (value {_num(check.value)})"), soft_wrap=True)

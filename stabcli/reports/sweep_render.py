@@ -11,6 +11,7 @@ from rich.table import Table
 from stabcli.reports import html
 from stabcli.reports.audit_render import require_plots
 from stabcli.reports.html import Figure
+from stabcli.reports.layout import print_table
 from stabcli.reports.sweep_report import PowerLaw, SweepCell, SweepReport
 from stabcli.reports.text import literal, md_code, md_text
 
@@ -91,17 +92,17 @@ def summary_lines(report: SweepReport) -> list[str]:
 def render_terminal(report: SweepReport, console: Console) -> None:
     table = Table(title="Sweep: cells × stability and quality", title_justify="left")
     for i, column in enumerate(COLUMNS):
-        table.add_column(column, justify="left" if i == 0 else "right")
+        table.add_column(column, justify="left" if i == 0 else "right", no_wrap=True)
     for name, cell in report.cells.items():
         table.add_row(*[literal(text) for text in cell_cells(name, cell)])
-    console.print(table)
+    print_table(console, table)
     if report.data_size or report.swap_one is not None:
         fits = Table(title="Data size: instability g(m) = a·m^b, m in sequences", title_justify="left")
         for i, column in enumerate(FIT_HEADERS):
-            fits.add_column(column, justify="left" if i in (0, 6) else "right")
+            fits.add_column(column, justify="left" if i in (0, 6) else "right", no_wrap=i != 6)
         for row in fit_rows(report):
             fits.add_row(*[literal(text) for text in row])
-        console.print(fits)
+        print_table(console, fits)
     for line in summary_lines(report):
         console.print(literal(line), soft_wrap=True)
     for warning in report.warnings:

@@ -128,16 +128,10 @@ def test_every_doc_page_is_linked_from_the_index():
     assert not missing
 
 
-# pages new this release whose README link the README's owner adds (docs/index.md links them);
-# remove a name once README.md links it
-README_LINK_PENDING = {"api.md"}
-
-
 def test_readme_links_to_every_doc_page():
     linked = {target.partition("#")[0] for target in links(README)}
     missing = [page.name for page in DOCS if f"docs/{page.name}" not in linked]
-    assert not set(missing) - README_LINK_PENDING
-    assert not README_LINK_PENDING & {page.rpartition("/")[2] for page in linked}, "linked now: drop it from the set"
+    assert not missing
 
 
 def test_readme_is_a_front_door_not_the_manual():

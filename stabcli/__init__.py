@@ -25,6 +25,7 @@ _LAZY = {
     "featurize": "stabcli.commands.featurize",
     "drift": "stabcli.commands.drift",
     "demo": "stabcli.commands.demo",
+    "sweep": "stabcli.commands.sweep",
     "FourierFeaturizer": "stabcli.measure.estimators",
     "ProcrustesAligner": "stabcli.measure.estimators",
     "PretrainResult": "stabcli.training.pretrain",
@@ -32,6 +33,7 @@ _LAZY = {
     "FeaturizeResult": "stabcli.commands.featurize",
     "DriftReport": "stabcli.commands.drift",
     "DemoResult": "stabcli.commands.demo",
+    "SweepReport": "stabcli.reports.sweep_report",
     "StabcliError": "stabcli.errors",
 }
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import assert_bad_input, files_state, make_sessions, runner
 from stabcli.cli.app import app
 from stabcli.commands.audit import AuditOptions
-from stabcli.commands.sweep import SweepOptions, sweep, target_size
+from stabcli.commands.sweep import SweepOptions, run_sweep, target_size
 from stabcli.errors import RunSetError, UsageError
 from stabcli.measure import curves
 from stabcli.training import sweep_plan as plan
@@ -151,7 +151,7 @@ def test_a_noisier_setting_ranks_as_noisier_and_the_report_is_complete(tmp_path)
     corpus = tmp_path / "sessions.txt"
     corpus.write_text(make_sessions(200, 40), encoding="utf-8")
     options = SweepOptions(grid=plan.parse_grid("epochs=1,15"), sizes=[1.0], runs=3)
-    report = sweep(
+    report = run_sweep(
         corpus, tmp_path / "sw", FAST, options, audit=AUDIT, jobs=1, checks=["cells.size-1_epochs-1.knn_overlap>=0"]
     )
     calm, wild = report.cells["size-1_epochs-15"], report.cells["size-1_epochs-1"]
@@ -169,7 +169,7 @@ def test_swap_one_distance_shrinks_with_size_on_a_zipf_corpus(tmp_path):
     corpus = tmp_path / "zipf.txt"
     corpus.write_text(zipf_corpus(400), encoding="utf-8")
     options = SweepOptions(sizes=[0.1, 1.0], runs=2, swap_one=3)
-    report = sweep(corpus, tmp_path / "sw", FAST, options, audit=AUDIT, jobs=1)
+    report = run_sweep(corpus, tmp_path / "sw", FAST, options, audit=AUDIT, jobs=1)
     small, large = report.swap_one.curve.points
     assert (small.sequences, large.sequences) == (40, 400) and len(small.values) == 3
     assert large.median < small.median and large.max < small.max
@@ -180,16 +180,16 @@ def test_a_rerun_resumes_and_a_different_seed_is_refused(tmp_path):
     corpus = tmp_path / "sessions.txt"
     corpus.write_text(make_sessions(80, 24), encoding="utf-8")
     options = SweepOptions(sizes=[0.5, 1.0], runs=2)
-    first = sweep(corpus, tmp_path / "sw", FAST, options, audit=AUDIT, jobs=1)
+    first = run_sweep(corpus, tmp_path / "sw", FAST, options, audit=AUDIT, jobs=1)
     vectors = tmp_path / "sw" / "cells" / "size-0.5" / "run-001" / "vectors.npy"
     stamp = vectors.stat().st_mtime_ns
     shutil.rmtree(vectors.parent)  # as if the sweep was killed before this run finished
-    again = sweep(corpus, tmp_path / "sw", FAST, options, audit=AUDIT, jobs=1)
+    again = run_sweep(corpus, tmp_path / "sw", FAST, options, audit=AUDIT, jobs=1)
     assert (tmp_path / "sw" / "cells" / "size-0.5" / "run-000" / "vectors.npy").is_file()
     assert again.cells["size-0.5"].knn_overlap == pytest.approx(first.cells["size-0.5"].knn_overlap)  # bitwise runs
     assert vectors.stat().st_mtime_ns != stamp  # the missing run was trained again
     with pytest.raises(RunSetError, match="a sweep of another seed; use --force"):
-        sweep(corpus, tmp_path / "sw", FAST, SweepOptions(sizes=[0.5, 1.0], runs=2, seed=1), audit=AUDIT, jobs=1)
+        run_sweep(corpus, tmp_path / "sw", FAST, SweepOptions(sizes=[0.5, 1.0], runs=2, seed=1), audit=AUDIT, jobs=1)
 
 
 # ---------------------------------------------------------------- the command line
@@ -260,3 +260,42 @@ def test_sweep_refuses_a_directory_that_is_not_a_sweep_and_inputs_inside_it(tmp_
     assert_bad_input(result, "the input lies where the sweep writes", tmp_path, before)
     result = runner.invoke(app, ["sweep", str(corpus), "--out", str(tmp_path / "sw"), "--json", str(corpus)])
     assert_bad_input(result, "--json", tmp_path, before)
+
+
+def test_a_script_trainer_gets_the_grid_values_as_template_fields(tmp_path):
+    from conftest import EXAMPLE_SCRIPT
+
+    corpus = tmp_path / "sessions.txt"
+    corpus.write_text(make_sessions(100, 24), encoding="utf-8")
+    template = f"python {EXAMPLE_SCRIPT} --corpus {{corpus}} --seed {{seed}} --out {{out}} --dim 6 --window {{w}}"
+    config = TrainConfig(script=template)
+    options = SweepOptions(grid=plan.parse_grid("w=1,3", script=template), sizes=[0.5, 1.0], runs=2)
+    report = run_sweep(corpus, tmp_path / "sw", config, options, audit=AUDIT, jobs=2)
+    assert set(report.cells) == {"size-0.5_w-1", "size-0.5_w-3", "size-1_w-1", "size-1_w-3"}
+    log = (tmp_path / "sw" / "cells" / "size-0.5_w-3" / "run-001" / "log.txt").read_text()
+    assert "--window 3" in log and "corpora/size-0.5.txt" in log and "--seed 1" in log
+    assert report.model == "script" and report.cells["size-1_w-3"].keys == 24
+    with pytest.raises(UsageError, match=r"needs \{corpus\}"):
+        run_sweep(corpus, tmp_path / "sw2", TrainConfig(script="python x.py --out {out}"), SweepOptions(runs=2), jobs=1)
+
+
+def test_the_python_api_gives_the_cli_json(tmp_path):
+    import stabcli
+
+    corpus = tmp_path / "sessions.txt"
+    corpus.write_text(make_sessions(60, 20), encoding="utf-8")
+    args = {"grid": "window=2,3", "sizes": "0.5,1", "runs": 2, "dim": 6, "epochs": 1, "jobs": 1, "knn_k": 3}
+    report = stabcli.sweep(
+        corpus, tmp_path / "sw", **args, checks=["cells.size-1_window-3.keys>0"], json=tmp_path / "a.json"
+    )
+    assert isinstance(report, stabcli.SweepReport) and report.passed and (tmp_path / "a.json").is_file()
+    cli = runner.invoke(
+        app,
+        ["sweep", str(corpus), "--out", str(tmp_path / "sw"), "--grid", "window=2,3", "--sizes", "0.5,1", "--runs", "2",
+         "--dim", "6", "--epochs", "1", "-j", "1", "--knn-k", "3", "--check", "cells.size-1_window-3.keys>0",
+         "--format", "json"],
+    )  # fmt: skip
+    assert cli.exit_code == 0, cli.output
+    assert json.dumps(json.loads(cli.stdout), sort_keys=True) == json.dumps(report.to_dict(), sort_keys=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'windows'"):
+        stabcli.sweep(corpus, tmp_path / "sw", windows=3)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import typer
 
@@ -33,17 +32,8 @@ from stabcli.cli.options import (
     scheduler_option,
     seed_option,
 )
-from stabcli.cli.output import (
-    EXIT_FAILED_CHECK,
-    err,
-    out,
-    report_outputs,
-    warn,
-    write_json_stdout,
-    write_report_outputs,
-)
-from stabcli.inputs.corpus import CorpusOptions
-from stabcli.training.pretrain import TrainConfig, parse_params
+from stabcli.cli.output import err, render_report, report_files, spinner, warn
+from stabcli.reports.text import literal
 
 
 def sweep_cmd(
@@ -134,96 +124,45 @@ def sweep_cmd(
 
         stabcli sweep sessions.txt --out sweeps/s4 --sizes 0.25,0.5,1 --swap-one 5 --json sweep.json
     """
-    from stabcli.commands.audit import AuditOptions
-    from stabcli.commands.sweep import SweepOptions, check_outputs, sweep, validate_checks
-    from stabcli.reports.schema import dumps
-    from stabcli.reports.sweep_render import render_markdown, render_terminal, write_plots
-    from stabcli.training.sweep_plan import parse_grid, parse_sizes
+    from stabcli.commands.sweep import sweep
+    from stabcli.reports.sweep_render import render_terminal
 
-    config = TrainConfig(
-        model=model,
-        dim=dim,
-        window=window,
-        negative=negative,
-        epochs=epochs,
-        sg=sg,
-        min_count=min_count,
-        params=parse_params(model, param),
-        script=script,
-    )
-    options = SweepOptions(
-        grid=parse_grid(grid, model, script),
-        sizes=parse_sizes(sizes),
-        runs=runs,
-        seed=seed,
-        swap_one=swap_one,
-        target=target,
-        stability=stability,
-    )
-    downstream = None
-    if labels is not None:
-        from stabcli.measure.downstream import DownstreamOptions
-
-        downstream = DownstreamOptions(
-            labels, task=task, model=downstream_model, test_size=test_size, split_seed=split_seed, jobs=jobs
-        )
-    validate_checks(check, labels=labels is not None, target=target is not None)
-    if plots:
-        from stabcli.reports.audit_render import require_plots
-
-        require_plots()
-    plan = report_outputs([corpus], downstream, json_path, markdown_path, plots, None, None, force)
-    plan.check()  # before any training: no input overwritten, nothing existing replaced without --force
-    check_outputs(out_dir, [corpus, *([labels] if labels else [])], plan.outputs)
-    from stabcli.training.cluster import scheduler_address
-
-    address = scheduler_address(scheduler)
-    if address is None:
-        cluster_context = nullcontext(None)
-    else:
-        from stabcli.training.cluster import Cluster
-
-        cluster_context = Cluster(address)  # type: ignore[assignment]
-    with (
-        cluster_context as cluster,
-        err.status("sweep", spinner="dots") if err.is_terminal else nullcontext() as status,
-    ):
-        extra: dict[str, Any] = {}
-        if cluster is not None:
-            from stabcli.training.cluster import pretrain_backend
-
-            extra["backend"] = pretrain_backend(cluster)
+    with spinner("sweep") as on_step:
         report = sweep(
             corpus,
             out_dir,
-            config,
-            options,
-            audit=AuditOptions(knn_k=knn_k, knn_queries=knn_queries),
-            downstream=downstream,
-            corpus_options=CorpusOptions(corpus_format, encoding),
-            jobs=jobs,
-            force=force,
-            checks=check,
-            on_step=(lambda s: status.update(f"sweep: {s}")) if status else None,
-            on_warning=warn,
+            grid=grid,
+            sizes=sizes,
+            runs=runs,
+            swap_one=swap_one,
+            target=target,
+            stability=stability,
+            model=model,
+            dim=dim,
+            window=window,
+            negative=negative,
+            epochs=epochs,
+            sg=sg,
+            min_count=min_count,
+            params=param,
+            script=script,
             timeout=timeout,
-            **extra,
+            corpus_format=corpus_format,
+            encoding=encoding,
+            seed=seed,
+            jobs=jobs,
+            scheduler=scheduler,
+            knn_k=knn_k,
+            knn_queries=knn_queries,
+            labels=labels,
+            task=task,
+            downstream_model=downstream_model,
+            test_size=test_size,
+            split_seed=split_seed,
+            checks=check,
+            **report_files(json_path, markdown_path, plots, None, force),
+            on_step=on_step,
+            on_warning=warn,
+            on_figure=lambda path: err.print(literal(f"wrote {path}"), soft_wrap=True),
         )
-    text = dumps(report)
-    write_report_outputs(
-        plan,
-        text,
-        lambda: render_markdown(report),
-        json_path,
-        markdown_path,
-        plots,
-        lambda directory: write_plots(report, directory),
-        None,
-        lambda: None,
-    )
-    if fmt == "json":
-        write_json_stdout(text)
-    else:
-        render_terminal(report, out)
-    if not report.passed:
-        raise typer.Exit(EXIT_FAILED_CHECK)
+    render_report(report, fmt, render_terminal)

@@ -18,6 +18,7 @@ Every cell is an ordinary run set written through :func:`stabcli.training.pretra
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -38,6 +39,7 @@ from stabcli.fs.atomic import atomic_path, file_sha256, write_json_atomic
 from stabcli.inputs.corpus import Corpus, CorpusOptions, read_corpus
 from stabcli.measure import curves
 from stabcli.measure import metrics as m
+from stabcli.measure.align import match_keys, matched_vectors
 from stabcli.reports import schema
 from stabcli.reports.audit_report import AuditReport
 from stabcli.reports.sweep_report import Pareto, PowerLaw, SizePoint, SwapOne, SweepCell, SweepReport, Target
@@ -46,7 +48,7 @@ from stabcli.runset.manifest import load_json
 from stabcli.runset.reader import RunSet
 from stabcli.runset.writer import RunSetLock
 from stabcli.training import sweep_plan as plan
-from stabcli.training.pretrain import Backend, TrainConfig, _prepared_corpus, local_backend, pretrain
+from stabcli.training.pretrain import Backend, TrainConfig, _prepared_corpus, local_backend, parse_params, pretrain
 
 if TYPE_CHECKING:
     from stabcli.measure.downstream import DownstreamOptions
@@ -119,12 +121,125 @@ def parse_target(text: str) -> tuple[str, float]:
     return name, value
 
 
+SWEEP_KEYWORDS = ("runs", "seed", "swap_one", "target", "stability")
+DOWNSTREAM_KEYWORDS = {
+    "labels": "labels",
+    "task": "task",
+    "downstream_model": "model",
+    "test_size": "test_size",
+    "split_seed": "split_seed",
+}
+
+
+def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
+    """Retrain over a grid of settings and nested data sizes, audit every cell (``stabcli sweep``).
+
+    Parameters
+    ----------
+    corpus : path
+        The training corpus; the sizes are nested samples of its sequences.
+    out : path
+        The sweep directory (created or resumed; one run set per cell under ``cells/``).
+    **options
+        ``grid`` (``"window=3,5 negative=3,10"`` or a dict of lists), ``sizes`` (``"0.1,0.5,1"``
+        or shares), ``runs``, ``seed``, ``swap_one``, ``target`` (``"knn_overlap=0.8"``),
+        ``stability``; the model as in ``stabcli.pretrain`` (``model``, ``dim``, ``window``,
+        ``negative``, ``epochs``, ``sg``, ``min_count``, ``params``, ``script``, ``timeout``,
+        ``corpus_format``, ``encoding``); ``knn_k``, ``knn_queries``; ``labels``, ``task``,
+        ``downstream_model``, ``test_size``, ``split_seed``; ``jobs``, ``scheduler``,
+        ``force``, ``checks``; files ``json``, ``markdown``, ``plots``; callbacks ``on_step``,
+        ``on_warning``, ``on_figure``.
+
+    Returns
+    -------
+    SweepReport
+        ``report.to_dict()`` is what ``stabcli sweep --format json`` prints; ``report.passed``
+        is false when a check failed.
+
+    Examples
+    --------
+    >>> report = stabcli.sweep("sessions.txt", "sweeps/s1", grid="window=2,5", sizes="0.5,1", runs=3)  # doctest: +SKIP
+    >>> report.data_size["knn_instability"].b  # doctest: +SKIP
+    """
+    from stabcli.commands.common import ReportFiles, refuse_unknown, take, warn
+    from stabcli.reports import sweep_render
+
+    options = dict(options)
+    on_warning = options.pop("on_warning", None) or warn
+    on_step, on_figure = options.pop("on_step", None), options.pop("on_figure", None)
+    checks, scheduler = list(options.pop("checks", ())), options.pop("scheduler", None)
+    jobs, force, timeout = options.pop("jobs", None), options.get("force", False), options.pop("timeout", None)
+    files = ReportFiles.take(options)
+    params = options.pop("params", None) or {}
+    model = options.get("model", "word2vec")
+    if not isinstance(params, dict):
+        params = parse_params(model, params)
+    config = TrainConfig(**take(TrainConfig, options), params=params)
+    corpus_options = CorpusOptions(**take(CorpusOptions, options, {"corpus_format": "format"}))
+    grid = options.pop("grid", None) or {}
+    sizes = options.pop("sizes", None) or [1.0]
+    settings = SweepOptions(
+        grid=plan.parse_grid(grid, model, config.script) if isinstance(grid, str) else dict(grid),
+        sizes=plan.parse_sizes(sizes) if isinstance(sizes, str) else sorted(float(v) for v in sizes),
+        **{name: options.pop(name) for name in SWEEP_KEYWORDS if name in options},
+    )
+    audit = AuditOptions(**{name: options.pop(name) for name in ("knn_k", "knn_queries") if name in options})
+    labelled = {field: options.pop(name) for name, field in DOWNSTREAM_KEYWORDS.items() if name in options}
+    refuse_unknown("sweep", options)
+    downstream = None
+    if labelled.get("labels") is not None:
+        from stabcli.measure.downstream import DownstreamOptions
+
+        downstream = DownstreamOptions(**{k: v for k, v in labelled.items() if v is not None}, jobs=jobs)
+    validate_checks(checks, labels=downstream is not None, target=settings.target is not None)
+    files.check_formats()
+    inputs = [Path(corpus), *([downstream.labels] if downstream else [])]
+    report_plan = files.plan([Path(corpus)], inputs[1:])
+    check_outputs(out, inputs, report_plan.outputs)
+    from stabcli.training.cluster import scheduler_address
+
+    address = scheduler_address(scheduler)
+    extra: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        if address is not None:
+            from stabcli.training.cluster import Cluster, pretrain_backend
+
+            extra["backend"] = pretrain_backend(stack.enter_context(Cluster(address)))
+        report = run_sweep(
+            corpus,
+            out,
+            config,
+            settings,
+            audit=audit,
+            downstream=downstream,
+            corpus_options=corpus_options,
+            jobs=jobs,
+            force=force,
+            checks=checks,
+            timeout=timeout,
+            on_step=on_step,
+            on_warning=on_warning,
+            **extra,
+        )
+    figures = files.write(
+        report_plan,
+        schema.dumps(report),
+        lambda: sweep_render.render_markdown(report),
+        lambda d: sweep_render.write_plots(report, d),
+        lambda: None,
+    )
+    for figure in figures:
+        if on_figure is not None:
+            on_figure(figure)
+    return report
+
+
 @dataclass
 class _Trained:
     seconds: float | None
 
 
-def sweep(
+def run_sweep(
     corpus_path: str | Path,
     out: str | Path,
     config: TrainConfig,
@@ -573,10 +688,8 @@ def swap_distance(base: Path, pair: Path) -> float:
     the swapped run onto the base run (one run each): the per-key change one swapped
     sequence causes."""
     a, b = RunSet.open(base).load(0), RunSet.open(pair).load(0)
-    position = {k: i for i, k in enumerate(b.keys)}
-    rows_a = np.array([i for i, k in enumerate(a.keys) if k in position], dtype=np.int64)
-    if len(rows_a) < 2:
+    match = match_keys([a.keys, b.keys])
+    if len(match.keys) < 2:
         raise InputError(f"{pair}: shares fewer than 2 keys with {base}")
-    rows_b = np.array([position[a.keys[i]] for i in rows_a], dtype=np.int64)
-    runs = [np.asarray(a.vectors[rows_a], dtype=np.float64), np.asarray(b.vectors[rows_b], dtype=np.float64)]
+    runs = [matched_vectors(emb, rows, match.keys, np.float64) for emb, rows in zip((a, b), match.rows, strict=True)]
     return float(m.per_key_displacement(runs, m.gram_blocks(runs)).mean())

@@ -86,7 +86,10 @@ def file_anchor(runs: Sequence[np.ndarray], anchor: np.ndarray, run_scale: float
         e = np.asarray(anchor[rows], dtype=np.float64)
         e = e / own if own != 1.0 else e
         gram += e.T @ e
-        cross += (stack / run_scale if run_scale != 1.0 else stack).transpose(0, 2, 1) @ e
+        if run_scale != 1.0:
+            stack = stack / run_scale
+        for r in range(len(runs)):  # 2-D products: BLAS reads the transposed view directly
+            cross[r] += stack[r].T @ e
     return Anchor(gram, cross, source)
 
 

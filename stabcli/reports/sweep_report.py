@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from stabcli.reports.schema import Check, doc
+from stabcli.reports.schema import Check, JsonReport, doc
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class SwapOne:
 
 
 @dataclass(frozen=True)
-class SweepReport:
+class SweepReport(JsonReport):
     stabcli_version: str = doc("version that wrote the report")
     corpus: str = doc("the corpus file")
     corpus_sequences: int = doc("its sequences (the 100% size)")

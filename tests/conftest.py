@@ -200,14 +200,14 @@ def wait_for(predicate, seconds: float = 120.0) -> bool:
 
 SLOW_FEATURIZE = (
     "import sys, time\n"
-    "from stabcli.commands import featurize\n"
+    "from stabcli.commands import featurize_stream\n"
     "from stabcli.cli.app import main\n"
-    "chunks = featurize._feature_chunks\n"
+    "chunks = featurize_stream.feature_chunks\n"
     "def slowly(*args, **kwargs):\n"
     "    for item in chunks(*args, **kwargs):\n"
     "        time.sleep(0.02)\n"
     "        yield item\n"
-    "featurize._feature_chunks = slowly\n"
+    "featurize_stream.feature_chunks = slowly\n"
     "sys.argv[0] = 'stabcli'\n"
     "main()\n"
 )

@@ -40,15 +40,15 @@ def bad(work, fragment, *args):
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["--seed", "-1"], "'--seed': Input should be greater than or equal to 0"),
-        (["--seed", "-100000000000000000000000000000"], "'--seed': Input should be greater than or equal to 0"),
-        (["--pairs", "0"], "'--pairs': Input should be greater than or equal to 1"),
-        (["--pairs", "-5"], "'--pairs': Input should be greater than or equal to 1"),
-        (["--knn-queries", "0"], "'--knn-queries': Input should be greater than or equal to 1"),
-        (["--knn-queries", "-1"], "'--knn-queries': Input should be greater than or equal to 1"),
-        (["--top", "-1"], "'--top': Input should be greater than or equal to 0"),
-        (["--knn-k", "0"], "'--knn-k': Input should be greater than or equal to 1"),
-        (["--knn-k", "-3"], "'--knn-k': Input should be greater than or equal to 1"),
+        (["--seed", "-1"], "--seed: must be at least 0, got"),
+        (["--seed", "-100000000000000000000000000000"], "--seed: must be at least 0, got"),
+        (["--pairs", "0"], "--pairs: must be at least 1, got"),
+        (["--pairs", "-5"], "--pairs: must be at least 1, got"),
+        (["--knn-queries", "0"], "--knn-queries: must be at least 1, got"),
+        (["--knn-queries", "-1"], "--knn-queries: must be at least 1, got"),
+        (["--top", "-1"], "--top: must be at least 0, got"),
+        (["--knn-k", "0"], "--knn-k: must be at least 1, got"),
+        (["--knn-k", "-3"], "--knn-k: must be at least 1, got"),
         (["--knn-k", str(N_KEYS)], f"--knn-k: {N_KEYS} must be below the number of common keys ({N_KEYS})"),
         (["--knn-k", "1000000"], "--knn-k: 1000000 must be below the number of common keys"),
         (["--pairs", "100000000000"], "--pairs: 100,000,000,000 pairs needs about"),
@@ -65,7 +65,7 @@ def bad(work, fragment, *args):
         (["--json"], "Option '--json' requires an argument"),
         (["--prefer", "stability"], "--prefer only apply with --labels FILE"),
         (["--prefer", "speed"], "'--prefer': 'speed' is not one of"),
-        (["--min-frequency", "0"], "'--min-frequency': Input should be greater than or equal to 1"),
+        (["--min-frequency", "0"], "--min-frequency: must be at least 1, got"),
         (["--min-frequency", "3"], "--min-frequency: needs key frequencies"),
     ],
 )
@@ -349,7 +349,7 @@ def test_a_nan_row_in_a_file_that_also_lacks_keys_is_one_error_line(tmp_path):
 @pytest.mark.parametrize(
     "make, fragment",
     [
-        (lambda t: ["--eis-alpha", "-1"], "'--eis-alpha': Input should be greater than or equal to 0"),
+        (lambda t: ["--eis-alpha", "-1"], "--eis-alpha: must be between 0 and 100, got"),
         (lambda t: ["--eis-alpha", "nan"], "--eis-alpha"),
         (lambda t: ["--eis-anchor", t / "missing.vec"], "missing.vec: no such file"),
         (lambda t: ["--eis-anchor", _anchor(t, ["zz1", "zz2", "zz3"])], "shares 0 key(s) with the runs"),

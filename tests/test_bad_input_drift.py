@@ -3,6 +3,7 @@ option, before any output is written, and leaves every file where it was."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,15 @@ def noise_set(tmp: Path, runs=5, keys=None, d=D, name="noise", bad_run=None) -> 
         array = vectors(100 + bad_run, len(keys), d)
         array[2, 1] = np.nan
         np.save(root / f"run-{bad_run:03d}" / "vectors.npy", array)
+    return root
+
+
+def manifest_set(tmp: Path, name: str, sha256: str, epochs: int = 10) -> Path:
+    """``noise_set`` with a pretrain-like manifest: corpus hash and training configuration."""
+    root = noise_set(tmp, name=name)
+    config = {"model": "word2vec", "dim": D, "epochs": epochs, "window": 3}
+    manifest = {"schema_version": 1, "runs": {}, "corpus": {"sha256": sha256}, "config": config}
+    (root / "stabcli.json").write_text(json.dumps(manifest))
     return root
 
 
@@ -126,23 +136,26 @@ CASES = {
     ),
     "noise dims differ": (lambda t: [*base(t), "--noise", str(noise_set(t, d=6))], "dimension 6"),
     "nan in a noise run": (lambda t: [*base(t), "--noise", str(noise_set(t, bad_run=2))], "'k2' has NaN"),
-    "alpha zero": (lambda t: with_noise(t, "--alpha", "0"), "--alpha: 0"),
-    "alpha one": (lambda t: with_noise(t, "--alpha", "1"), "--alpha: 1"),
-    "alpha negative": (lambda t: with_noise(t, "--alpha", "-0.5"), "--alpha: -0.5"),
-    "alpha above one": (lambda t: with_noise(t, "--alpha", "3"), "--alpha: 3"),
-    "alpha nan": (lambda t: with_noise(t, "--alpha", "nan"), "--alpha: nan"),
-    "alpha inf": (lambda t: with_noise(t, "--alpha", "inf"), "--alpha: inf"),
-    "knn-k zero": (lambda t: [*base(t), "--knn-k", "0"], "'--knn-k': Input should be greater than or equal to 1"),
+    "alpha zero": (lambda t: with_noise(t, "--alpha", "0"), "--alpha: must be strictly between 0 and 1, got 0"),
+    "alpha one": (lambda t: with_noise(t, "--alpha", "1"), "--alpha: must be strictly between 0 and 1, got 1"),
+    "alpha negative": (
+        lambda t: with_noise(t, "--alpha", "-0.5"),
+        "--alpha: must be strictly between 0 and 1, got -0.5",
+    ),
+    "alpha above one": (lambda t: with_noise(t, "--alpha", "3"), "--alpha: must be strictly between 0 and 1, got 3"),
+    "alpha nan": (lambda t: with_noise(t, "--alpha", "nan"), "--alpha: must be strictly between 0 and 1, got nan"),
+    "alpha inf": (lambda t: with_noise(t, "--alpha", "inf"), "--alpha: must be strictly between 0 and 1, got inf"),
+    "knn-k zero": (lambda t: [*base(t), "--knn-k", "0"], "--knn-k: must be at least 1, got 0"),
     "knn-k too large": (
         lambda t: [*base(t), "--knn-k", "30"],
         "--knn-k: 30 must be less than the number of compared keys",
     ),
-    "knn-queries zero": (lambda t: [*base(t), "--knn-queries", "0"], "'--knn-queries': Input should be greater"),
-    "top negative": (lambda t: [*base(t), "--top", "-1"], "'--top': Input should be greater than or equal to 0"),
-    "seed negative": (lambda t: [*base(t), "--seed", "-3"], "'--seed': Input should be greater than or equal to 0"),
+    "knn-queries zero": (lambda t: [*base(t), "--knn-queries", "0"], "--knn-queries: must be at least 1, got 0"),
+    "top negative": (lambda t: [*base(t), "--top", "-1"], "--top: must be at least 0, got -1"),
+    "seed negative": (lambda t: [*base(t), "--seed", "-3"], "--seed: must be at least 0, got -3"),
     "reference negative": (
         lambda t: [*base(t), "--reference", "-1"],
-        "'--reference': Input should be greater than or equal to 0",
+        "--reference: must be at least 0, got -1",
     ),
     "reference beyond runs": (
         lambda t: ["drift", str(noise_set(t)), str(emb(t, "a.npy")), "--reference", "7"],
@@ -183,6 +196,31 @@ CASES = {
         "'--model': 'forest' is not one of 'logreg', 'knn', 'ridge'",
     ),
     "model without labels": (lambda t: [*base(t), "--model", "ridge"], "--model only apply with --labels"),
+    "measure unknown": (lambda t: with_noise(t, "--measure", "angle"), "'--measure': 'angle' is not one of"),
+    "allow mismatch without noise": (
+        lambda t: [*base(t), "--allow-noise-mismatch"],
+        "--allow-noise-mismatch only apply with --noise RUNSET",
+    ),
+    "noise from another corpus": (
+        lambda t: [
+            "drift",
+            str(manifest_set(t, "b", "a" * 64)),
+            str(emb(t, "a.npy")),
+            "--noise",
+            str(manifest_set(t, "n", "c" * 64)),
+        ],
+        "its corpus sha256 is cccccccccccc…, BEFORE's",
+    ),
+    "noise with another dim setting": (
+        lambda t: [
+            "drift",
+            str(manifest_set(t, "b", "a" * 64)),
+            str(emb(t, "a.npy")),
+            "--noise",
+            str(manifest_set(t, "n", "a" * 64, epochs=20)),
+        ],
+        "its epochs is 20, BEFORE's",
+    ),
     "task without labels": (lambda t: [*base(t), "--task", "regression"], "--task only apply with --labels"),
     "key names missing": (
         lambda t: [*base(t), "--key-names", str(t / "names.tsv")],

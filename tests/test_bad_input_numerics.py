@@ -47,11 +47,15 @@ HUGE = "100000000000"
 
 CASES = [
     # ---- --test-size: a share strictly between 0 and 1
-    ("test size 0", with_labels("--test-size", "0"), "--test-size: 0"),
-    ("test size 1", with_labels("--test-size", "1"), "--test-size: 1"),
-    ("test size negative", with_labels("--test-size", "-0.5"), "--test-size: -0.5"),
-    ("test size nan", with_labels("--test-size", "nan"), "--test-size: nan"),
-    ("test size inf", with_labels("--test-size", "inf"), "--test-size: inf"),
+    ("test size 0", with_labels("--test-size", "0"), "--test-size: must be strictly between 0 and 1, got 0"),
+    ("test size 1", with_labels("--test-size", "1"), "--test-size: must be strictly between 0 and 1, got 1"),
+    (
+        "test size negative",
+        with_labels("--test-size", "-0.5"),
+        "--test-size: must be strictly between 0 and 1, got -0.5",
+    ),
+    ("test size nan", with_labels("--test-size", "nan"), "--test-size: must be strictly between 0 and 1, got nan"),
+    ("test size inf", with_labels("--test-size", "inf"), "--test-size: must be strictly between 0 and 1, got inf"),
     # ---- --model and --task
     ("model unknown", with_labels("--model", "svm"), "'--model': 'svm' is not one of 'logreg', 'knn', 'ridge'"),
     (
@@ -79,7 +83,7 @@ CASES = [
     (
         "reference negative",
         with_labels("--reference", "-1"),
-        "'--reference': Input should be greater than or equal to 0",
+        "--reference: must be at least 0, got",
     ),
     # ---- --variants
     ("variant unknown", with_labels("--variants", "h,rff:8"), "--variants: unknown variant 'rff:8'"),
@@ -146,17 +150,17 @@ CASES = [
         "--sigmas: sweeps the phi variants",
     ),
     # ---- --jobs, --min-class-size, seeds, encoding
-    ("jobs zero", with_labels("--jobs", "0"), "'--jobs' / '-j': Input should be greater than or equal to 1"),
-    ("jobs negative", with_labels("--jobs", "-3"), "'--jobs' / '-j': Input should be greater than or equal to 1"),
+    ("jobs zero", with_labels("--jobs", "0"), "--jobs: must be at least 1, got"),
+    ("jobs negative", with_labels("--jobs", "-3"), "--jobs: must be at least 1, got"),
     (
         "min class size zero",
         with_labels("--min-class-size", "0"),
-        "'--min-class-size': Input should be greater than or equal to 1",
+        "--min-class-size: must be at least 1, got",
     ),
     (
         "min class size negative",
         with_labels("--min-class-size", "-2"),
-        "'--min-class-size': Input should be greater than or equal to 1",
+        "--min-class-size: must be at least 1, got",
     ),
     (
         "min class size drops every class",
@@ -176,10 +180,14 @@ CASES = [
     (
         "split seed negative",
         with_labels("--split-seed", "-1"),
-        "'--split-seed': Input should be greater than or equal to 0",
+        "--split-seed: must be between 0 and 4294967295, got",
     ),
-    ("split seed too large", with_labels("--split-seed", str(2**32)), "--split-seed: 4294967296 must be between"),
-    ("phi seed negative", with_labels("--seed", "-7"), "'--seed': Input should be greater than or equal to 0"),
+    (
+        "split seed too large",
+        with_labels("--split-seed", str(2**32)),
+        "--split-seed: must be between 0 and 4294967295, got 4294967296",
+    ),
+    ("phi seed negative", with_labels("--seed", "-7"), "--seed: must be at least 0, got -7"),
     (
         "label encoding unknown",
         with_labels("--encoding", "no-such-codec"),

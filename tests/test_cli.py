@@ -395,7 +395,7 @@ def test_audit_checks_reach_downstream_variants(runset, genre_labels):
             "--featurize-dims '8,x': expected a comma-separated list of int",
         ),
         (["--labels", "GENRES", "--model", "svm"], "'--model': 'svm' is not one of 'logreg', 'knn', 'ridge'"),
-        (["--labels", "GENRES", "--test-size", "1.5"], "--test-size: 1.5 must be a share strictly between 0 and 1"),
+        (["--labels", "GENRES", "--test-size", "1.5"], "--test-size: must be strictly between 0 and 1, got 1.5"),
         (["--labels", "GENRES", "--task", "regression"], "--task regression needs finite numeric labels, found 'g"),
         (["--labels", "ONECLASS"], "only one class ('g') among the 40 labeled keys"),
     ],

@@ -255,8 +255,32 @@ def test_calibration_on_a_seed_only_refresh(trained):
     assert report.input.before_in_noise is False
     print("calibration (BEFORE not in noise):", report.drift.moved_share)
     assert report.drift.moved_share <= 0.01 + 0.02
-    # and the listing at FDR alpha lists (almost) nothing on a pure-noise refresh
-    assert report.drift.discoveries <= 2
+
+
+SEED_ONLY = [("noise", "after0"), ("noise", "after1"), ("noise", "after2"), ("after0", "after1"), ("after0", "after2")]
+
+
+def test_every_measure_is_calibrated_on_seed_only_refreshes(trained):
+    """Five seed-only refreshes (AFTER = another seed on BEFORE's corpus), each measure: the
+    moved share averages alpha ± 0.5 points at alpha 0.01 (1,500 key tests; one comparison
+    of 300 keys moves in steps of 0.33 points), nothing survives the FDR, nothing moved
+    beyond a global change, and the per-key p-values are uniform (Kolmogorov–Smirnov)."""
+    from scipy.stats import kstest
+
+    shares: dict[str, list[float]] = {name: [] for name in dm.MEASURES}
+    for before, after in SEED_ONLY:
+        report, table = moved_share(trained[before], trained[after], trained["noise"])
+        assert report.drift.global_moved is False and report.noise.warnings == []
+        for name, test in report.drift.by_measure.items():
+            shares[name].append(test.moved_share)
+            assert test.discoveries == 0 and test.beyond_global == 0, (before, after, name)
+        if (before, after) == ("after0", "after1"):  # BEFORE not a noise run: the null is exact
+            for name in dm.MEASURES:
+                assert kstest(np.asarray(table.columns[f"{name}_p"]), "uniform").pvalue > 0.05, name
+    print("calibration by measure:", shares)
+    for name, values in shares.items():
+        assert abs(np.mean(values) - 0.01) <= 0.005, (name, values)
+    assert report.noise.smallest_empirical_p == pytest.approx(1 / (1 + report.noise.null_samples))
 
 
 def test_power_on_a_refresh_that_moves_known_items(trained):
@@ -606,3 +630,121 @@ def test_keys_and_paths_with_rich_markup_are_shown_verbatim(tmp_path):
     )
     assert result.exit_code == 0, result.stderr
     assert str(folder / "b.vec") in result.stdout and "[k0]" in result.stdout
+
+
+# ------------------------------------------------------------------ noise compatibility, direction vs length, global
+
+
+def runset_like(root: Path, base: np.ndarray, manifest: dict, runs: int = 6) -> Path:
+    """``synthetic_noise_set`` with a pretrain-like manifest (corpus hash, configuration)."""
+    synthetic_noise_set(root, base, runs)
+    (root / "stabcli.json").write_text(json.dumps({"schema_version": 1, "runs": {}, **manifest}))
+    return root
+
+
+CONFIG_8 = {"model": "word2vec", "dim": 8, "window": 3, "negative": 3, "epochs": 10, "sg": True, "min_count": 1}
+
+
+@pytest.mark.parametrize(
+    "changed, field",
+    [
+        ({"corpus": {"sha256": "f" * 64, "options": {"format": "lines"}}}, "corpus sha256"),
+        ({"config": {**CONFIG_8, "epochs": 20}}, "epochs"),
+        ({"config": {**CONFIG_8, "window": 5, "negative": 10}}, "negative"),
+    ],
+)
+def test_noise_from_other_data_or_configuration_is_refused_unless_allowed(tmp_path, changed, field):
+    base = rng_matrix(n=120, d=8, seed=21)
+    manifest = {"corpus": {"sha256": "a" * 64, "options": {"format": "lines"}}, "config": CONFIG_8}
+    before = runset_like(tmp_path / "before", base, manifest)
+    noise = runset_like(tmp_path / "noise", base, {**manifest, **changed})
+    after = write_and_path(tmp_path, "after.npy", RunSet.open(before).load(1).vectors)
+    result = runner.invoke(app, ["drift", str(before), str(after), "--noise", str(noise)])
+    assert result.exit_code == 2, result.output
+    assert f"--noise {noise}: its {field} is " in result.stderr and "--allow-noise-mismatch" in result.stderr
+    args = ["drift", str(before), str(after), "--noise", str(noise), "--allow-noise-mismatch", "--format", "json"]
+    allowed = runner.invoke(app, args)
+    assert allowed.exit_code == 0, allowed.output
+    data = json.loads(allowed.stdout)["noise"]
+    assert data["compatibility"] == "overridden"
+    assert any(field in w and "--allow-noise-mismatch" in w for w in data["warnings"])
+    same = runner.invoke(app, ["drift", str(before), str(after), "--noise", str(before), "--format", "json"])
+    assert json.loads(same.stdout)["noise"]["compatibility"] == "checked"
+
+
+def test_plain_files_with_noise_of_another_scale_get_a_warning(tmp_path):
+    base = rng_matrix(n=200, d=8, seed=22)
+    noise = synthetic_noise_set(tmp_path / "noise", base)
+    run = RunSet.open(noise).load(1).vectors
+    before = write_and_path(tmp_path, "before.npy", 50 * np.asarray(run))
+    after = write_and_path(tmp_path, "after.npy", 50 * np.asarray(RunSet.open(noise).load(2).vectors))
+    report, _ = compute_drift(load_inputs(before, after, noise), DriftOptions())
+    assert report.noise.compatibility == "unchecked"
+    assert any("median norm (2.68) is 0.0201× BEFORE" in w for w in report.noise.warnings), report.noise.warnings
+    result = runner.invoke(app, ["drift", str(before), str(after), "--noise", str(noise)])
+    assert result.exit_code == 0 and "warning: the noise runs' median norm" in result.stdout
+    small = write_and_path(tmp_path, "small.npy", np.asarray(run) + 1e-4 * rng_matrix(n=200, d=8, seed=3))
+    report, _ = compute_drift(load_inputs(noise, small, noise), DriftOptions())  # AFTER ≈ run 1, not run 0
+    assert not any("changed" in w for w in report.noise.warnings)
+
+
+def test_direction_and_length_are_tested_separately(tmp_path):
+    """Keys 0-9 only get longer (×3), keys 10-19 only turn (another key's direction, same
+    norm): each measure lists its own keys and --measure chooses which decides moved."""
+    base = rng_matrix(n=300, d=8, seed=23)
+    noise = synthetic_noise_set(tmp_path / "noise", base, runs=8)
+    before = np.asarray(RunSet.open(noise).load(0).vectors, dtype=np.float64)
+    after = before.copy()
+    after[:10] *= 3.0
+    norms = np.linalg.norm(before[10:20], axis=1, keepdims=True)
+    after[10:20] = before[200:210] / np.linalg.norm(before[200:210], axis=1, keepdims=True) * norms
+    path = write_and_path(tmp_path, "after.npy", after)
+    listed = {}
+    for measure in dm.MEASURES:
+        report, table = compute_drift(load_inputs(noise, path, noise), DriftOptions(measure=measure, top=50))
+        assert report.noise.measure == measure
+        listed[measure] = {int(t.key[1:]) for t in report.drift.top}
+        assert set(report.drift.by_measure) == set(dm.MEASURES)
+        assert report.drift.discoveries == report.drift.by_measure[measure].discoveries
+    assert set(range(10)) <= listed["length"] and not listed["length"] & set(range(10, 20))
+    assert set(range(10, 20)) <= listed["direction"] and not listed["direction"] & set(range(10))
+    assert set(range(20)) <= listed["distance"]
+    np.testing.assert_allclose(table.columns["relative_norm_change"][:10], 2.0, rtol=1e-5)
+    top = {t.key: t for t in report.drift.top}
+    assert top["k3"].length_p < 1e-6 and top["k13"].direction_p < 1e-6 and top["k3"].direction_p > 1e-3
+
+
+def test_a_global_move_is_said_and_keys_beyond_it_are_listed(tmp_path):
+    """Every key moved 4× its noise (a large refresh) and five keys were replaced: the
+    verdict says the whole embedding moved, and the list is the keys beyond that."""
+    base = rng_matrix(n=300, d=8, seed=24)
+    noise = synthetic_noise_set(tmp_path / "noise", base, runs=8)
+    before = np.asarray(RunSet.open(noise).load(0).vectors, dtype=np.float64)
+    rng = np.random.default_rng(5)
+    after = before + 4 * 0.05 * rng.standard_normal(before.shape)
+    after[:5] = rng.standard_normal((5, 8)) * np.linalg.norm(before[:5], axis=1, keepdims=True) / np.sqrt(8)
+    path = write_and_path(tmp_path, "after.npy", after)
+    report, _ = compute_drift(load_inputs(noise, path, noise), DriftOptions(measure="distance"))
+    d = report.drift
+    assert d.global_moved and report.noise.global_ratio > report.noise.level_range_high
+    assert d.moved_share > 0.5  # against the seed noise nearly everything moved
+    assert {t.key for t in d.top} == {f"k{i}" for i in range(5)} and d.moved_beyond_global == 5
+    assert all(t.beyond_global for t in d.top)
+    result = runner.invoke(
+        app,
+        [
+            "drift",
+            str(noise),
+            str(path),
+            "--noise",
+            str(noise),
+            "--measure",
+            "distance",
+            "--check",
+            "drift.moved_beyond_global<=5",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "The whole embedding moved: the typical key's distance changed" in result.stdout
+    assert "5 key(s) moved beyond the global change" in result.stdout
+    assert "Moved beyond the global change (top 5 of 5" in result.stdout

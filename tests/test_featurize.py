@@ -253,8 +253,8 @@ def test_save_transform_holds_u_and_recipe(tmp_path, emb):
     [
         (["--dim", "7"], "--dim: 7 must be an even integer >= 2"),
         (["--dim", "0"], "--dim: 0 only aligns: it needs --align-to"),
-        (["--sigma", "-1"], "--sigma: -1.0 must be a positive number"),
-        (["--chunk-rows", "0"], "Invalid value for '--chunk-rows': Input should be greater than or equal to 1"),
+        (["--sigma", "-1"], "--sigma: must be greater than 0, got -1"),
+        (["--chunk-rows", "0"], "--chunk-rows: must be at least 1, got 0"),
     ],
 )
 def test_cli_bad_options(tmp_path, emb, args, message):

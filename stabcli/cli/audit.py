@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from stabcli import constraints as c
 from stabcli.cli.options import (
     DownstreamModel,
     InputFormat,
@@ -34,6 +35,7 @@ from stabcli.cli.options import (
     top_option,
 )
 from stabcli.cli.output import render_report, report_files, spinner, warn, wrote
+from stabcli.constraints import ranged
 from stabcli.errors import UsageError
 
 
@@ -57,7 +59,12 @@ def audit_cmd(
     ],
     normalize: Annotated[bool, typer.Option("--normalize", help="L2-normalize every row first.")] = False,
     pairs: Annotated[
-        int, typer.Option("--pairs", min=1, metavar="N", help="Key pairs sampled for the inner-product noise share.")
+        int,
+        typer.Option(
+            "--pairs",
+            metavar="N",
+            help=ranged("Key pairs sampled for the inner-product noise share.", c.AUDIT_OPTIONS["pairs"]),
+        ),
     ] = 10_000,
     knn_k: KnnK = 10,
     knn_queries: Annotated[
@@ -70,9 +77,11 @@ def audit_cmd(
         int | None,
         typer.Option(
             "--min-frequency",
-            min=1,
             metavar="N",
-            help="List only keys that occur at least N times in the training corpus (needs frequencies).",
+            help=ranged(
+                "List only keys that occur at least N times in the training corpus (needs frequencies).",
+                c.AUDIT_OPTIONS["min_frequency"],
+            ),
         ),
     ] = None,
     frequencies: Annotated[
@@ -96,7 +105,9 @@ def audit_cmd(
     eis_alpha: Annotated[
         float,
         typer.Option(
-            "--eis-alpha", min=0.0, max=100.0, metavar="ALPHA", help="Exponent of the anchor's spectrum in EIS."
+            "--eis-alpha",
+            metavar="ALPHA",
+            help=ranged("Exponent of the anchor's spectrum in EIS.", c.AUDIT_OPTIONS["eis_alpha"]),
         ),
     ] = 3.0,
     check: Annotated[list[str], check_option("representation.knn_overlap>=0.6")] = [],  # noqa: B006
@@ -145,7 +156,9 @@ def audit_cmd(
         ),
     ] = None,
     reference: Annotated[int, reference_option("Position of the run whose model is reused stale on the others.")] = 0,
-    jobs: Annotated[int | None, jobs_option("Downstream fits in parallel [default: available cores].")] = None,
+    jobs: Annotated[
+        int | None, jobs_option("Downstream fits in parallel [default: available cores].", c.DOWNSTREAM_OPTIONS["jobs"])
+    ] = None,
     scheduler: Annotated[
         str | None,
         scheduler_option(
@@ -173,10 +186,12 @@ def audit_cmd(
         int,
         typer.Option(
             "--min-class-size",
-            min=1,
             metavar="N",
-            help="Drop label classes with fewer labeled keys, with a warning (5 = one expected test key at the "
-            "default --test-size 0.2).",
+            help=ranged(
+                "Drop label classes with fewer labeled keys, with a warning (5 = one expected test key at the "
+                "default --test-size 0.2).",
+                c.DOWNSTREAM_OPTIONS["min_class_size"],
+            ),
         ),
     ] = 5,
     key_names: KeyNames = None,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
+from stabcli import constraints as c
 from stabcli.cli.options import (
     DownstreamModel,
     InputFormat,
@@ -32,6 +33,7 @@ from stabcli.cli.options import (
     top_option,
 )
 from stabcli.cli.output import render_report, report_files, spinner, wrote
+from stabcli.constraints import ranged
 
 
 def drift_cmd(
@@ -64,8 +66,29 @@ def drift_cmd(
     ] = 1_000,
     alpha: Annotated[
         float,
-        typer.Option("--alpha", metavar="LEVEL", help="Level of the per-key test and of the FDR of the listed keys."),
+        typer.Option(
+            "--alpha",
+            metavar="LEVEL",
+            help=ranged("Level of the per-key test and of the FDR of the listed keys.", c.DRIFT_OPTIONS["alpha"]),
+        ),
     ] = 0.01,
+    measure: Annotated[
+        Literal["direction", "length", "distance"],
+        typer.Option(
+            "--measure",
+            metavar="direction|length|distance",
+            help="What decides moved: the cosine distance (direction, what neighbours and similarities see), "
+            "the change of norm (length) or the Euclidean distance (both).",
+        ),
+    ] = "direction",
+    allow_noise_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--allow-noise-mismatch",
+            help="Use a --noise run set whose corpus or training configuration differs from BEFORE's (a warning "
+            "in the report).",
+        ),
+    ] = False,
     top: Annotated[int, top_option("Moved keys to list (largest changes without --noise).")] = 20,
     seed: Annotated[int, seed_option("Seed of the k-NN sample.")] = 0,
     key_names: KeyNames = None,
@@ -89,7 +112,7 @@ def drift_cmd(
     per_key: Annotated[
         Path | None, per_key_option("Every key's measures, noise band and verdict (.csv, .tsv or .parquet).")
     ] = None,
-    check: Annotated[list[str], check_option("drift.moved_share<0.05")] = [],  # noqa: B006
+    check: Annotated[list[str], check_option("drift.discoveries<=20")] = [],  # noqa: B006
     fmt: ReportFormat = "table",
     json_path: JsonPath = None,
     markdown_path: MarkdownPath = None,
@@ -110,7 +133,9 @@ def drift_cmd(
 
         stabcli drift runs/yesterday today.npy --noise runs/yesterday
 
-        stabcli drift before.vec after.vec --noise runs/before --check 'drift.moved_share<0.05' --json drift.json
+        stabcli drift before.vec after.vec --noise runs/before --check 'drift.discoveries<=20' --json drift.json
+
+        stabcli drift runs/v1 runs/v2 --noise runs/v1 --measure length --check 'drift.moved_beyond_global<=50'
 
         stabcli drift runs/ml ml-new.npy --noise runs/ml --key-names ml-100k/u.item --per-key drift.csv --plots figs
     """
@@ -123,6 +148,8 @@ def drift_cmd(
             after,
             noise,
             alpha=alpha,
+            measure=measure,
+            allow_noise_mismatch=allow_noise_mismatch,
             align=align,
             knn_k=knn_k,
             knn_queries=knn_queries,

@@ -9,6 +9,7 @@ import typer
 
 from stabcli.cli.options import InputFormat, Keys, ReportFormat, TrustPickle, reference_option, seed_option
 from stabcli.cli.output import err, out, write_json_stdout
+from stabcli.constraints import FEATURIZE_OPTIONS, ranged
 from stabcli.reports.schema import dumps
 from stabcli.reports.text import literal
 
@@ -28,7 +29,10 @@ def featurize_cmd(
         help="Choose the smallest M whose measured mean kernel error is <= this (instead of --dim).",
     ),
     sigma: float = typer.Option(
-        1.0, "--sigma", metavar="SIGMA", help="Direction scale: kernel exp(-sigma^2 |h-h'|^2 / 2)."
+        1.0,
+        "--sigma",
+        metavar="SIGMA",
+        help=ranged("Direction scale: kernel exp(-sigma^2 |h-h'|^2 / 2).", FEATURIZE_OPTIONS["sigma"]),
     ),
     seed: Annotated[int, seed_option("Seed of the random directions U.")] = 0,
     normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="L2-normalize rows first."),
@@ -53,9 +57,11 @@ def featurize_cmd(
     chunk_rows: int | None = typer.Option(
         None,
         "--chunk-rows",
-        min=1,
         metavar="N",
-        help="Rows per streamed chunk [default: about 1 MB of output, which stays in cache].",
+        help=ranged(
+            "Rows per streamed chunk [default: about 1 MB of output, which stays in cache].",
+            FEATURIZE_OPTIONS["chunk_rows"],
+        ),
     ),
     force: bool = typer.Option(
         False,

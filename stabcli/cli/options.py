@@ -12,6 +12,9 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from stabcli import constraints as c
+from stabcli.constraints import Constraint, ranged
+
 # library parameter names whose flag is not simply ``--`` + the name with dashes
 FLAG_NAMES: dict[str, str] = {"fmt": "--format", "out": "--out", "output": "--out", "out_dir": "--out"}
 
@@ -58,23 +61,29 @@ def per_key_option(help: str) -> Any:
 
 
 # -- measures shared by audit and drift -------------------------------------------------------
-KnnK = Annotated[int, typer.Option("--knn-k", min=1, metavar="K", help="Neighbours per key for the k-NN overlap.")]
+KnnK = Annotated[
+    int, typer.Option("--knn-k", metavar="K", help=ranged("Neighbours per key for the k-NN overlap.", c.KNN_K))
+]
 
 
 def top_option(help: str) -> Any:
-    return typer.Option("--top", min=0, metavar="N", help=help)
+    return typer.Option("--top", metavar="N", help=ranged(help, c.TOP))
 
 
 def knn_queries_option(help: str) -> Any:
-    return typer.Option("--knn-queries", min=1, metavar="N", help=help)
+    return typer.Option("--knn-queries", metavar="N", help=ranged(help, c.DRIFT_OPTIONS["knn_queries"]))
 
 
-def seed_option(help: str) -> Any:
-    return typer.Option("--seed", min=0, metavar="SEED", help=help)
+def seed_option(help: str, constraint: Constraint | None = c.SEED) -> Any:
+    """``--seed``; ``constraint`` None: a seed the library does not declare (pretrain's),
+    checked by typer."""
+    if constraint is None:
+        return typer.Option("--seed", min=0, metavar="SEED", help=help)
+    return typer.Option("--seed", metavar="SEED", help=ranged(help, constraint))
 
 
 def reference_option(help: str) -> Any:
-    return typer.Option("--reference", min=0, metavar="N", help=help)
+    return typer.Option("--reference", metavar="N", help=ranged(help, c.REFERENCE))
 
 
 # -- labels and the downstream protocol (audit, drift) ---------------------------------------
@@ -100,10 +109,19 @@ DownstreamModel = Annotated[
 ]
 TestSize = Annotated[
     float,
-    typer.Option("--test-size", metavar="SHARE", help="Share of labeled keys in the test split (between 0 and 1)."),
+    typer.Option(
+        "--test-size",
+        metavar="SHARE",
+        help=ranged("Share of labeled keys in the test split.", c.DOWNSTREAM_OPTIONS["test_size"]),
+    ),
 ]
 SplitSeed = Annotated[
-    int, typer.Option("--split-seed", min=0, metavar="SEED", help="Seed of the train/test split shared by all runs.")
+    int,
+    typer.Option(
+        "--split-seed",
+        metavar="SEED",
+        help=ranged("Seed of the train/test split shared by all runs.", c.DOWNSTREAM_OPTIONS["split_seed"]),
+    ),
 ]
 KeyNames = Annotated[
     Path | None,
@@ -154,8 +172,11 @@ Keys = Annotated[
 
 
 # -- parallel work (pretrain, audit, demo) -----------------------------------------------------
-def jobs_option(help: str) -> Any:
-    return typer.Option("--jobs", "-j", min=1, metavar="N", help=help)
+def jobs_option(help: str, constraint: Constraint | None = None) -> Any:
+    """``--jobs``; with the ``constraint`` of the options type that takes it, checked there."""
+    if constraint is None:
+        return typer.Option("--jobs", "-j", min=1, metavar="N", help=help)
+    return typer.Option("--jobs", "-j", metavar="N", help=ranged(help, constraint))
 
 
 def scheduler_option(help: str) -> Any:
@@ -171,12 +192,22 @@ EmbeddingModel = Annotated[
         help="word2vec (sentences or item sessions) or doc2vec (tagged documents).",
     ),
 ]
-Dim = Annotated[int, typer.Option("--dim", min=1, metavar="N", help="Embedding dimension.")]
-Window = Annotated[int, typer.Option("--window", min=1, metavar="N", help="Context window.")]
-Negative = Annotated[int, typer.Option("--negative", min=0, metavar="N", help="Negative samples (0 = none).")]
-Epochs = Annotated[int, typer.Option("--epochs", min=1, metavar="N", help="Training epochs.")]
+Dim = Annotated[int, typer.Option("--dim", metavar="N", help=ranged("Embedding dimension.", c.TRAIN_CONFIG["dim"]))]
+Window = Annotated[int, typer.Option("--window", metavar="N", help=ranged("Context window.", c.TRAIN_CONFIG["window"]))]
+Negative = Annotated[
+    int,
+    typer.Option("--negative", metavar="N", help=ranged("Negative samples (0 = none).", c.TRAIN_CONFIG["negative"])),
+]
+Epochs = Annotated[
+    int, typer.Option("--epochs", metavar="N", help=ranged("Training epochs.", c.TRAIN_CONFIG["epochs"]))
+]
 SkipGram = Annotated[bool, typer.Option("--sg/--cbow", help="Skip-gram (doc2vec: PV-DBOW) or CBOW (doc2vec: PV-DM).")]
-MinCount = Annotated[int, typer.Option("--min-count", min=1, metavar="N", help="Ignore tokens seen fewer times.")]
+MinCount = Annotated[
+    int,
+    typer.Option(
+        "--min-count", metavar="N", help=ranged("Ignore tokens seen fewer times.", c.TRAIN_CONFIG["min_count"])
+    ),
+]
 Params = Annotated[
     list[str], typer.Option("--param", metavar="KEY=VALUE", help="Any other gensim argument (repeatable).")
 ]

@@ -18,7 +18,7 @@ from stabcli.fs.atomic import cannot_write
 from stabcli.reports.text import literal, plain_console
 
 if TYPE_CHECKING:
-    from stabcli.fs.outputs import OutputPlan
+    pass
 
 EXIT_FAILED_CHECK = 1
 EXIT_BAD_INPUT = 2
@@ -168,40 +168,3 @@ def render_report(report: Any, fmt: str, render_terminal: Callable[[Any, Console
         import typer
 
         raise typer.Exit(EXIT_FAILED_CHECK)
-
-
-def report_outputs(
-    inputs: list[Path],
-    downstream: Any,
-    json_path: Path | None,
-    markdown_path: Path | None,
-    plots: Path | None,
-    per_key: Path | None,
-    key_names: Path | None,
-    force: bool,
-) -> OutputPlan:
-    """The output plan of a command that does not yet call one entry point (``sweep``):
-    ``ReportFiles.plan`` of its file options, not yet checked."""
-    from stabcli.commands.common import ReportFiles
-
-    files = ReportFiles(**report_files(json_path, markdown_path, plots, per_key, force))
-    return files.plan(inputs, [downstream.labels if downstream else None, key_names], check=False)
-
-
-def write_report_outputs(
-    plan: OutputPlan,
-    text: str,
-    markdown: Callable[[], str],
-    json_path: Path | None,
-    markdown_path: Path | None,
-    plots: Path | None,
-    write_plots: Callable[[Path], list[Path]],
-    per_key: Path | None,
-    frame: Callable[[], Any],
-) -> None:
-    """``ReportFiles.write`` for the plan of ``report_outputs``; names the figures written."""
-    from stabcli.commands.common import ReportFiles
-
-    files = ReportFiles(**report_files(json_path, markdown_path, plots, per_key, False))
-    for path in files.write(plan, text, markdown, write_plots, frame):
-        wrote(path)

@@ -95,7 +95,7 @@ def pretrain_cmd(
     epochs: Epochs = 10,
     sg: SkipGram = True,
     min_count: MinCount = 1,
-    seed: Annotated[int, seed_option("Run i uses seed SEED + i.")] = 0,
+    seed: Annotated[int, seed_option("Run i uses seed SEED + i.", None)] = 0,
     jobs: Annotated[int | None, jobs_option("Runs in parallel [default: available cores].")] = None,
     scheduler: Annotated[
         str | None,

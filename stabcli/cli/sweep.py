@@ -83,7 +83,7 @@ def sweep_cmd(
         "auto", "--corpus-format", metavar="FORMAT", help="How to read CORPUS (as pretrain)."
     ),
     encoding: str = typer.Option("utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus."),
-    seed: Annotated[int, seed_option("Run i of every cell uses SEED + i; the samples are drawn from it.")] = 0,
+    seed: Annotated[int, seed_option("Run i of every cell uses SEED + i; the samples are drawn from it.", None)] = 0,
     jobs: Annotated[int | None, jobs_option("Runs in parallel [default: available cores].")] = None,
     scheduler: Annotated[
         str | None, scheduler_option("Train every run on this Dask scheduler (tcp://host:8786) or local:N.")

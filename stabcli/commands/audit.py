@@ -11,11 +11,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from stabcli import __version__
+from stabcli.constraints import AUDIT_OPTIONS, DOWNSTREAM_OPTIONS, Constraint, validate_params
 from stabcli.environment import EnvironmentDifference, differences
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.resources import require_memory
@@ -72,25 +73,10 @@ class AuditOptions:
     eis_alpha: float = DEFAULT_EIS_ALPHA
     eis_anchor: Path | None = None  # None: the consensus of the runs
 
+    parameter_constraints: ClassVar[dict[str, Constraint]] = AUDIT_OPTIONS
+
     def __post_init__(self) -> None:
-        for name, least in (
-            ("pairs", 1),
-            ("knn_k", 1),
-            ("knn_queries", 1),
-            ("top", 0),
-            ("seed", 0),
-            ("min_frequency", 1),
-        ):
-            value = getattr(self, name)
-            if value is None and name in ("knn_queries", "min_frequency"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise OptionError(name, f"expected an integer, got {value!r}")
-            if value < least:
-                raise OptionError(name, f"{value} must be at least {least}")
-        alpha = self.eis_alpha
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 100:
-            raise OptionError("eis_alpha", f"{alpha!r} must be a number from 0 to 100")
+        validate_params(self)
 
 
 @dataclass
@@ -847,6 +833,10 @@ def _downstream_options(labelled: dict[str, Any], scheduler: str | None) -> Down
     from stabcli.commands.common import only_with
 
     if labelled.get("labels") is None:
+        for name, value in labelled.items():  # a bad value is refused even where it would not apply
+            constraint = DOWNSTREAM_OPTIONS.get(name)
+            if constraint is not None and name != "seed" and (problem := constraint.problem(value)) is not None:
+                raise OptionError(name, problem)
         names = ("variants", "featurize_dims", "sigmas", "model")
         given = [(name, labelled.get(name) is not None) for name in names]
         given += [("min_class_size", labelled.get("min_class_size", 5) != 5), ("scheduler", scheduler is not None)]

@@ -85,10 +85,9 @@ class ReportFiles:
             return per_key_format(self.per_key)
         return None
 
-    def plan(self, inputs: Iterable[Path], more_inputs: Iterable[Path | None] = (), check: bool = True) -> OutputPlan:
+    def plan(self, inputs: Iterable[Path], more_inputs: Iterable[Path | None] = ()) -> OutputPlan:
         """Every output against every input (``inputs`` with their companion keys files, and
-        ``more_inputs``: labels, key names, keys file...), checked (unless ``check`` is
-        false) before any work."""
+        ``more_inputs``: labels, key names, keys file...), checked before any work."""
         from stabcli.fs.outputs import OutputPlan, plots_owned, with_companions
 
         plan = OutputPlan([companion for path in inputs for companion in with_companions(path)], force=self.force)
@@ -105,8 +104,7 @@ class ReportFiles:
             plan.add(self.plots, "--plots", kind="dir", owned=plots_owned)
         if self.step_summary:
             plan.add(self.step_summary, "GITHUB_STEP_SUMMARY", kind="append")
-        if check:
-            plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
+        plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
         return plan
 
     def write(

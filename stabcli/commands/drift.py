@@ -16,12 +16,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from stabcli import __version__
 from stabcli.commands.featurize import SIDECAR_SUFFIX
+from stabcli.constraints import DRIFT_OPTIONS, Constraint, validate_params
 from stabcli.environment import EnvironmentDifference, differences, read_recorded
 from stabcli.errors import InputError, OptionError
 from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
@@ -39,6 +40,13 @@ if TYPE_CHECKING:
 
 KNN_ALL_MAX_KEYS = 10_000  # k-NN overlap for every key up to this many keys (n² ≤ 1e8), else a seeded sample
 ADDED_REMOVED_LISTED = 20  # keys_added / keys_removed samples kept in the report
+# --measure: direction by default, what cosine neighbours and similarities see; length and
+# the Euclidean distance (which mixes both) on request
+DEFAULT_MEASURE = "direction"
+SCALE_WARNING = 1.5  # noise runs' median norm more than this factor from BEFORE's: a warning
+LOW_DRIFT_WARNING = 0.5  # global ratio (typical key's change vs a noise pair's) below this: a warning
+# the training configuration fields a noise run set must share with BEFORE's (checkpoints do not change vectors)
+NOISE_CONFIG_IGNORED = ("checkpoints",)
 
 
 # ------------------------------------------------------------------ options
@@ -55,13 +63,12 @@ class DriftOptions:
     top: int = 20
     seed: int = 0
     reference: int = 0
+    measure: str = DEFAULT_MEASURE
+
+    parameter_constraints: ClassVar[dict[str, Constraint]] = DRIFT_OPTIONS
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha) and 0 < self.alpha < 1):
-            raise OptionError("alpha", f"{self.alpha!r} must be a number strictly between 0 and 1")
-        for name, low in (("knn_k", 1), ("knn_queries", 1), ("top", 0), ("seed", 0), ("reference", 0)):
-            if getattr(self, name) < low:
-                raise OptionError(name, f"{getattr(self, name)} must be at least {low}")
+        validate_params(self)
 
 
 # ------------------------------------------------------------------ loading
@@ -85,6 +92,8 @@ class DriftInputs:
     frequency: np.ndarray | None = None
     input_paths: list[Path] = field(default_factory=list)
     environments: dict[str, dict[str, str] | None] = field(default_factory=dict)  # recorded, by source
+    noise_check: str = "unchecked"  # checked | overridden | unchecked (NoiseSection.compatibility)
+    noise_warnings: list[str] = field(default_factory=list)
 
     @property
     def dim(self) -> int:
@@ -110,6 +119,7 @@ def load_inputs(
     noise: str | Path | None = None,
     reference: int = 0,
     read: ReadOptions | None = None,
+    allow_noise_mismatch: bool = False,
 ) -> DriftInputs:
     """Read BEFORE, AFTER (with ``read``: ``--input-format``, ``--trust-pickle``, ``--keys``)
     and the noise run set and match them on keys (``embeddings.match_inputs`` for keyless arrays).
@@ -146,6 +156,8 @@ def load_inputs(
         if b_keyless:
             raise InputError(f"{b_emb.source}: keyless arrays cannot be matched to the keyed runs of --noise {noise}")
         runset = _noise_runset(noise)
+        if b_set is not None:
+            inputs.noise_check, inputs.noise_warnings = check_noise_matches(b_set, runset, allow_noise_mismatch)
         runs = [runset.load(i) for i in runset.runs]
         member_by_path = b_set is not None and b_set.root.resolve() == runset.root.resolve() and b_index in runset.runs
         arrays = []
@@ -199,6 +211,46 @@ def refuse_same_noise_runs(noise: Path, names: list[str], arrays: list[np.ndarra
             f"{noise}: {describe_same(pairs, names, len(arrays))}, so the noise band has zero width and "
             "every key would look moved; train the noise runs with different seeds (a --script must use {seed})"
         )
+
+
+def noise_mismatches(before: dict[str, Any], noise: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(field, BEFORE's value, the noise's value) for every corpus or training setting on
+    which two run-set manifests differ: the corpus hash and reading options, and every
+    configuration field but ``NOISE_CONFIG_IGNORED``."""
+    out = []
+    b_corpus, n_corpus = before.get("corpus") or {}, noise.get("corpus") or {}
+    for name in ("sha256", "options"):
+        if b_corpus.get(name) != n_corpus.get(name):
+            out.append((f"corpus {name}", b_corpus.get(name), n_corpus.get(name)))
+    b_config, n_config = before.get("config") or {}, noise.get("config") or {}
+    for name in sorted(set(b_config) | set(n_config)):
+        if name not in NOISE_CONFIG_IGNORED and b_config.get(name) != n_config.get(name):
+            out.append((name, b_config.get(name), n_config.get(name)))
+    return out
+
+
+def check_noise_matches(before: RunSet, noise: RunSet, allow: bool) -> tuple[str, list[str]]:
+    """("checked" | "overridden", warnings): InputError naming the first differing field
+    unless ``allow`` (``--allow-noise-mismatch``), which turns every difference into a warning."""
+    if before.root.resolve() == noise.root.resolve():
+        return "checked", []
+    found = noise_mismatches(before.manifest, noise.manifest)
+    if not found:
+        return "checked", []
+
+    def short(value: Any) -> str:
+        text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+        return text if len(text) <= 24 else text[:12] + "…"
+
+    words = [f"{name} {short(b)} (noise: {short(n)})" for name, b, n in found]
+    if not allow:
+        name, b, n = found[0]
+        raise InputError(
+            f"--noise {noise.root}: its {name} is {short(n)}, BEFORE's ({before.root}) is {short(b)}"
+            + (f" (and {len(found) - 1} more field(s) differ)" if len(found) > 1 else "")
+            + "; a noise band must come from BEFORE's corpus and configuration (--allow-noise-mismatch to use it anyway)"
+        )
+    return "overridden", [f"the noise run set differs from BEFORE's: {'; '.join(words)} (--allow-noise-mismatch)"]
 
 
 def _noise_runset(noise: Path) -> RunSet:
@@ -255,6 +307,12 @@ class TopKey:
     ratio: float | None = doc("distance / noise scale, level-adjusted (null without --noise)")
     p_value: float | None = doc("against the pooled noise null (null without --noise)")
     q_value: float | None = doc("Benjamini–Hochberg q (null without --noise)")
+    relative_norm_change: float | None = doc("(‖a‖ − ‖b‖) / ‖b‖ (null for a zero BEFORE row)", default=None)
+    direction_p: float | None = doc("p-value of the direction test (null without --noise)", default=None)
+    length_p: float | None = doc("p-value of the length test (null without --noise)", default=None)
+    beyond_global: bool | None = doc(
+        "discovered by the test against the global change (null without --noise)", default=None
+    )
 
 
 @dataclass(frozen=True)
@@ -281,7 +339,30 @@ class InputSection:
     )
 
 
-NEEDS_NOISE = ("noise", "drift.moved_count", "drift.moved_share", "drift.expected_false_positives", "drift.discoveries")
+NEEDS_NOISE = (
+    "noise",
+    "drift.moved_count",
+    "drift.moved_share",
+    "drift.expected_false_positives",
+    "drift.discoveries",
+    "drift.moved_beyond_global",
+    "drift.global_moved",
+    "drift.by_measure",
+)
+
+
+@dataclass(frozen=True)
+class MeasureSummary:
+    moved_count: int = doc("keys with p < alpha on this measure")
+    moved_share: float = doc("moved_count / keys compared")
+    discoveries: int = doc("keys with Benjamini–Hochberg q ≤ alpha")
+    beyond_global: int = doc("discoveries of the test against the global change")
+    drift_to_noise: float = doc("median statistic BEFORE→AFTER / median noise scale")
+    global_ratio: float = doc("typical ratio of this refresh relative to a noise pair's (1 = like a seed change)")
+    level_range_low: float = doc("lowest level of a noise pair")
+    level_range_high: float = doc("highest level of a noise pair")
+    ratio_threshold: float = doc("the null's 1 − alpha quantile of the level-adjusted ratio")
+    smallest_p: float = doc("smallest p-value over keys")
 
 
 @dataclass(frozen=True)
@@ -304,6 +385,21 @@ class DriftSection:
     moved_share: float | None = doc("moved_count / keys compared (null without --noise)", default=None)
     expected_false_positives: float | None = doc("alpha × keys compared (null without --noise)", default=None)
     discoveries: int | None = doc("keys with Benjamini–Hochberg q ≤ alpha (null without --noise)", default=None)
+    moved_beyond_global: int | None = doc(
+        "keys that moved beyond the global change (FDR alpha, the ratio divided by the global ratio when the "
+        "whole embedding moved more than any noise pair; else equal to discoveries); null without --noise",
+        default=None,
+    )
+    global_moved: bool | None = doc(
+        "the typical key moved more than between any two noise runs (global_ratio above the noise pairs' range)",
+        default=None,
+    )
+    global_scale: float | None = doc(
+        "median over keys of ‖a‖ / ‖b‖: the refresh's global change of length", default=None
+    )
+    by_measure: dict[str, MeasureSummary] | None = doc(
+        "each measure's test (`direction`, `length`, `distance`); null without --noise", default=None
+    )
     top_by: str = doc("order of top: p_value (with --noise) or distance", default="distance")
     top: list[TopKey] = doc(
         "the moved keys listed (at most --top; without --noise the largest changes)", default_factory=list
@@ -324,6 +420,26 @@ class NoiseSection:
     level_range_low: float = doc("lowest level of a noise pair")
     level_range_high: float = doc("highest level of a noise pair")
     ratio_threshold: float = doc("the null's 1 − alpha quantile of the level-adjusted ratio")
+    measure: str = doc(
+        "`--measure` that decides moved: `direction` (cosine distance, default), `length` (|ln ‖a‖/‖b‖|) or "
+        "`distance` (‖b − a‖); the fields above are its",
+        default=DEFAULT_MEASURE,
+    )
+    smallest_empirical_p: float = doc(
+        "1/(1 + null_samples): the smallest p-value the noise set gives; smaller ones come from the fitted "
+        "exponential tail",
+        default=1.0,
+    )
+    compatibility: str = doc(
+        "`checked` (BEFORE and the noise run set share corpus and configuration), `overridden` "
+        "(--allow-noise-mismatch) or `unchecked` (BEFORE is not a run set: scale checks only)",
+        default="unchecked",
+    )
+    warnings: list[str] = doc(
+        "noise that may not fit BEFORE: a configuration mismatch allowed with --allow-noise-mismatch, noise norms "
+        "far from BEFORE's, or a median drift far below the noise",
+        default_factory=list,
+    )
 
 
 @dataclass(frozen=True)
@@ -432,133 +548,31 @@ def compute_drift(
     if rotation is not None:
         energy = float(np.sum(np.square(change.norm_before)))
         residual = math.sqrt(float(np.sum(np.square(change.distance))) / energy) if energy > 0 else 0.0
+    columns = _change_columns(inputs, change, key_names)
 
-    columns: dict[str, Any] = {"key": inputs.keys}
-    if key_names is not None:
-        columns["name"] = [key_names.get(k, "") for k in inputs.keys]
-    columns["frequency"] = inputs.frequency if inputs.frequency is not None else np.full(n, np.nan)
-    columns.update(
-        distance=change.distance,
-        cosine_distance=change.cosine_distance,
-        norm_before=change.norm_before,
-        norm_after=change.norm_after,
-        norm_change=change.norm_change,
-        dot=change.dot,
-    )
-
-    noise_section = None
-    moved: dict[str, Any] = {}
+    tests: dict[str, dm.MeasureTest] | None = None
     if inputs.noise_runs is not None:
         step(f"noise band: {len(inputs.noise_runs) * (len(inputs.noise_runs) - 1) // 2} run pairs")
-        distances, pairs = dm.pair_distances(inputs.noise_runs)
-        band = dm.noise_band(distances, pairs, len(inputs.noise_runs), bool(inputs.before_in_noise))
-        del distances
-        raw_ratio = dm.ratio(change.distance, band.scale)
-        global_ratio, factor = band.level_factor(raw_ratio)
-        adjusted = raw_ratio / factor
-        p = dm.p_values(adjusted, band.null_ratios)
-        q = dm.benjamini_hochberg(p)
-        threshold = dm.null_quantile(band.null_ratios, options.alpha)
-        flagged = p < options.alpha
-        discovered = q <= options.alpha
-        columns.update(
-            noise_scale=band.scale,
-            noise_median=band.pair_median,
-            noise_band=band.scale * factor * threshold,
-            ratio=adjusted,
-            p_value=p,
-            q_value=q,
-            moved=flagged,
-            discovered=discovered,
-        )
-        noise_median = float(np.median(band.scale))
-        noise_section = NoiseSection(
-            alpha=options.alpha,
-            runs=band.runs,
-            pairs=band.pairs,
-            null_samples=len(band.null_ratios),
-            statistic="pooled scale-family: distance / key's RMS noise pair distance, level-adjusted, "
-            "empirical p-value against the pooled leave-out null (exponential tail beyond it)",
-            noise_median=noise_median,
-            drift_to_noise=float(np.median(change.distance)) / noise_median if noise_median > 0 else math.inf,
-            global_ratio=global_ratio,
-            level_factor=factor,
-            level_range_low=band.level_range[0],
-            level_range_high=band.level_range[1],
-            ratio_threshold=threshold,
-        )
-        moved = dict(
-            moved_count=int(flagged.sum()),
-            moved_share=float(flagged.mean()),
-            expected_false_positives=options.alpha * n,
-            discoveries=int(discovered.sum()),
-        )
-        order = np.lexsort((-adjusted, p))  # smallest p first, then largest ratio
-        top_idx = [i for i in order[: options.top] if discovered[i]]
-        top_by = "p_value"
-    else:
-        order = np.argsort(-change.distance, kind="stable")
-        top_idx = list(order[: options.top])
-        top_by = "distance"
+        tests = noise_tests(inputs, change, options.alpha)
+        columns.update(_test_columns(tests, options.measure))
+    top_idx = _top_order(change, tests, options)
 
     step("nearest neighbours")
-    if n <= KNN_ALL_MAX_KEYS:
-        queries = np.arange(n)
-        sampled = False
-    else:
-        rng = np.random.default_rng(options.seed)
-        queries = np.sort(rng.choice(n, size=min(options.knn_queries, n), replace=False))
-        sampled = True
-    extra = np.setdiff1d(np.asarray(top_idx, dtype=np.int64), queries) if sampled else np.empty(0, dtype=np.int64)
-    overlaps = m.knn_overlap([inputs.b, inputs.a], np.concatenate([queries, extra]), options.knn_k)
-    knn = np.full(n, np.nan)
-    knn[queries] = overlaps[: len(queries)]
-    knn[extra] = overlaps[len(queries) :]
+    knn, knn_mean, queries, sampled = _knn_overlap(inputs, options, top_idx)
     columns["knn_overlap"] = knn
 
-    def opt(column: str, i: int) -> float | None:
-        return float(columns[column][i]) if column in columns and not np.isnan(columns[column][i]) else None
-
-    top = [
-        TopKey(
-            key=inputs.keys[i],
-            name=key_names.get(inputs.keys[i]) if key_names else None,
-            distance=float(change.distance[i]),
-            cosine_distance=float(change.cosine_distance[i]),
-            norm_change=float(change.norm_change[i]),
-            knn_overlap=opt("knn_overlap", i),
-            frequency=opt("frequency", i),
-            noise_scale=opt("noise_scale", i),
-            noise_band=opt("noise_band", i),
-            ratio=opt("ratio", i),
-            p_value=opt("p_value", i),
-            q_value=opt("q_value", i),
-        )
-        for i in top_idx
-    ]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        relative_norm = np.where(change.norm_before > 0, change.norm_change / change.norm_before, np.nan)
     drift_section = DriftSection(
-        distance_median=float(np.median(change.distance)),
-        distance_mean=float(np.mean(change.distance)),
-        distance_p90=float(np.quantile(change.distance, 0.9)),
-        distance_p99=float(np.quantile(change.distance, 0.99)),
-        cosine_distance_median=float(np.median(change.cosine_distance)),
-        cosine_distance_p90=float(np.quantile(change.cosine_distance, 0.9)),
-        norm_change_median=float(np.median(change.norm_change)),
-        relative_norm_change_median=float(np.nanmedian(relative_norm))
-        if np.isfinite(relative_norm).any()
-        else math.nan,
-        dot_median=float(np.median(change.dot)),
-        knn_overlap=float(np.mean(overlaps[: len(queries)])),
+        **_change_summary(change),
+        knn_overlap=knn_mean,
         knn_k=options.knn_k,
-        knn_keys=len(queries),
+        knn_keys=queries,
         knn_sampled=sampled,
         knn_chance=options.knn_k / (n - 1),
-        top_by=top_by,
-        top=top,
-        **moved,
+        top_by="distance" if tests is None else "p_value",
+        top=_top_keys(top_idx, inputs, change, columns, key_names),
+        **(_moved_fields(tests, options, n) if tests is not None else {}),
     )
+    noise_section = _noise_section(inputs, change, tests, options) if tests is not None else None
 
     downstream_section = None
     if targets is not None:
@@ -586,6 +600,231 @@ def compute_drift(
     )
     report = DriftReport(__version__, input_section, drift_section, noise_section, downstream_section)
     return report, PerKey(columns)
+
+
+def _relative_norm_change(change: dm.KeyChange) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(change.norm_before > 0, change.norm_change / change.norm_before, np.nan)
+
+
+def _change_columns(inputs: DriftInputs, change: dm.KeyChange, key_names: dict[str, str] | None) -> dict[str, Any]:
+    """The per-key table's columns of the change itself (before any test)."""
+    n = len(inputs.keys)
+    columns: dict[str, Any] = {"key": inputs.keys}
+    if key_names is not None:
+        columns["name"] = [key_names.get(k, "") for k in inputs.keys]
+    columns["frequency"] = inputs.frequency if inputs.frequency is not None else np.full(n, np.nan)
+    columns.update(
+        distance=change.distance,
+        cosine_distance=change.cosine_distance,
+        norm_before=change.norm_before,
+        norm_after=change.norm_after,
+        norm_change=change.norm_change,
+        relative_norm_change=_relative_norm_change(change),
+        dot=change.dot,
+    )
+    return columns
+
+
+def noise_tests(inputs: DriftInputs, change: dm.KeyChange, alpha: float) -> dict[str, dm.MeasureTest]:
+    """Every measure's test (``drift_stats.measure_test``) of BEFORE→AFTER against the
+    noise run pairs; the pair statistics are dropped measure by measure."""
+    assert inputs.noise_runs is not None
+    runs = len(inputs.noise_runs)
+    pair_stats, pairs = dm.pair_measures(inputs.noise_runs)
+    statistics = dm.key_statistics(change)
+    tests = {}
+    for measure in dm.MEASURES:
+        tests[measure] = dm.measure_test(
+            measure, statistics[measure], pair_stats.pop(measure), pairs, runs, bool(inputs.before_in_noise), alpha
+        )
+    return tests
+
+
+def _test_columns(tests: dict[str, dm.MeasureTest], measure: str) -> dict[str, Any]:
+    """The deciding measure's band and verdict, and every measure's ratio, p and q."""
+    chosen = tests[measure]
+    columns: dict[str, Any] = dict(
+        statistic=chosen.statistic,
+        noise_scale=chosen.scale,
+        noise_median=chosen.pair_median,
+        noise_band=chosen.scale * chosen.factor * chosen.threshold,
+        ratio=chosen.ratio,
+        p_value=chosen.p,
+        q_value=chosen.q,
+        moved=chosen.moved,
+        discovered=chosen.discovered,
+        beyond_global=chosen.beyond_global,
+    )
+    for name, test in tests.items():
+        columns.update({f"{name}_ratio": test.ratio, f"{name}_p": test.p, f"{name}_q": test.q})
+    return columns
+
+
+def _top_order(change: dm.KeyChange, tests: dict[str, dm.MeasureTest] | None, options: DriftOptions) -> list[int]:
+    """The listed keys: without noise the largest distances; with noise the discoveries of
+    the deciding measure (beyond the global change when the whole embedding moved), by
+    p-value then ratio."""
+    if tests is None:
+        return [int(i) for i in np.argsort(-change.distance, kind="stable")[: options.top]]
+    test = tests[options.measure]
+    listed = test.beyond_global if test.global_moved else test.discovered
+    p = test.p if not test.global_moved else test.beyond_global_q
+    order = np.lexsort((-test.ratio, p))  # smallest p first, then largest ratio
+    return [int(i) for i in order if listed[i]][: options.top]
+
+
+def _knn_overlap(inputs: DriftInputs, options: DriftOptions, top_idx: list[int]) -> tuple[np.ndarray, float, int, bool]:
+    """(k-NN overlap per key, NaN where not computed; its mean over the queries; number of
+    queries; sampled): every key up to ``KNN_ALL_MAX_KEYS``, else a seeded sample plus the listed keys."""
+    n = len(inputs.keys)
+    if n <= KNN_ALL_MAX_KEYS:
+        queries, sampled = np.arange(n), False
+    else:
+        rng = np.random.default_rng(options.seed)
+        queries, sampled = np.sort(rng.choice(n, size=min(options.knn_queries, n), replace=False)), True
+    extra = np.setdiff1d(np.asarray(top_idx, dtype=np.int64), queries) if sampled else np.empty(0, dtype=np.int64)
+    overlaps = m.knn_overlap([inputs.b, inputs.a], np.concatenate([queries, extra]), options.knn_k)
+    knn = np.full(n, np.nan)
+    knn[queries] = overlaps[: len(queries)]
+    knn[extra] = overlaps[len(queries) :]
+    return knn, float(np.mean(overlaps[: len(queries)])), len(queries), sampled
+
+
+def _change_summary(change: dm.KeyChange) -> dict[str, Any]:
+    relative = _relative_norm_change(change)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(change.norm_before > 0, change.norm_after / change.norm_before, np.nan)
+    return dict(
+        distance_median=float(np.median(change.distance)),
+        distance_mean=float(np.mean(change.distance)),
+        distance_p90=float(np.quantile(change.distance, 0.9)),
+        distance_p99=float(np.quantile(change.distance, 0.99)),
+        cosine_distance_median=float(np.median(change.cosine_distance)),
+        cosine_distance_p90=float(np.quantile(change.cosine_distance, 0.9)),
+        norm_change_median=float(np.median(change.norm_change)),
+        relative_norm_change_median=float(np.nanmedian(relative)) if np.isfinite(relative).any() else math.nan,
+        dot_median=float(np.median(change.dot)),
+        global_scale=float(np.nanmedian(scale)) if np.isfinite(scale).any() else None,
+    )
+
+
+def _top_keys(
+    top_idx: list[int],
+    inputs: DriftInputs,
+    change: dm.KeyChange,
+    columns: dict[str, Any],
+    key_names: dict[str, str] | None,
+) -> list[TopKey]:
+    def opt(column: str, i: int) -> float | None:
+        return float(columns[column][i]) if column in columns and not np.isnan(columns[column][i]) else None
+
+    return [
+        TopKey(
+            key=inputs.keys[i],
+            name=key_names.get(inputs.keys[i]) if key_names else None,
+            distance=float(change.distance[i]),
+            cosine_distance=float(change.cosine_distance[i]),
+            norm_change=float(change.norm_change[i]),
+            knn_overlap=opt("knn_overlap", i),
+            frequency=opt("frequency", i),
+            noise_scale=opt("noise_scale", i),
+            noise_band=opt("noise_band", i),
+            ratio=opt("ratio", i),
+            p_value=opt("p_value", i),
+            q_value=opt("q_value", i),
+            relative_norm_change=opt("relative_norm_change", i),
+            direction_p=opt("direction_p", i),
+            length_p=opt("length_p", i),
+            beyond_global=bool(columns["beyond_global"][i]) if "beyond_global" in columns else None,
+        )
+        for i in top_idx
+    ]
+
+
+def _summary(test: dm.MeasureTest) -> MeasureSummary:
+    noise_median = float(np.median(test.scale))
+    return MeasureSummary(
+        moved_count=int(test.moved.sum()),
+        moved_share=float(test.moved.mean()),
+        discoveries=int(test.discovered.sum()),
+        beyond_global=int(test.beyond_global.sum()),
+        drift_to_noise=float(np.median(test.statistic)) / noise_median if noise_median > 0 else math.inf,
+        global_ratio=test.global_ratio,
+        level_range_low=test.level_range[0],
+        level_range_high=test.level_range[1],
+        ratio_threshold=test.threshold,
+        smallest_p=float(test.p.min()),
+    )
+
+
+def _moved_fields(tests: dict[str, dm.MeasureTest], options: DriftOptions, n: int) -> dict[str, Any]:
+    chosen = tests[options.measure]
+    return dict(
+        moved_count=int(chosen.moved.sum()),
+        moved_share=float(chosen.moved.mean()),
+        expected_false_positives=options.alpha * n,
+        discoveries=int(chosen.discovered.sum()),
+        moved_beyond_global=int(chosen.beyond_global.sum()),
+        global_moved=chosen.global_moved,
+        by_measure={name: _summary(test) for name, test in tests.items()},
+    )
+
+
+STATISTICS = {
+    "direction": "cosine distance after alignment",
+    "length": "|ln(‖a‖/‖b‖)|",
+    "distance": "‖b − a‖ after alignment",
+}
+
+
+def _noise_section(
+    inputs: DriftInputs, change: dm.KeyChange, tests: dict[str, dm.MeasureTest], options: DriftOptions
+) -> NoiseSection:
+    chosen = tests[options.measure]
+    summary = _summary(chosen)
+    assert inputs.noise_runs is not None
+    runs = len(inputs.noise_runs)
+    return NoiseSection(
+        alpha=options.alpha,
+        runs=runs,
+        pairs=runs * (runs - 1) // 2,
+        null_samples=chosen.null_samples,
+        statistic=f"{STATISTICS[options.measure]} / the key's RMS over noise run pairs, level-adjusted; "
+        "empirical p-value against the pooled leave-out null (exponential tail beyond it)",
+        noise_median=float(np.median(chosen.scale)),
+        drift_to_noise=summary.drift_to_noise,
+        global_ratio=chosen.global_ratio,
+        level_factor=chosen.factor,
+        level_range_low=chosen.level_range[0],
+        level_range_high=chosen.level_range[1],
+        ratio_threshold=chosen.threshold,
+        measure=options.measure,
+        smallest_empirical_p=chosen.smallest_empirical_p,
+        compatibility=inputs.noise_check,
+        warnings=inputs.noise_warnings + scale_warnings(inputs, change, chosen.global_ratio),
+    )
+
+
+def scale_warnings(inputs: DriftInputs, change: dm.KeyChange, global_ratio: float) -> list[str]:
+    """Noise that may not be BEFORE's: noise runs whose median row norm is more than
+    ``SCALE_WARNING`` times off BEFORE's, or a refresh whose typical key changed less than
+    ``LOW_DRIFT_WARNING`` of what it changes between two noise runs (global ratio)."""
+    assert inputs.noise_runs is not None
+    before = float(np.median(change.norm_before))
+    noise = float(np.median([np.median(m.row_norms(np.asarray(h, dtype=np.float64))) for h in inputs.noise_runs]))
+    out = []
+    if before > 0 and noise > 0 and not 1 / SCALE_WARNING <= noise / before <= SCALE_WARNING:
+        out.append(
+            f"the noise runs' median norm ({noise:.3g}) is {noise / before:.3g}× BEFORE's ({before:.3g}): "
+            "the noise set may be trained on other data or another configuration"
+        )
+    if global_ratio < LOW_DRIFT_WARNING:
+        out.append(
+            f"the typical key changed {global_ratio:.2g}× as much as between two noise runs: far less than two "
+            "seeds of BEFORE's training differ; the noise set may not be BEFORE's"
+        )
+    return out
 
 
 def _downstream(
@@ -693,8 +932,8 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
     noise : path, optional
         Run set of seeded runs on BEFORE's data and configuration: each key's noise band.
     **options
-        The command's options by their library names (``alpha``, ``align``, ``knn_k``,
-        ``knn_queries``, ``top``, ``seed``, ``reference``, ``labels``, ``task``, ``model``,
+        The command's options by their library names (``alpha``, ``measure``, ``align``,
+        ``knn_k``, ``knn_queries``, ``top``, ``seed``, ``reference``, ``allow_noise_mismatch``, ``labels``, ``task``, ``model``,
         ``test_size``, ``split_seed``, ``encoding``, ``key_names``, ``checks``,
         ``input_format``, ``trust_pickle``, ``keys``); files to write: ``json``,
         ``markdown``, ``plots``, ``per_key`` (with ``force``); callbacks ``on_step(text)``
@@ -724,6 +963,7 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
     options = dict(options)
     on_step, on_figure = options.pop("on_step", None), options.pop("on_figure", None)
     checks, key_names = list(options.pop("checks", ())), options.pop("key_names", None)
+    allow_mismatch = bool(options.pop("allow_noise_mismatch", False))
     labelled = {name: options.pop(name) for name in DOWNSTREAM_KEYWORDS if name in options}
     encoding = labelled.get("encoding")
     files = ReportFiles.take(options)
@@ -742,7 +982,9 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
     per_key_csv = files.check_formats() == "csv"
     more_inputs = [downstream.labels if downstream else None, Path(key_names) if key_names else None, read.keys_file]
     plan = files.plan([before, after, *([noise] if noise else [])], more_inputs)
-    inputs = load_inputs(before, after, noise, settings.reference, read)
+    if allow_mismatch and noise is None:
+        only_with("--noise RUNSET", [("--allow-noise-mismatch", True)])
+    inputs = load_inputs(before, after, noise, settings.reference, read, allow_mismatch)
     names = read_key_names(key_names, set(inputs.keys), encoding) if key_names else None
     report, table = compute_drift(
         inputs, settings, downstream, names, str(key_names) if key_names else None, on_step=on_step

@@ -14,14 +14,15 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from numbers import Integral, Real
+from numbers import Real
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 import numpy as np
 
 from stabcli import __version__
 from stabcli.commands.featurize_stream import features_in_memory, memory_needed, write_npy
+from stabcli.constraints import FEATURIZE_OPTIONS, Constraint, validate_params
 from stabcli.environment import capture
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.atomic import file_sha256
@@ -42,8 +43,6 @@ from stabcli.inputs.embeddings.core import require_float32_range
 from stabcli.measure.align import alignment_residuals, match_keys, procrustes_rotation
 from stabcli.measure.fourier import (
     check_output_dim,
-    check_seed,
-    check_sigma,
     choose_dimension,
     draw_directions,
     rahimi_recht_dimension,
@@ -92,6 +91,8 @@ class FeaturizeOptions:
     output_format: str | None = None
     chunk_rows: int | None = None
 
+    parameter_constraints: ClassVar[dict[str, Constraint]] = FEATURIZE_OPTIONS
+
     def __post_init__(self) -> None:
         if self.dim is not None and self.epsilon is not None:
             raise OptionError("epsilon", "give --dim or --epsilon, not both")
@@ -111,22 +112,13 @@ class FeaturizeOptions:
                 raise OptionError("dim", "0 only aligns: it needs --align-to")
         else:
             check_output_dim(self.dim, "dim")
-        check_sigma(self.sigma)
-        if self.seed is None:
-            raise OptionError("seed", "None: give a non-negative integer")
-        check_seed(self.seed)
+        validate_params(self)
         if not isinstance(self.normalize, bool):
             raise OptionError("normalize", f"{self.normalize!r} must be True or False")
-        if isinstance(self.reference, bool) or not isinstance(self.reference, Integral) or self.reference < 0:
-            raise OptionError("reference", f"{self.reference!r} must be a non-negative integer")
         if self.reference and self.align_to is None:
             raise OptionError("reference", "only applies with --align-to RUN_SET")
         if self.output_format is not None and self.output_format not in WRITE_FORMATS:
             raise OptionError("output_format", f"{self.output_format!r}: choose one of {', '.join(WRITE_FORMATS)}")
-        if self.chunk_rows is not None and (
-            isinstance(self.chunk_rows, bool) or not isinstance(self.chunk_rows, Integral) or self.chunk_rows < 1
-        ):
-            raise OptionError("chunk_rows", f"{self.chunk_rows!r} must be at least 1")
 
 
 @dataclass

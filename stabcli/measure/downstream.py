@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from joblib import Parallel, delayed
@@ -31,6 +31,7 @@ from sklearn.metrics import accuracy_score, f1_score, mean_squared_error, r2_sco
 from sklearn.model_selection import train_test_split
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 
+from stabcli.constraints import DOWNSTREAM_OPTIONS, Constraint, validate_params
 from stabcli.errors import InputError, OptionError
 from stabcli.fs.resources import available_memory, human_bytes
 from stabcli.inputs.labels import read_labels
@@ -81,14 +82,14 @@ class DownstreamOptions:
     prefer: str = DEFAULT_PREFER  # the recommendation's trade-off (PREFERENCES)
     featurized: bool = False  # the input is already phi(h): named so, never featurized again
 
+    parameter_constraints: ClassVar[dict[str, Constraint]] = DOWNSTREAM_OPTIONS
+
     def __post_init__(self) -> None:
         for name in ("variants", "featurize_dims", "sigmas"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "labels", Path(self.labels))
-        if self.prefer not in PREFERENCES:
-            raise OptionError("prefer", f"{self.prefer!r} is not one of {', '.join(PREFERENCES)}")
         if self.task not in TASKS:
             raise OptionError("task", f"{self.task!r} is not one of {', '.join(TASKS)}")
         if self.model is not None:
@@ -96,18 +97,7 @@ class DownstreamOptions:
                 raise OptionError("model", f"{self.model!r} is not one of {', '.join(MODELS)}")
             if self.model == "logreg" and self.task == "regression":
                 raise OptionError("model", "logreg is for classification; use ridge or knn with --task regression")
-        if not (isinstance(self.test_size, (int, float)) and 0 < self.test_size < 1):
-            raise OptionError("test_size", f"{self.test_size!r} must be a share strictly between 0 and 1")
-        for name in ("split_seed", "seed"):
-            value = getattr(self, name)
-            if not 0 <= value <= SEED_MAX:
-                raise OptionError(name, f"{value} must be between 0 and {SEED_MAX}")
-        if self.reference < 0:
-            raise OptionError("reference", f"{self.reference} must be a run position (0 or more)")
-        if self.jobs is not None and self.jobs < 1:
-            raise OptionError("jobs", f"{self.jobs} must be at least 1")
-        if self.min_class_size < 1:
-            raise OptionError("min_class_size", f"{self.min_class_size} must be at least 1")
+        validate_params(self)
         if self.encoding is not None:
             check_encoding("encoding", self.encoding)
         parse_variants(self.variants, 2, self.featurize_dims, self.sigmas)  # syntax, M and sigma

@@ -63,13 +63,43 @@ def _wide_chunks(runs: Sequence[np.ndarray]) -> Iterator[tuple[slice, np.ndarray
         yield rows, np.concatenate([np.asarray(h[rows], dtype=np.float32) for h in runs], axis=1)
 
 
+MEASURES = ("direction", "length", "distance")  # what a key's change is tested on (``--measure``)
+
+
+def key_statistics(change: KeyChange) -> dict[str, np.ndarray]:
+    """Each measure's statistic per key: ``direction`` the cosine distance 1 − cos(b, a),
+    ``length`` |ln(‖a‖/‖b‖)| (≈ the relative norm change, symmetric in b and a),
+    ``distance`` ‖b − a‖."""
+    return {
+        "direction": change.cosine_distance,
+        "length": log_norm_ratio(change.norm_before, change.norm_after),
+        "distance": change.distance,
+    }
+
+
+def log_norm_ratio(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """|ln(after/before)| per row: 0 when both are 0, inf when only one is."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.abs(np.log(np.asarray(after, dtype=np.float64)) - np.log(np.asarray(before, dtype=np.float64)))
+    out[(before == 0) & (after == 0)] = 0.0
+    return out
+
+
 def pair_distances(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """``D[p, i] = ‖H_r[i] − H_s[i]·Q_rs‖`` for every run pair p = (r, s), r < s, with
-    ``Q_rs`` the orthogonal Procrustes rotation of run s onto run r over all rows.
+    """``D[p, i] = ‖H_r[i] − H_s[i]·Q_rs‖`` for every run pair (``pair_measures``' distance)."""
+    measures, pairs = pair_measures(runs)
+    return measures["distance"], pairs
+
+
+def pair_measures(runs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], list[tuple[int, int]]]:
+    """Every measure of ``key_statistics`` for every run pair p = (r, s), r < s, run r as
+    BEFORE and run s turned by ``Q_rs``, the orthogonal Procrustes rotation of s onto r
+    over all rows: ``distance[p, i] = ‖H_r[i] − H_s[i]·Q_rs‖``, ``direction`` the cosine
+    distance, ``length`` |ln(‖H_s[i]‖/‖H_r[i]‖)|.
 
     Two passes over the rows: the cross-Gram blocks ``H_sᵀH_r`` (one float32 product per
     chunk, accumulated in float64, O(R²·n·d²)), then per chunk one product of each run with
-    the rotations of all its pairs side by side, and the distances. Returns float32 [P, n].
+    the rotations of all its pairs side by side. Returns float32 arrays [P, n] by measure.
     """
     R = len(runs)
     n, d = runs[0].shape
@@ -84,13 +114,21 @@ def pair_distances(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[i
         for s, rs in partners.items()
     }
     index = {pair: p for p, pair in enumerate(pairs)}
-    out = np.empty((len(pairs), n), dtype=np.float32)
+    out = {name: np.empty((len(pairs), n), dtype=np.float32) for name in MEASURES}
     for rows, wide in _wide_chunks(runs):
+        norms = [m.row_norms(wide[:, r * d : (r + 1) * d].astype(np.float64)) for r in range(R)]
         for s, rs in partners.items():
             rotated = wide[:, s * d : (s + 1) * d] @ side_by_side[s]  # [c, len(rs)·d]
             for j, r in enumerate(rs):
-                diff = wide[:, r * d : (r + 1) * d] - rotated[:, j * d : (j + 1) * d]
-                out[index[r, s], rows] = np.sqrt(np.einsum("cd,cd->c", diff, diff))
+                before, after = wide[:, r * d : (r + 1) * d], rotated[:, j * d : (j + 1) * d]
+                diff = before - after
+                p = index[r, s]
+                out["distance"][p, rows] = np.sqrt(np.einsum("cd,cd->c", diff, diff))
+                dot = np.einsum("cd,cd->c", before, after, dtype=np.float64)
+                denom = norms[r] * norms[s]
+                cos = np.divide(dot, denom, out=np.ones_like(dot), where=denom > 0)
+                out["direction"][p, rows] = np.clip(1.0 - cos, 0.0, 2.0)
+                out["length"][p, rows] = log_norm_ratio(norms[r], norms[s])
     return out, pairs
 
 
@@ -223,3 +261,84 @@ def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
     q = np.empty(n)
     q[order] = np.minimum(adjusted, 1.0)
     return q
+
+
+@dataclass(frozen=True)
+class MeasureTest:
+    """One measure's test of every key against its noise band (``measure_test``)."""
+
+    measure: str
+    statistic: np.ndarray  # the key's BEFORE→AFTER statistic
+    scale: np.ndarray  # RMS over noise pairs of the key's statistic
+    pair_median: np.ndarray  # median over noise pairs
+    ratio: np.ndarray  # statistic / scale, level-adjusted (divided by factor)
+    p: np.ndarray
+    q: np.ndarray  # Benjamini–Hochberg
+    beyond_global_q: np.ndarray  # q of the ratio divided by the (unclipped) global ratio
+    global_ratio: float  # this comparison's typical ratio relative to a noise pair's
+    factor: float  # global_ratio clipped to the noise pairs' range
+    level_range: tuple[float, float]
+    threshold: float  # the null's 1 − alpha quantile of the adjusted ratio
+    null_samples: int
+    alpha: float
+
+    @property
+    def moved(self) -> np.ndarray:
+        return self.p < self.alpha
+
+    @property
+    def discovered(self) -> np.ndarray:
+        return self.q <= self.alpha
+
+    @property
+    def beyond_global(self) -> np.ndarray:
+        """Discoveries of the test against the global change: with a whole-embedding move
+        (global ratio above every noise pair's) the keys that moved more than the rest."""
+        return self.beyond_global_q <= self.alpha
+
+    @property
+    def global_moved(self) -> bool:
+        """The typical key moved more than between any two noise runs."""
+        return self.global_ratio > self.level_range[1]
+
+    @property
+    def smallest_empirical_p(self) -> float:
+        """1/(1 + N): the smallest p-value the N null samples give without the fitted tail."""
+        return 1.0 / (1.0 + self.null_samples)
+
+
+def measure_test(
+    measure: str,
+    statistic: np.ndarray,
+    pair_statistic: np.ndarray,
+    pairs: list[tuple[int, int]],
+    runs: int,
+    before_in_noise: bool,
+    alpha: float,
+) -> MeasureTest:
+    """Test every key's ``statistic`` against the noise band of ``pair_statistic`` (the same
+    measure over the noise run pairs, [P, n]): ``noise_band``'s pooled, leave-out,
+    level-adjusted null, Benjamini–Hochberg over keys, and the same test against the
+    global change (the ratio divided by the unclipped global ratio when it is larger)."""
+    band = noise_band(pair_statistic, pairs, runs, before_in_noise)
+    raw = ratio(statistic, band.scale)
+    global_ratio, factor = band.level_factor(raw)
+    adjusted = raw / factor
+    p = p_values(adjusted, band.null_ratios)
+    beyond = p_values(raw / max(factor, global_ratio), band.null_ratios) if global_ratio > factor else p
+    return MeasureTest(
+        measure=measure,
+        statistic=np.asarray(statistic, dtype=np.float64),
+        scale=band.scale,
+        pair_median=band.pair_median,
+        ratio=adjusted,
+        p=p,
+        q=benjamini_hochberg(p),
+        beyond_global_q=benjamini_hochberg(beyond),
+        global_ratio=global_ratio,
+        factor=factor,
+        level_range=band.level_range,
+        threshold=null_quantile(band.null_ratios, alpha),
+        null_samples=len(band.null_ratios),
+        alpha=alpha,
+    )

@@ -18,6 +18,9 @@ from stabcli.reports.text import literal, md_code, md_text
 PLOT_NAMES = ("drift_vs_noise.png", "drift_distribution.png")
 
 
+MEASURE_WORDS = {"direction": "direction (cosine)", "length": "length (norm)", "distance": "distance"}
+
+
 def verdict(report: DriftReport) -> str:
     """One line: how many keys moved beyond their noise band, or why that cannot be said."""
     d, noise, inp = report.drift, report.noise, report.input
@@ -28,11 +31,33 @@ def verdict(report: DriftReport) -> str:
             "noise (add --noise RUNSET)"
         )
     return (
-        f"moved: {_pct(d.moved_share)} of keys ({d.moved_count:,} of {inp.keys_compared:,}; "
-        f"{d.expected_false_positives:.3g} expected by chance at alpha {noise.alpha:g}) · "
+        f"moved: {_pct(d.moved_share)} of keys in {MEASURE_WORDS[noise.measure]} ({d.moved_count:,} of "
+        f"{inp.keys_compared:,}; {d.expected_false_positives:.3g} expected by chance at alpha {noise.alpha:g}) · "
         f"{d.discoveries:,} at FDR {noise.alpha:g} · drift/noise {noise.drift_to_noise:.3g}× · "
         f"k-NN overlap {_num(d.knn_overlap, 3)}"
     )
+
+
+def global_sentence(report: DriftReport) -> str | None:
+    """When the typical key moved more than between any two noise runs: one sentence saying
+    the whole embedding moved, by how much, and how many keys moved beyond that."""
+    d, noise, inp = report.drift, report.noise, report.input
+    if noise is None or not d.global_moved:
+        return None
+    residual = f", rotation residual {_num(inp.alignment_residual, 3)}" if inp.alignment_residual is not None else ""
+    return (
+        f"The whole embedding moved: the typical key's {noise.measure} changed {noise.global_ratio:.3g}× as much as "
+        f"between two noise runs (noise pairs {noise.level_range_low:.3g}–{noise.level_range_high:.3g}); global "
+        f"scale ×{_num(d.global_scale, 3)}{residual}. {d.moved_beyond_global:,} key(s) moved beyond the global change "
+        f"(FDR {noise.alpha:g}; drift.moved_beyond_global)."
+    )
+
+
+def notes(report: DriftReport) -> list[str]:
+    """The global sentence and the noise warnings, in that order."""
+    sentence = global_sentence(report)
+    warnings = [f"warning: {w}" for w in report.noise.warnings] if report.noise is not None else []
+    return ([sentence] if sentence else []) + warnings
 
 
 def summary_rows(report: DriftReport) -> list[tuple[str, str, str]]:
@@ -73,9 +98,9 @@ def summary_rows(report: DriftReport) -> list[tuple[str, str, str]]:
             (
                 "median noise",
                 _num(noise.noise_median, 4),
-                f"a key's RMS distance between two noise runs ({noise.runs} runs, {noise.pairs} pairs)",
+                f"a key's RMS {noise.measure} change between two noise runs ({noise.runs} runs, {noise.pairs} pairs)",
             ),
-            ("drift / noise", f"{noise.drift_to_noise:.3g}×", "median drift over median noise"),
+            ("drift / noise", f"{noise.drift_to_noise:.3g}×", f"median {noise.measure} change over median noise"),
             (
                 "global ratio",
                 f"{noise.global_ratio:.3g}",
@@ -89,7 +114,30 @@ def summary_rows(report: DriftReport) -> list[tuple[str, str, str]]:
                 f"p < {noise.alpha:g}; {d.expected_false_positives:.3g} expected by chance",
             ),
             ("listed at FDR", f"{d.discoveries:,}", f"Benjamini–Hochberg q ≤ {noise.alpha:g}"),
+            (
+                "beyond the global change",
+                f"{d.moved_beyond_global:,}",
+                "discoveries once the typical key's change is divided out"
+                + (" (the whole embedding moved)" if d.global_moved else " (equal to FDR: no global move)"),
+            ),
         ]
+        for name, test in (d.by_measure or {}).items():
+            rows.append(
+                (
+                    f"{name} test",
+                    f"{test.moved_count:,} / {test.discoveries:,}",
+                    f"moved / at FDR; global ratio {test.global_ratio:.3g} (noise pairs "
+                    f"{test.level_range_low:.3g}–{test.level_range_high:.3g})"
+                    + (" · decides moved" if name == noise.measure else ""),
+                )
+            )
+        rows.append(
+            (
+                "smallest p",
+                f"{noise.smallest_empirical_p:.2g}",
+                f"1/(1 + {noise.null_samples:,} null samples): smaller p-values come from the fitted tail",
+            )
+        )
     return rows
 
 
@@ -98,9 +146,10 @@ def _top_headers(report: DriftReport) -> list[str]:
     headers = ["key"]
     if any(t.name for t in d.top):
         headers.append("name")
-    headers += ["distance", "cosine"]
-    if report.noise is not None:
+    headers += ["distance", "cosine", "rel. norm"]
+    if report.noise is not None:  # the other measures' p-values beside the deciding one's q
         headers += ["noise band", "ratio", "q"]
+        headers += [f"{name} p" for name in ("direction", "length") if name != report.noise.measure]
     if any(t.frequency is not None for t in d.top):
         headers.append("frequency")
     headers.append(f"k-NN@{d.knn_k}")
@@ -116,6 +165,9 @@ def _top_rows(report: DriftReport) -> list[list[str]]:
             "name": t.name or "",
             "distance": _num(t.distance, 3),
             "cosine": _num(t.cosine_distance, 3),
+            "rel. norm": _num(t.relative_norm_change, 2),
+            "direction p": _num(t.direction_p, 2),
+            "length p": _num(t.length_p, 2),
             "noise band": _num(t.noise_band, 3),
             "ratio": _num(t.ratio, 3),
             "q": _num(t.q_value, 2),
@@ -129,10 +181,13 @@ def _top_rows(report: DriftReport) -> list[list[str]]:
 def _top_title(report: DriftReport) -> str:
     if report.noise is None:
         return f"Largest changes (top {len(report.drift.top)} by distance; without a noise band some may be noise)"
-    return (
-        f"Moved keys (top {len(report.drift.top)} of {report.drift.discoveries:,} at FDR {report.noise.alpha:g}, "
-        "by p-value then ratio)"
-    )
+    d, noise = report.drift, report.noise
+    if d.global_moved:
+        return (
+            f"Moved beyond the global change (top {len(d.top)} of {d.moved_beyond_global:,} at FDR {noise.alpha:g}, "
+            f"{noise.measure}; by q then ratio)"
+        )
+    return f"Moved keys (top {len(d.top)} of {d.discoveries:,} at FDR {noise.alpha:g}, {noise.measure}; by p-value then ratio)"
 
 
 def downstream_rows(report: DriftReport) -> list[tuple[str, str]]:
@@ -177,6 +232,8 @@ def render_terminal(report: DriftReport, console: Console) -> None:
     environment = describe(inp.environment)
     if environment:
         console.print(literal(environment, "yellow"), soft_wrap=True)
+    for note in notes(report):
+        console.print(literal(note, "yellow" if note.startswith("warning") else "bold"), soft_wrap=True)
     table = Table(title="Drift", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right", no_wrap=True)
@@ -222,6 +279,7 @@ def render_markdown(report: DriftReport) -> str:
         + (f"; noise: {md_code(inp.noise, cell=False)} ({inp.noise_runs} runs)" if inp.noise else ""),
         "",
         *([f"**{md_text(describe(inp.environment) or '')}**", ""] if inp.environment else []),
+        *[line for note in notes(report) for line in (f"**{md_text(note)}**", "")],
         "| measure | value | reading |",
         "| --- | ---: | --- |",
     ]
@@ -261,7 +319,8 @@ def write_plots(report: DriftReport, per_key: PerKey, directory: Path) -> list[P
     import matplotlib.pyplot as plt
 
     cols = per_key.columns
-    distance = np.asarray(cols["distance"])
+    measure = report.noise.measure if report.noise is not None else "distance"
+    distance = np.asarray(cols["statistic"] if "statistic" in cols else cols["distance"])
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
@@ -293,8 +352,8 @@ def write_plots(report: DriftReport, per_key: PerKey, directory: Path) -> list[P
         ax.set(
             xscale="log",
             yscale="log",
-            xlabel="noise band (distance flagged at alpha)",
-            ylabel="drift (distance)",
+            xlabel=f"noise band ({measure} flagged at alpha)",
+            ylabel=f"drift ({measure})",
             title="Drift against each key's noise band",
         )
         ax.legend(fontsize=8)
@@ -320,9 +379,9 @@ def write_plots(report: DriftReport, per_key: PerKey, directory: Path) -> list[P
             bins=list(bins),
             alpha=0.6,
             color="#4c72b0",
-            label="noise (RMS pair distance)",
+            label=f"noise (RMS over noise pairs, {measure})",
         )
-    ax.set(xscale="log", xlabel="distance", ylabel="keys", title="Distribution of drift and of noise")
+    ax.set(xscale="log", xlabel=measure, ylabel="keys", title="Distribution of drift and of noise")
     ax.legend(fontsize=8)
     save(fig, PLOT_NAMES[1])
     return written

@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from stabcli import __version__
+from stabcli.constraints import TRAIN_CONFIG, Constraint, validate_params
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.atomic import file_sha256
 from stabcli.fs.resources import require_disk, require_memory
@@ -94,6 +95,8 @@ class TrainConfig:
     script: str | None = None
     checkpoints: bool = False
 
+    parameter_constraints: ClassVar[dict[str, Constraint]] = TRAIN_CONFIG
+
     def __post_init__(self) -> None:
         if self.script is not None:
             if not isinstance(self.script, str) or "{out}" not in self.script:
@@ -104,10 +107,9 @@ class TrainConfig:
             raise OptionError("model", f"{self.model!r}: choose one of {', '.join(MODELS)}")
         if self.vary not in VARY:
             raise OptionError("vary", f"{self.vary!r}: choose one of {', '.join(VARY)}")
-        for name, low in (("dim", 1), ("window", 1), ("epochs", 1), ("min_count", 1), ("negative", 0)):
+        validate_params(self)
+        for name in TRAIN_CONFIG:
             value = getattr(self, name)
-            if type(value) is not int or value < low:
-                raise OptionError(name, "must be " + ("at least 1" if low else "0 or more"))
             if value > 2**31 - 1:
                 raise OptionError(name, f"{value} is larger than gensim accepts (2**31 - 1)")
         if not isinstance(self.params, dict):

@@ -9,10 +9,10 @@ import sys
 from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import Result
 from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,7 +22,7 @@ runner = CliRunner()
 """The one CliRunner of the tests (stdout and stderr apart: ``result.stderr``)."""
 
 
-def invoke(*args: object, env: dict[str, str] | None = None) -> Result:
+def invoke(*args: object, env: dict[str, str] | None = None) -> Any:
     """``stabcli ARGS`` run in-process by :data:`runner` (Paths and numbers are converted to str)."""
     from stabcli.cli.app import app
 

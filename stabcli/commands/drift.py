@@ -580,13 +580,21 @@ def compute_drift(
         step("downstream")
         downstream_section = _downstream(inputs, rotation, targets, model_name, train, test, downstream)
 
-    input_section = InputSection(
+    input_section = _input_section(inputs, options, residual, key_names_path)
+    report = DriftReport(__version__, input_section, drift_section, noise_section, downstream_section)
+    return report, PerKey(columns)
+
+
+def _input_section(
+    inputs: DriftInputs, options: DriftOptions, residual: float | None, key_names_path: str | None
+) -> InputSection:
+    return InputSection(
         before=inputs.before,
         after=inputs.after,
         noise=inputs.noise,
         noise_runs=len(inputs.noise_runs) if inputs.noise_runs is not None else None,
         before_in_noise=inputs.before_in_noise,
-        keys_compared=n,
+        keys_compared=len(inputs.keys),
         keys_added=len(inputs.added),
         keys_removed=len(inputs.removed),
         added=inputs.added[:ADDED_REMOVED_LISTED],
@@ -598,8 +606,6 @@ def compute_drift(
         key_names=key_names_path,
         environment=differences(inputs.environments),
     )
-    report = DriftReport(__version__, input_section, drift_section, noise_section, downstream_section)
-    return report, PerKey(columns)
 
 
 def _relative_norm_change(change: dm.KeyChange) -> np.ndarray:

@@ -681,6 +681,30 @@ def recommend(
         if math.isinf(margin)
         else f"recommended only when its {label} gain exceeds {margin:g}× the noise (the larger run-to-run std of the two)"
     )
+    reason = _reason(choice, baseline, usable, primary, held_back, margin, noise, steadier)
+    reason += f" Rule: {rule}."
+    if excluded:
+        reason += f" The input is already featurized ({baseline}): {', '.join(excluded)} (phi of phi) not recommended."
+    return {"variant": choice, "reason": reason + _stale_note(choice, usable, primary), "prefer": prefer}
+
+
+def _reason(
+    choice: str,
+    baseline: str,
+    usable: dict[str, dict[str, Any]],
+    primary: str,
+    held_back: list[str],
+    margin: float,
+    noise: Callable[[str], float],
+    steadier: Callable[[str], bool],
+) -> str:
+    """The recommendation's sentence: the choice's numbers against the input's, or why a
+    variant that gained was held back."""
+    label = "accuracy" if primary == "accuracy" else "R²"
+    base = "raw h" if baseline == "h" else baseline
+    mean = {n: r[f"{primary}_mean"] for n, r in usable.items()}
+    std = {n: r[f"{primary}_std"] for n, r in usable.items()}
+    churn_of = {n: r["churn"] for n, r in usable.items()}
     c = usable[choice]
     stats = f"churn {_churn_text(primary, c['churn'])}, {label} {mean[choice]:.3f} (std {std[choice]:.3f})"
     if choice == baseline:
@@ -701,23 +725,27 @@ def recommend(
             + ("" if steadier(choice) else f", beyond {margin:g}× the noise ({margin * noise(choice):.3f})")
             + "."
         )
-    reason += f" Rule: {rule}."
-    if excluded:
-        reason += f" The input is already featurized ({baseline}): {', '.join(excluded)} (phi of phi) not recommended."
+    return reason
+
+
+def _stale_note(choice: str, usable: dict[str, dict[str, Any]], primary: str) -> str:
+    """The sentence for a choice whose stale (not refit) model drops beyond the tolerance."""
+    label = "accuracy" if primary == "accuracy" else "R²"
+    c = usable[choice]
     stale_key = f"stale_{primary}_mean"
     stale = {n: r[stale_key] for n, r in usable.items() if r[stale_key] is not None}
-    if stale and c["stale_drop"] is not None and c["stale_drop"] > STALE_TOLERANCE:
-        keeper = max(stale, key=lambda name: stale[name])
-        reason += (
-            f" A downstream model that is not refit scores {label} {c[stale_key]:.3f} with {choice} "
-            f"(drop {c['stale_drop']:.3f}); "
-            + (
-                f"with {keeper} it keeps {stale[keeper]:.3f}, so refit on every refresh or use {keeper}."
-                if keeper != choice
-                else "refit it on every refresh."
-            )
+    if not (stale and c["stale_drop"] is not None and c["stale_drop"] > STALE_TOLERANCE):
+        return ""
+    keeper = max(stale, key=lambda name: stale[name])
+    return (
+        f" A downstream model that is not refit scores {label} {c[stale_key]:.3f} with {choice} "
+        f"(drop {c['stale_drop']:.3f}); "
+        + (
+            f"with {keeper} it keeps {stale[keeper]:.3f}, so refit on every refresh or use {keeper}."
+            if keeper != choice
+            else "refit it on every refresh."
         )
-    return {"variant": choice, "reason": reason, "prefer": prefer}
+    )
 
 
 def _ratio(value: float, reference: float) -> str:

@@ -26,6 +26,7 @@ _LAZY = {
     "drift": "stabcli.commands.drift",
     "demo": "stabcli.commands.demo",
     "sweep": "stabcli.commands.sweep",
+    "compare": "stabcli.commands.compare",
     "FourierFeaturizer": "stabcli.measure.estimators",
     "ProcrustesAligner": "stabcli.measure.estimators",
     "PretrainResult": "stabcli.training.pretrain",
@@ -34,6 +35,7 @@ _LAZY = {
     "DriftReport": "stabcli.commands.drift",
     "DemoResult": "stabcli.commands.demo",
     "SweepReport": "stabcli.reports.sweep_report",
+    "CompareReport": "stabcli.commands.compare",
     "StabcliError": "stabcli.errors",
 }
 

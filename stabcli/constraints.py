@@ -164,6 +164,7 @@ DOWNSTREAM_OPTIONS = {
     "jobs": Constraint(int, low=1, optional=True),
     "min_class_size": Constraint(int, low=1, requires="--labels"),
     "prefer": Constraint(str, choices=("stability", "balanced", "accuracy"), requires="--labels"),
+    "top": TOP,
 }
 FEATURIZE_OPTIONS = {
     "sigma": Constraint(float, low=0, open_low=True),

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -272,3 +273,121 @@ def make_interactions(users: int = 800, items: int = 1500, genres: int = 6, seed
         chosen = rng.choice(items, size=int(rng.integers(5, 40)), replace=False, p=weights / weights.sum())
         lines.append(" ".join(f"i{c:04d}" for c in chosen))
     return "\n".join(lines) + "\n"
+
+
+# ---- HTML reports: a parser that checks a page is well formed and self-contained (test_html, test_compare)
+
+VOID = {"meta", "link", "img", "input", "br", "hr", "col", "source", "wbr", "area", "base", "embed", "track"}
+
+
+class PageParser(HTMLParser):
+    """Checks nesting (every element closed in order), collects URLs, cells and tables."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.problems: list[str] = []
+        self.urls: list[str] = []
+        self.cells: list[dict] = []  # attributes of every td
+        self.scripts: dict[str, str] = {}  # id or "inline-N" -> text
+        self.tables: dict[str, list[list[tuple[str, dict]]]] = {}
+        self._table: str | None = None
+        self._row: list[tuple[str, dict]] | None = None
+        self._cell: tuple[list[str], dict] | None = None
+        self._script: tuple[str, list[str]] | None = None
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        for name in ("src", "href", "action", "srcset", "poster", "data"):
+            if name in attrs:
+                self.urls.append(attrs[name])
+        if tag == "table":
+            self._table = attrs.get("id") or f"table-{len(self.tables)}"
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table is not None:
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = ([], attrs)
+        elif tag == "script":
+            self._script = (attrs.get("id") or f"inline-{len(self.scripts)}", [])
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.problems.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+            return
+        self.stack.pop()
+        if tag in ("td", "th") and self._cell is not None and self._row is not None:
+            text, attrs = self._cell
+            self._row.append(("".join(text), attrs))
+            if tag == "td":
+                self.cells.append({**attrs, "text": "".join(text)})
+            self._cell = None
+        elif tag == "tr" and self._row is not None and self._table is not None:
+            self.tables[self._table].append(self._row)
+            self._row = None
+        elif tag == "table":
+            self._table = None
+        elif tag == "script" and self._script is not None:
+            self.scripts[self._script[0]] = "".join(self._script[1])
+            self._script = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[0].append(data)
+        if self._script is not None:
+            self._script[1].append(data)
+        else:
+            self.text.append(data)
+
+
+def parse(page: str) -> PageParser:
+    parser = PageParser()
+    parser.feed(page)
+    parser.close()
+    assert page.startswith("<!DOCTYPE html>")
+    assert not parser.problems, parser.problems
+    assert parser.stack == [], f"unclosed: {parser.stack}"
+    for url in parser.urls:  # self-contained: nothing fetched from anywhere
+        assert url.startswith("data:"), url
+    assert "http://" not in page and "https://" not in page
+    return parser
+
+
+def json_value(data, path):
+    node = data
+    for part in path.split("."):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node
+
+
+def assert_numbers_match(parser: PageParser, data: dict, least: int) -> None:
+    """Every cell that names its JSON path holds exactly the JSON's number."""
+    cells = [c for c in parser.cells if "data-path" in c]
+    assert len(cells) >= least
+    for cell in cells:
+        expected = json_value(data, cell["data-path"])
+        if expected is None:
+            assert cell["data-value"] == ""
+        else:
+            assert float(cell["data-value"]) == expected, cell
+
+
+def drift_argv(noise: Path) -> list:
+    """``stabcli drift`` between runs 0 and 1 of the run set ``noise`` (made by ``make_runset``)
+    against the noise band of its runs."""
+    return [
+        "drift",
+        noise / "run-000" / "vectors.npy",
+        noise / "run-001" / "vectors.npy",
+        "--noise",
+        noise,
+        "--keys",
+        noise / "keys.txt",
+        "--knn-k",
+        "3",
+    ]

@@ -193,7 +193,7 @@ CASES = {
             "--model",
             "forest",
         ],
-        "'--model': 'forest' is not one of 'logreg', 'knn', 'ridge'",
+        "--model: 'forest' is not one of logreg, knn, ridge, gbdt, mlp or module:Class",
     ),
     "model without labels": (lambda t: [*base(t), "--model", "ridge"], "--model only apply with --labels"),
     "measure unknown": (lambda t: with_noise(t, "--measure", "angle"), "'--measure': 'angle' is not one of"),

@@ -57,7 +57,11 @@ CASES = [
     ("test size nan", with_labels("--test-size", "nan"), "--test-size: must be strictly between 0 and 1, got nan"),
     ("test size inf", with_labels("--test-size", "inf"), "--test-size: must be strictly between 0 and 1, got inf"),
     # ---- --model and --task
-    ("model unknown", with_labels("--model", "svm"), "'--model': 'svm' is not one of 'logreg', 'knn', 'ridge'"),
+    (
+        "model unknown",
+        with_labels("--model", "svm"),
+        "--model: 'svm' is not one of logreg, knn, ridge, gbdt, mlp or module:Class",
+    ),
     (
         "model logreg for regression",
         with_labels("--model", "logreg", "--task", "regression"),

@@ -31,12 +31,16 @@ def test_pretrain_table_summary(tmp_path, sessions_file):
     result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL)
     assert result.exit_code == 0, result.output
     assert "run-000" in result.stdout and "run-001" in result.stdout and "complete" in result.stdout
-    assert "corpus read as lines: 120 sequences" in result.stdout and result.stderr == ""
+    assert "corpus read as lines: 120 sequences" in result.stdout
+    assert [line.split(",")[0] for line in result.stderr.splitlines()] == [  # a log: one line per finished run
+        "pretrain: run 1 of 2 finished",
+        "pretrain: run 2 of 2 finished",
+    ]
     assert (tmp_path / "r" / "run-001" / "vectors.npy").is_file()
 
 
 def test_pretrain_json_summary_and_resume(tmp_path, sessions_file):
-    first = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--format", "json")
+    first = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--format", "json", "--quiet")
     assert first.exit_code == 0, first.output
     assert first.stderr == ""
     payload = json.loads(first.stdout)
@@ -52,7 +56,9 @@ def test_pretrain_params_reach_gensim(tmp_path, sessions_file):
     )
     assert result.exit_code == 2  # negative is reserved: --negative exists
     assert result.stderr.startswith("error: --param negative: set by stabcli itself") and result.stdout == ""
-    result = invoke("pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--param", "hs=1", "--negative", "0")
+    result = invoke(
+        "pretrain", sessions_file, "--out", tmp_path / "r", *SMALL, "--param", "hs=1", "--negative", "0", "-q"
+    )
     assert result.exit_code == 0, result.output
     assert result.stderr == "" and "complete" in result.stdout
     assert json.loads((tmp_path / "r" / "stabcli.json").read_text())["config"]["params"] == {"hs": 1}
@@ -108,8 +114,9 @@ def test_pretrain_script_failure_exit_2_lists_failed_runs(tmp_path):
         "import numpy; numpy.save(pathlib.Path(sys.argv[1]) / 'v.npy', numpy.ones((3, 2)))\n"
     )
     result = invoke(
-        "pretrain", "--script", f"{sys.executable} {script} {{out}} {{run}}", "--runs", "2", "--out", tmp_path / "r"
-    )
+        "pretrain", "--script", f"{sys.executable} {script} {{out}} {{run}}", "--runs", "2", "--out", tmp_path / "r",
+        "--quiet",
+    )  # fmt: skip
     assert result.exit_code == 2
     assert (
         result.stderr.startswith("failed: run-001: script exited with code 4") and len(result.stderr.splitlines()) == 1
@@ -131,9 +138,19 @@ def test_demo_trains_the_sample(tmp_path):
     progress = result.stderr.splitlines()
     assert progress[0].startswith("stabcli demo: 5 item2vec runs on the synthetic sample sessions.txt")
     assert any(line.startswith("stabcli drift: a refresh where 12 Horror items") for line in progress)
-    assert all(line.startswith(("stabcli demo:", "stabcli drift:", "wrote ")) for line in progress), progress
+    assert all(
+        line.startswith(("stabcli demo:", "stabcli drift:", "wrote ", "HTML reports", "pretrain: run ", "audit: "))
+        for line in progress
+    ), progress
     assert json.loads((tmp_path / "demo" / "audit.json").read_text())["input"]["runs"] == 5
-    assert "Raw vs featurized" in result.output and "phi(h) (64 dims)" in result.output
+    assert "A vs B" in result.output and f"B: {tmp_path / 'demo' / 'runs-phi64'} (run set" in result.output
+    assert "featurized: phi M=64" in result.output
+    assert result.stderr.splitlines()[-1] == (
+        f"HTML reports to open in a browser: {tmp_path / 'demo' / 'audit.html'}, "
+        f"{tmp_path / 'demo' / 'compare.html'}, {tmp_path / 'demo' / 'drift.html'}"
+    )
+    for name in ("audit.html", "compare.html", "drift.html"):
+        assert (tmp_path / "demo" / name).read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert "Downstream fluctuation across runs" in result.output and "recommendation: " in result.output
     downstream = json.loads((tmp_path / "demo" / "audit.json").read_text())["downstream"]
     assert downstream["classes"] == 12 and downstream["variants"]["h"]["accuracy_mean"] > 0.5
@@ -394,7 +411,10 @@ def test_audit_checks_reach_downstream_variants(runset, genre_labels):
             ["--labels", "GENRES", "--featurize-dims", "8,x"],
             "--featurize-dims '8,x': expected a comma-separated list of int",
         ),
-        (["--labels", "GENRES", "--model", "svm"], "'--model': 'svm' is not one of 'logreg', 'knn', 'ridge'"),
+        (
+            ["--labels", "GENRES", "--model", "svm"],
+            "--model: 'svm' is not one of logreg, knn, ridge, gbdt, mlp or module:Class",
+        ),
         (["--labels", "GENRES", "--test-size", "1.5"], "--test-size: must be strictly between 0 and 1, got 1.5"),
         (["--labels", "GENRES", "--task", "regression"], "--task regression needs finite numeric labels, found 'g"),
         (["--labels", "ONECLASS"], "only one class ('g') among the 40 labeled keys"),
@@ -412,7 +432,7 @@ def test_audit_bad_label_options_exit_2(runset, genre_labels, tmp_path, args, me
 
 # ---- --help: readable names, defaults, choices, examples that run (issue 14 §3)
 
-COMMANDS = ["pretrain", "audit", "featurize", "drift", "demo", "sweep"]
+COMMANDS = ["pretrain", "audit", "featurize", "drift", "compare", "demo", "sweep"]
 INTERNAL_TYPE = re.compile(r"<(?:bool|int|float|str|path|text|list\[[^\]]*\]|[a-z]+ range)>")
 
 
@@ -445,6 +465,7 @@ def test_usage_lines_name_arguments_in_capitals(monkeypatch):
         "audit": "Usage: root audit [OPTIONS] INPUTS...",
         "featurize": "Usage: root featurize [OPTIONS] INPUT",
         "drift": "Usage: root drift [OPTIONS] BEFORE AFTER",
+        "compare": "Usage: root compare [OPTIONS] A B",
         "demo": "Usage: root demo [OPTIONS]",
         "sweep": "Usage: root sweep [OPTIONS] CORPUS",
     }
@@ -480,8 +501,8 @@ def test_choices_and_ranges_are_declared_for_help_and_checked_by_typer():
     declared = {(name, p.name): p.metavar for name in COMMANDS for p in click_command(name).params}
     assert declared[("pretrain", "model")] == "|".join(TRAIN_MODELS)
     assert declared[("pretrain", "vary")] == "|".join(VARY)
-    assert declared[("audit", "task")] == declared[("drift", "task")] == "|".join(TASKS)
-    assert declared[("audit", "model")] == declared[("drift", "model")] == "|".join(MODELS)
+    assert declared[("audit", "task")] == declared[("drift", "task")] == "|".join((*TASKS, "next-item"))
+    assert declared[("audit", "model")] == declared[("drift", "model")] == "|".join((*MODELS, "MODULE:CLASS"))
     for name in ("pretrain", "audit", "drift"):
         assert declared[(name, "fmt")] == "table|json"
     for value in FORMATS:

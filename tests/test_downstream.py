@@ -459,3 +459,54 @@ def test_recommendation_sentences_match_the_json(tmp_path):
     target = x @ np.arange(1, D + 1) / D + 0.5 * rng.standard_normal(N)
     (tmp_path / "r.tsv").write_text("".join(f"k{i}\t{v:.6f}\n" for i, v in enumerate(target)))
     assert_sentence_matches_json(report_for(arrays, tmp_path / "r.tsv", variants=variants))
+
+
+# ------------------------------------------------------------------ one protocol: audit and drift agree
+
+
+def audit_and_drift(tmp_path, b, a, labels, **options):
+    """The audit's downstream section on the runs [b, a] and drift's on BEFORE=b, AFTER=a."""
+    from stabcli.commands.drift import DriftInputs, DriftOptions, compute_drift
+
+    keys = [f"k{i}" for i in range(len(b))]
+    audit = report_for([b, a], labels, variants=["h", "aligned"], **options)
+    inputs = DriftInputs("b", "a", keys, b, a, [], [], False)
+    report, _ = compute_drift(inputs, DriftOptions(), DownstreamOptions(labels, jobs=1, **options))
+    return audit, report.downstream
+
+
+@pytest.mark.parametrize("scale", [1e-150, 1.0, 1e150])
+def test_audit_and_drift_report_the_same_numbers_at_any_label_scale(tmp_path, scale):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((N, D))
+    target = x @ rng.standard_normal(D) + 0.5 * rng.standard_normal(N)
+    b = x + 0.3 * rng.standard_normal(x.shape)
+    a = (x + 0.3 * rng.standard_normal(x.shape)) @ ortho_group.rvs(D, random_state=1)
+    labels = tmp_path / "y.tsv"
+    labels.write_text("".join(f"k{i}\t{float(v) * scale!r}\n" for i, v in enumerate(target)))
+    audit, drift = audit_and_drift(tmp_path, b, a, labels, task="regression")
+    h, aligned = audit["variants"]["h"], audit["variants"]["aligned"]
+    assert drift.metric == "r2" and drift.model == audit["model"] == "ridge"
+    assert drift.before == pytest.approx(h["r2_by_run"][0], rel=1e-9)
+    assert drift.refit == pytest.approx(h["r2_by_run"][1], rel=1e-9)
+    assert drift.stale_raw == pytest.approx(h["stale_r2_mean"], rel=1e-9)
+    assert drift.drop_raw == pytest.approx(h["stale_drop"], rel=1e-9)
+    assert drift.churn_refit == pytest.approx(h["churn"], rel=1e-9)  # both in label units
+    # ridge is rotation invariant: the consensus frame and AFTER-onto-BEFORE give the same stale model
+    assert drift.stale_aligned == pytest.approx(aligned["stale_r2_mean"], rel=1e-6)
+    # the churn is an RMS difference in label units: it scales with the labels, R² does not
+    unit = np.sqrt(np.mean((target - target.mean()) ** 2))
+    assert 0.01 * unit * scale < drift.churn_refit < unit * scale
+    assert 0.5 < drift.refit < 1
+    assert (drift.label_scale == 1.0) == (scale == 1.0)  # labels beyond 2^±400 are fit divided by a power of two
+
+
+def test_audit_and_drift_agree_on_classification(tmp_path):
+    x, y = planted(9)
+    rng = np.random.default_rng(1)
+    b, a = (x + 0.9 * rng.standard_normal(x.shape) for _ in range(2))
+    audit, drift = audit_and_drift(tmp_path, b, a, write_labels(tmp_path / "labels.csv", y))
+    h = audit["variants"]["h"]
+    assert (drift.before, drift.refit) == pytest.approx(tuple(h["accuracy_by_run"]), abs=1e-12)
+    assert drift.churn_refit == pytest.approx(h["churn"], abs=1e-12) and drift.churn_refit > 0
+    assert drift.stale_raw == pytest.approx(h["stale_accuracy_mean"], abs=1e-12)

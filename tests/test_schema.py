@@ -158,7 +158,9 @@ def test_downstream_section_wraps_the_downstream_dict_and_keeps_its_json():
         "recommendation": {"variant": None, "reason": "nothing to compare", "prefer": "stability"},
     }
     section = DownstreamSection.from_dict(raw)
-    assert to_json(section) == {**raw, "dropped_classes": {}}
+    variants = {"h": {**raw["variants"]["h"], "flips": None}}
+    defaults = {"dropped_classes": {}, "model_params": {}, "labels_per_key": None}
+    assert to_json(section) == {**raw, **defaults, "variants": variants}
     with pytest.raises(AssertionError, match=r"\['surprise'\] are not declared"):
         DownstreamSection.from_dict({**raw, "surprise": 1})
 

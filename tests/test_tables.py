@@ -14,10 +14,17 @@ import pytest
 
 from conftest import runner
 from stabcli.cli.app import app
+from stabcli.errors import InputError
 from stabcli.inputs.corpus import CorpusOptions, read_corpus
-from stabcli.inputs.embeddings import write_embedding
+from stabcli.inputs.embeddings import read_embedding, write_embedding
 from stabcli.inputs.keytable import read_key_names
 from stabcli.inputs.labels import read_labels
+
+
+def _pretrain(corpus, out, *options: str):
+    """One quick run (dim 4, one epoch) of ``stabcli pretrain`` in-process."""
+    args = ["pretrain", str(corpus), "--out", str(out), "--runs", "1", "--dim", "4", "--epochs", "1", *options]
+    return runner.invoke(app, args)
 
 
 def _ratings(n_users: int = 12, n_items: int = 9, seed: int = 0) -> pd.DataFrame:
@@ -58,49 +65,13 @@ def test_any_time_header_by_time_col_and_the_columns_are_recorded(tmp_path):
     assert timed.columns == {"user": "'uid'", "item": "'movie'", "time": "'when'"}
     assert timed.sequences[1] == ["m1"] * 3 + ["m2"] * 3 + ["m3"] * 3  # u1 by time; u2 starts earlier
     out = tmp_path / "r"
-    result = runner.invoke(
-        app,
-        [
-            "pretrain",
-            str(tmp_path / "e.csv"),
-            "--out",
-            str(out),
-            "--runs",
-            "1",
-            "--dim",
-            "4",
-            "--epochs",
-            "1",
-            "--time-col",
-            "when",
-            "--min-count",
-            "1",
-        ],
-    )
+    result = _pretrain(str(tmp_path / "e.csv"), str(out), "--time-col", "when", "--min-count", "1")
     assert result.exit_code == 0, result.output
     assert "user 'uid', item 'movie', time 'when'" in result.stdout
     manifest = json.loads((out / "stabcli.json").read_text())
     assert manifest["corpus"]["columns"] == {"user": "'uid'", "item": "'movie'", "time": "'when'"}
-    result = runner.invoke(
-        app,
-        [
-            "pretrain",
-            str(tmp_path / "e.csv"),
-            "--out",
-            str(tmp_path / "j"),
-            "--runs",
-            "1",
-            "--dim",
-            "4",
-            "--epochs",
-            "1",
-            "--time-col",
-            "when",
-            "--min-count",
-            "1",
-            "--format",
-            "json",
-        ],
+    result = _pretrain(
+        str(tmp_path / "e.csv"), str(tmp_path / "j"), "--time-col", "when", "--min-count", "1", "--format", "json"
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["corpus"]["columns"] == {"user": "'uid'", "item": "'movie'", "time": "'when'"}
@@ -148,3 +119,67 @@ def test_drift_reads_movielens_labels_and_names_without_encoding(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["downstream"] is not None
+
+
+# ---- rules: run files keep their run set's keys, run-set outputs are directories, doc2vec needs tags, --tokenize
+
+
+def test_a_run_file_inside_a_run_set_has_the_run_sets_keys(tmp_path):
+    from conftest import make_runset
+
+    root = make_runset(tmp_path / "r", runs=2, n=7)
+    emb = read_embedding(root / "run-000" / "vectors.npy")
+    assert (emb.keys, emb.keyless) == ([f"k{i}" for i in range(7)], False)
+    assert read_embedding(root / "run-001" / "epochs" / "001.npy").keys == emb.keys
+    (root / "run-001" / "keys.txt").write_text("".join(f"x{i}\n" for i in range(7)))  # a run's own keys win
+    assert read_embedding(root / "run-001" / "vectors.npy").keys[0] == "x0"
+    np.save(tmp_path / "vectors.npy", np.ones((7, 2), np.float32))  # not inside a run set: keyless
+    assert read_embedding(tmp_path / "vectors.npy").keyless
+
+
+def test_featurize_a_run_set_into_a_file_name_is_refused(tmp_path):
+    from conftest import assert_bad_input, files_state, make_runset
+
+    root = make_runset(tmp_path / "r", runs=2, n=9)
+    before = files_state(tmp_path)
+    result = runner.invoke(app, ["featurize", str(root), "--out", str(tmp_path / "x.npy"), "--dim", "8"])
+    assert_bad_input(result, "x.npy: a run set is featurized into a run set (a directory)", tmp_path, before)
+    assert not (tmp_path / "x.npy").exists()
+
+
+def test_doc2vec_on_a_lines_corpus_is_refused_before_anything_is_written(tmp_path):
+    from conftest import assert_bad_input, files_state
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat\nthe dog ran\n" * 20)
+    before = files_state(tmp_path)
+    result = runner.invoke(
+        app, ["pretrain", str(corpus), "--model", "doc2vec", "--corpus-format", "lines", "--out", str(tmp_path / "r")]
+    )
+    assert_bad_input(
+        result, "c.txt: read as lines, which has no document tags; doc2vec learns one vector", tmp_path, before
+    )
+    assert not (tmp_path / "r").exists()
+
+
+def test_tokenize_simple_is_gensims_simple_preprocess_and_recorded(tmp_path):
+    from gensim.utils import simple_preprocess
+
+    text = "The Cat sat, on THE mat!\nA dog's 2 bones: caf\u00e9 na\u00efve.\n" * 10
+    (tmp_path / "c.txt.gz").write_bytes(gzip.compress(text.encode()))
+    corpus = read_corpus(tmp_path / "c.txt.gz", options=CorpusOptions(format="lines", tokenize="simple"))
+    assert corpus.sequences[:2] == [simple_preprocess(line) for line in text.splitlines()[:2]]
+    assert corpus.sequences[0] == ["the", "cat", "sat", "on", "the", "mat"]
+    assert read_corpus(tmp_path / "c.txt.gz", options=CorpusOptions(format="lines")).sequences[0][0] == "The"
+    out = tmp_path / "r"
+    result = _pretrain(str(tmp_path / "c.txt.gz"), str(out), "--min-count", "1", "--tokenize", "simple")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "stabcli.json").read_text())["corpus"]["options"]["tokenize"] == "simple"
+    assert "The" not in (out / "keys.txt").read_text().split()
+    with pytest.raises(InputError, match=r"e\.csv: read as interactions, a table of ids, so --tokenize simple"):
+        read_corpus(_write_table(tmp_path / "e.csv"), options=CorpusOptions(tokenize="simple"))
+
+
+def _write_table(path):
+    _ratings().to_csv(path, index=False)
+    return path

@@ -405,6 +405,7 @@ def test_the_json_summary_names_the_corpus_reading(tmp_path, sessions_file):
             "1",
             "--format",
             "json",
+            "--quiet",
         ],
     )
     assert result.exit_code == 0, result.output

@@ -8,8 +8,12 @@ share are declared once in ``stabcli/cli/options.py``.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -18,6 +22,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from stabcli import __version__
 from stabcli.cli.audit import audit_cmd
+from stabcli.cli.compare import compare_cmd
 from stabcli.cli.demo import demo_cmd
 from stabcli.cli.drift import drift_cmd
 from stabcli.cli.featurize import featurize_cmd
@@ -110,6 +115,15 @@ def _readable_params(params: list[Any]) -> None:
             param.metavar = ""
 
 
+HELP_WIDTHS = (80, 100, 120, 160, 200, 300)  # tried in order for help written to a pipe or file
+HELP_MAX_WIDTH = 1000
+
+
+def _words(text: str) -> set[str]:
+    """The words of rendered help, its box-drawing characters removed."""
+    return set(re.sub("[\u2500-\u257f]", " ", text).split())
+
+
 class _ReadableHelp:
     """Mixed into stabcli's command and group classes: their parameters, and --help, read as above."""
 
@@ -122,6 +136,30 @@ class _ReadableHelp:
         if option is not None:
             _readable_params([option])
         return option
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """Help on a terminal as typer lays it out; into a pipe or a file (no terminal, no
+        ``COLUMNS``/``TERMINAL_WIDTH``) at the narrowest width that cuts nothing."""
+        if sys.stdout.isatty() or os.environ.get("TERMINAL_WIDTH") or os.environ.get("COLUMNS", "").isdigit():
+            super().format_help(ctx, formatter)  # type: ignore[misc]
+            return
+        import typer.rich_utils as rich_help
+
+        def rendered(width: int) -> str:
+            rich_help.MAX_WIDTH = width
+            buffer = io.StringIO()
+            with contextlib.redirect_stdout(buffer):
+                super(_ReadableHelp, self).format_help(ctx, formatter)  # type: ignore[misc]
+            return buffer.getvalue()
+
+        previous = rich_help.MAX_WIDTH
+        try:
+            whole = _words(rendered(HELP_MAX_WIDTH))  # every word whole: none cut with "…" or folded
+            width = next((w for w in HELP_WIDTHS if whole <= _words(rendered(w))), HELP_MAX_WIDTH)
+            rich_help.MAX_WIDTH = width
+            super().format_help(ctx, formatter)  # type: ignore[misc]
+        finally:
+            rich_help.MAX_WIDTH = previous
 
 
 class _Command(_ReadableHelp, TyperCommand):
@@ -207,6 +245,7 @@ app.command("featurize", cls=_Command)(featurize_cmd)
 app.command("demo", cls=_Command)(demo_cmd)
 app.command("drift", cls=_Command)(drift_cmd)
 app.command("sweep", cls=_Command)(sweep_cmd)
+app.command("compare", cls=_Command)(compare_cmd)
 
 
 def main() -> None:

@@ -9,19 +9,30 @@ import typer
 
 from stabcli import constraints as c
 from stabcli.cli.options import (
+    CorpusFormat,
     DownstreamModel,
+    HtmlPath,
     InputFormat,
+    ItemCol,
     JsonPath,
     KeyNames,
     Keys,
     KnnK,
     MarkdownPath,
+    MinRating,
+    Mlflow,
+    MlflowExperiment,
+    ModelParam,
+    Quiet,
+    RatingCol,
     ReportForce,
     ReportFormat,
     SplitSeed,
     Task,
     TestSize,
+    TimeCol,
     TrustPickle,
+    UserCol,
     check_option,
     encoding_option,
     jobs_option,
@@ -34,7 +45,7 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import render_report, report_files, spinner, warn, wrote
+from stabcli.cli.output import render_report, report_files, set_quiet, spinner, warn, wrote
 from stabcli.constraints import ranged
 from stabcli.errors import UsageError
 
@@ -114,6 +125,7 @@ def audit_cmd(
     fmt: ReportFormat = "table",
     json_path: JsonPath = None,
     markdown_path: MarkdownPath = None,
+    html_path: HtmlPath = None,
     plots: Annotated[
         Path | None,
         plots_option(
@@ -128,6 +140,7 @@ def audit_cmd(
     ] = None,
     task: Task = "auto",
     model: DownstreamModel = None,
+    model_param: ModelParam = [],  # noqa: B006
     test_size: TestSize = 0.2,
     split_seed: SplitSeed = 0,
     variants: Annotated[
@@ -202,16 +215,52 @@ def audit_cmd(
             "k-NN overlap (.csv, .tsv or .parquet)."
         ),
     ] = None,
+    interactions: Annotated[
+        Path | None,
+        typer.Option(
+            "--interactions",
+            metavar="FILE",
+            help="User-item interactions (pretrain's corpus formats and column options): adds the next-item "
+            "recommendation task, each user's last item held out.",
+        ),
+    ] = None,
+    k_list: Annotated[
+        str, typer.Option("--k-list", metavar="K,K,...", help="With --interactions: list lengths for Recall/NDCG@K.")
+    ] = "5,10,20",
+    profiles: Annotated[
+        str,
+        typer.Option(
+            "--profiles",
+            metavar="mean,last",
+            help="With --interactions: a user is the mean of her history's unit vectors, or her last item.",
+        ),
+    ] = "mean,last",
+    users: Annotated[
+        int,
+        typer.Option(
+            "--users", min=0, metavar="N", help="With --interactions: score a seeded sample of N users (0: every user)."
+        ),
+    ] = 10_000,
+    corpus_format: CorpusFormat = "auto",
+    user_col: UserCol = None,
+    item_col: ItemCol = None,
+    time_col: TimeCol = None,
+    rating_col: RatingCol = None,
+    min_rating: MinRating = None,
     force: ReportForce = False,
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,
     keys: Keys = None,
+    mlflow: Mlflow = False,
+    mlflow_experiment: MlflowExperiment = None,
+    quiet: Quiet = False,
 ) -> None:
     """Measure how much of an embedding is run-to-run noise, and which parts are stable.
 
     With --labels, also how much a downstream model fluctuates across runs (mean and std of
-    its test metric, churn, stale-model compatibility) for raw, averaged, aligned and
-    featurized variants, and which variant to use.
+    its test metric, churn, the test keys that flip, stale-model compatibility) for raw,
+    averaged, aligned and featurized variants, and which variant to use. With --interactions,
+    how much next-item recommendations fluctuate (Recall/NDCG@K, list churn, stale profiles).
 
     Examples:
 
@@ -228,10 +277,19 @@ def audit_cmd(
         stabcli audit a.vec b.vec c.vec --frequencies counts.tsv --min-frequency 5
 
         stabcli audit runs/ml --labels ratings_mean.csv --task regression --prefer stability
+
+        stabcli audit runs/exp1 --html audit.html --mlflow --mlflow-experiment embeddings
+
+        stabcli audit runs/ml --labels ml-1m/movies.dat --task multilabel --model gbdt
+
+        stabcli audit runs/ml --labels genres.csv --model sklearn.svm:LinearSVC --model-param C=0.5
+
+        stabcli audit runs/ml --task next-item --interactions ml-1m/ratings.dat --k-list 5,10
     """
     from stabcli.commands.audit import audit
 
-    with spinner("auditing") as on_step:
+    set_quiet(quiet)
+    with spinner("audit") as on_step:
         report = audit(
             inputs,
             normalize=normalize,
@@ -248,6 +306,7 @@ def audit_cmd(
             labels=labels,
             task=task,
             model=model,
+            model_params=model_param,
             test_size=test_size,
             split_seed=split_seed,
             variants=comma_list(variants, str, "--variants"),
@@ -263,7 +322,17 @@ def audit_cmd(
             input_format=input_format,
             trust_pickle=trust_pickle,
             keys=keys,
-            **report_files(json_path, markdown_path, plots, per_key, force),
+            interactions=interactions,
+            k_list=comma_list(k_list, int, "--k-list"),
+            profiles=comma_list(profiles, str, "--profiles"),
+            users=users,
+            corpus_format=corpus_format,
+            user_col=user_col,
+            item_col=item_col,
+            time_col=time_col,
+            rating_col=rating_col,
+            min_rating=min_rating,
+            **report_files(json_path, markdown_path, plots, per_key, force, html_path, mlflow, mlflow_experiment),
             on_step=on_step,
             on_warning=warn,
             on_figure=wrote,

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from stabcli.cli.options import jobs_option
-from stabcli.cli.output import err, out, progress, warn, wrote
+from stabcli.cli.output import err, info, out, progress, warn, wrote
 from stabcli.cli.pretrain import exit_on_failures, report_pretrain
 from stabcli.reports.text import literal
 
@@ -61,13 +61,14 @@ def demo_cmd(
 def _render(result: Any) -> None:
     """The demo's tables and reports on stdout, in the order it made them."""
     from stabcli.commands.demo import DEMO_MOVED_GENRE
-    from stabcli.reports import audit_render, drift_render
+    from stabcli.reports import audit_render, compare_render, drift_render
 
     report_pretrain(result.runs, "table")  # exits 2 when a run failed
     out.print()
     audit_render.render_terminal(result.audit, out)
     out.print()
-    out.print(audit_render.comparison_table({"raw h (32 dims)": result.audit, "phi(h) (64 dims)": result.featurized}))
+    if result.comparison is not None:
+        compare_render.render_terminal(result.comparison, out)
     out.print(
         "Measured, not assumed: featurization helps where its column is more stable; see README "
         "'When featurization helps'.",
@@ -85,3 +86,5 @@ def _render(result: Any) -> None:
         ),
         soft_wrap=True,
     )
+    pages = [result.out / name for name in ("audit.html", "compare.html", "drift.html")]
+    info(f"HTML reports to open in a browser: {', '.join(map(str, pages))}")

@@ -10,12 +10,17 @@ import typer
 from stabcli import constraints as c
 from stabcli.cli.options import (
     DownstreamModel,
+    HtmlPath,
     InputFormat,
     JsonPath,
     KeyNames,
     Keys,
     KnnK,
     MarkdownPath,
+    Mlflow,
+    MlflowExperiment,
+    ModelParam,
+    Quiet,
     ReportForce,
     ReportFormat,
     SplitSeed,
@@ -32,7 +37,7 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import render_report, report_files, spinner, wrote
+from stabcli.cli.output import render_report, report_files, set_quiet, spinner, warn, wrote
 from stabcli.constraints import ranged
 
 
@@ -100,6 +105,7 @@ def drift_cmd(
     ] = None,
     task: Task = "auto",
     model: DownstreamModel = None,
+    model_param: ModelParam = [],  # noqa: B006
     test_size: TestSize = 0.2,
     split_seed: SplitSeed = 0,
     encoding: Annotated[
@@ -116,11 +122,15 @@ def drift_cmd(
     fmt: ReportFormat = "table",
     json_path: JsonPath = None,
     markdown_path: MarkdownPath = None,
+    html_path: HtmlPath = None,
     plots: Annotated[Path | None, plots_option("Write PNG figures into this new directory.")] = None,
     force: ReportForce = False,
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,
     keys: Keys = None,
+    mlflow: Mlflow = False,
+    mlflow_experiment: MlflowExperiment = None,
+    quiet: Quiet = False,
 ) -> None:
     """Which keys did a refresh really move, and which only changed by training noise?
 
@@ -138,10 +148,13 @@ def drift_cmd(
         stabcli drift runs/v1 runs/v2 --noise runs/v1 --measure length --check 'drift.moved_beyond_global<=50'
 
         stabcli drift runs/ml ml-new.npy --noise runs/ml --key-names ml-100k/u.item --per-key drift.csv --plots figs
+
+        stabcli drift runs/ml ml-new.npy --noise runs/ml --html drift.html --mlflow
     """
     from stabcli.commands.drift import drift
     from stabcli.reports.drift_render import render_terminal
 
+    set_quiet(quiet)
     with spinner("drift") as on_step:
         report = drift(
             before,
@@ -159,6 +172,7 @@ def drift_cmd(
             labels=labels,
             task=task,
             model=model,
+            model_params=model_param,
             test_size=test_size,
             split_seed=split_seed,
             encoding=encoding,
@@ -167,8 +181,9 @@ def drift_cmd(
             input_format=input_format,
             trust_pickle=trust_pickle,
             keys=keys,
-            **report_files(json_path, markdown_path, plots, per_key, force),
+            **report_files(json_path, markdown_path, plots, per_key, force, html_path, mlflow, mlflow_experiment),
             on_step=on_step,
             on_figure=wrote,
+            on_warning=warn,
         )
     render_report(report, fmt, render_terminal)

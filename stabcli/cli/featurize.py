@@ -7,8 +7,17 @@ from typing import Annotated, Literal
 
 import typer
 
-from stabcli.cli.options import InputFormat, Keys, ReportFormat, TrustPickle, reference_option, seed_option
-from stabcli.cli.output import err, out, write_json_stdout
+from stabcli.cli.options import (
+    HtmlPath,
+    InputFormat,
+    Keys,
+    Quiet,
+    ReportFormat,
+    TrustPickle,
+    reference_option,
+    seed_option,
+)
+from stabcli.cli.output import err, info, out, set_quiet, write_json_stdout, wrote
 from stabcli.constraints import FEATURIZE_OPTIONS, ranged
 from stabcli.reports.schema import dumps
 from stabcli.reports.text import literal
@@ -73,6 +82,8 @@ def featurize_cmd(
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,
     keys: Keys = None,
+    html_path: HtmlPath = None,
+    quiet: Quiet = False,
 ) -> None:
     """Turn embeddings into random Fourier features phi(h), optionally aligned to a reference.
 
@@ -86,8 +97,21 @@ def featurize_cmd(
         stabcli featurize runs/exp1 --out runs/exp1-phi --dim 64 && stabcli audit runs/exp1-phi
 
         stabcli featurize today.vec --out today-aligned.npy --dim 0 --align-to yesterday.vec
+
+        stabcli featurize runs/exp1 --out runs/exp1-phi --epsilon 0.05 --html featurize.html
     """
     from stabcli.commands.featurize import featurize
+    from stabcli.reports.featurize_render import summary_lines
+
+    set_quiet(quiet)
+    page = None
+    if html_path is not None:  # checked before any work, against every input and the outputs
+        from stabcli.fs.outputs import OutputPlan, with_companions
+
+        inputs = [*with_companions(input_path), output, *(with_companions(align_to) if align_to else [])]
+        page = OutputPlan(inputs, force=force)
+        page.add(html_path, "--html")
+        page.check()
 
     result = featurize(
         input_path,
@@ -106,30 +130,21 @@ def featurize_cmd(
         keys=keys,
         save_transform=save_transform,
         force=force,
-        on_run=lambda name: err.print(literal(f"featurized {name}")) if err.is_terminal else None,
+        on_run=lambda name: info(f"featurize: {name} done"),
     )
     for note in result.notes:
         err.print(literal(f"note: {note}"), soft_wrap=True)
+    if page is not None and html_path is not None:
+        import json
+
+        from stabcli.reports.featurize_render import render_html
+
+        sidecar = json.loads(result.sidecar.read_text(encoding="utf-8")) if result.sidecar.is_file() else None
+        with page:
+            page.write_text(html_path, render_html(result, sidecar, epsilon))
+        wrote(html_path)
     if fmt == "json":
         write_json_stdout(dumps(result))
         return
-    out.print(
-        literal(
-            f"wrote {result.output}: {result.runs} run(s) × {result.rows:,} keys, {result.input_dim} → "
-            f"{result.output_dim} dims (sidecar {result.sidecar})"
-        ),
-        soft_wrap=True,
-    )
-    if result.measured_error is not None:
-        out.print(
-            f"--epsilon {epsilon:g}: M = {result.output_dim}, measured mean kernel error {result.measured_error:.4g}; "
-            f"Rahimi–Recht's uniform bound (95%) would need M = {result.rahimi_recht_dim:,}",
-            highlight=False,
-            soft_wrap=True,
-        )
-    if result.residual_before is not None:
-        out.print(
-            f"alignment residual ‖XQ − REF‖/‖REF‖ on shared keys: {result.residual_before:.4g} → {result.residual_after:.4g}",
-            highlight=False,
-            soft_wrap=True,
-        )
+    for line in summary_lines(result, epsilon):
+        out.print(literal(line), soft_wrap=True)

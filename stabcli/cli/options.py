@@ -16,7 +16,13 @@ from stabcli import constraints as c
 from stabcli.constraints import Constraint, ranged
 
 # library parameter names whose flag is not simply ``--`` + the name with dashes
-FLAG_NAMES: dict[str, str] = {"fmt": "--format", "out": "--out", "output": "--out", "out_dir": "--out"}
+FLAG_NAMES: dict[str, str] = {
+    "model_params": "--model-param",
+    "fmt": "--format",
+    "out": "--out",
+    "output": "--out",
+    "out_dir": "--out",
+}
 
 
 def flag_for(param: str) -> str:
@@ -37,8 +43,42 @@ ReportForce = Annotated[
     bool,
     typer.Option(
         "--force",
-        help="Replace existing --json/--markdown/--per-key files and a --plots directory holding only "
+        help="Replace existing --json/--markdown/--html/--per-key files and a --plots directory holding only "
         "stabcli's figures (never an input).",
+    ),
+]
+
+
+HtmlPath = Annotated[
+    Path | None,
+    typer.Option(
+        "--html",
+        metavar="FILE",
+        help="Also write a self-contained HTML page (tables, figures, the per-key table sortable and searchable).",
+    ),
+]
+Mlflow = Annotated[
+    bool,
+    typer.Option(
+        "--mlflow",
+        help="Log the options, every number of the report and its renderings to MLflow (MLFLOW_TRACKING_URI, "
+        "else MLflow's default: sqlite:///mlflow.db here). Needs stabcli[mlflow].",
+    ),
+]
+MlflowExperiment = Annotated[
+    str | None,
+    typer.Option(
+        "--mlflow-experiment",
+        metavar="NAME",
+        help="MLflow experiment to log into [default: $MLFLOW_EXPERIMENT_NAME, else stabcli].",
+    ),
+]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Nothing on stderr but warnings and errors: no progress, no stage lines, no 'wrote' lines.",
     ),
 ]
 
@@ -92,19 +132,29 @@ def labels_option(help: str) -> Any:
 
 
 Task = Annotated[
-    Literal["auto", "classification", "regression"],
+    Literal["auto", "classification", "regression", "multilabel", "next-item"],
     typer.Option(
         "--task",
-        metavar="auto|classification|regression",
-        help="With --labels; auto: numeric labels with fractions or more than 20 values are regression.",
+        metavar="auto|classification|regression|multilabel|next-item",
+        help="With --labels; auto: keys with several labels are multilabel, numeric labels with fractions or "
+        "more than 20 values regression. audit: next-item with --interactions.",
     ),
 ]
 DownstreamModel = Annotated[
-    Literal["logreg", "knn", "ridge"] | None,
+    str | None,
     typer.Option(
         "--model",
-        metavar="logreg|knn|ridge",
-        help="With --labels [default: logreg for classification, ridge for regression].",
+        metavar="logreg|knn|ridge|gbdt|mlp|MODULE:CLASS",
+        help="With --labels; gbdt and mlp are scikit-learn's HistGradientBoosting and MLP (seeded), MODULE:CLASS "
+        "any scikit-learn estimator [default: logreg for classification, ridge for regression].",
+    ),
+]
+ModelParam = Annotated[
+    list[str],
+    typer.Option(
+        "--model-param",
+        metavar="NAME=VALUE",
+        help="A parameter of --model (repeatable); VALUE is a Python literal: 200, 0.1, (64, 32), None, a word.",
     ),
 ]
 TestSize = Annotated[
@@ -181,6 +231,57 @@ def jobs_option(help: str, constraint: Constraint | None = None) -> Any:
 
 def scheduler_option(help: str) -> Any:
     return typer.Option("--scheduler", metavar="ADDRESS", help=help)
+
+
+# -- interaction tables (pretrain's corpus, audit --task next-item: corpus.CorpusOptions) ----
+CorpusFormat = Annotated[
+    Literal["auto", "lines", "tagged", "movielens", "interactions"],
+    typer.Option(
+        "--corpus-format",
+        metavar="FORMAT",
+        help="auto, lines, tagged, movielens or interactions (auto: "
+        "MovieLens names, doc2vec → tagged, a delimited table → interactions, else lines).",
+    ),
+]
+UserCol = Annotated[
+    str | None,
+    typer.Option(
+        "--user-col",
+        metavar="COL",
+        help="Tables: user column, header name or 0-based position "
+        "[default: a user/userId/uid… header, else column 0].",
+    ),
+]
+ItemCol = Annotated[
+    str | None,
+    typer.Option(
+        "--item-col",
+        metavar="COL",
+        help="Tables: item column, name or position [default: an item/itemId/movieId… header, else column 1].",
+    ),
+]
+TimeCol = Annotated[
+    str | None,
+    typer.Option(
+        "--time-col",
+        metavar="COL",
+        help="Tables: column ordering each user's items "
+        "[default: a timestamp/ts/time… header; no header: column 3 in the "
+        "MovieLens layout, else file order; none: file order].",
+    ),
+]
+RatingCol = Annotated[
+    str | None,
+    typer.Option(
+        "--rating-col",
+        metavar="COL",
+        help="Tables: rating column for --min-rating [default: a rating/score… header; MovieLens layout: column 2].",
+    ),
+]
+MinRating = Annotated[
+    float | None,
+    typer.Option("--min-rating", metavar="RATING", help="Tables: keep ratings >= this [default: keep all]."),
+]
 
 
 # -- the model a run trains (pretrain, sweep) --------------------------------------------------

@@ -10,22 +10,43 @@ import typer
 from rich.table import Table
 
 from stabcli.cli.options import (
+    CorpusFormat,
     Dim,
     EmbeddingModel,
     Epochs,
+    ItemCol,
     MinCount,
+    MinRating,
+    Mlflow,
+    MlflowExperiment,
     Negative,
     Params,
+    Quiet,
+    RatingCol,
     ReportFormat,
     SkipGram,
+    TimeCol,
     Timeout,
+    UserCol,
     Window,
     jobs_option,
     scheduler_option,
     seed_option,
 )
-from stabcli.cli.output import EXIT_BAD_INPUT, err, out, print_line, progress, write_json_stdout
+from stabcli.cli.output import (
+    EXIT_BAD_INPUT,
+    RunLines,
+    err,
+    info,
+    out,
+    print_line,
+    progress,
+    quiet_mlflow_logs,
+    set_quiet,
+    write_json_stdout,
+)
 from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
+from stabcli.reports.layout import print_table
 from stabcli.reports.text import literal
 from stabcli.training.pretrain import PretrainResult
 
@@ -39,12 +60,15 @@ def run_pretrain(corpus: Path | None, out_dir: Path, **options: Any) -> Pretrain
         runs_task = bar.add_task("runs", total=options.get("runs", 10))
         epochs_task = bar.add_task("epochs", total=None, visible=options.get("script") is None)
 
+        lines = RunLines("pretrain")
+
         def on_progress(p: Any) -> None:
             bar.update(runs_task, completed=p.runs_done, total=p.runs_total)
             bar.update(epochs_task, completed=p.epochs_done, total=p.epochs_total)
+            lines(p.runs_done, p.runs_total)
 
         def on_step(text: str) -> None:
-            err.print(literal(text), soft_wrap=True)
+            info(text)
 
         return pretrain(corpus, out_dir, on_progress=on_progress, on_step=on_step, **options)
 
@@ -52,7 +76,9 @@ def run_pretrain(corpus: Path | None, out_dir: Path, **options: Any) -> Pretrain
 def _summary_table(result: PretrainResult) -> Table:
     table = Table(title=literal(f"run set {result.root}"), title_justify="left")
     for column in ("run", "seed", "seconds", "final loss", "status"):
-        table.add_column(column, justify="right" if column in ("seed", "seconds", "final loss") else "left")
+        table.add_column(
+            column, justify="right" if column in ("seed", "seconds", "final loss") else "left", no_wrap=True
+        )
     styles = {"complete": "green", "kept": "cyan", "failed": "bold red"}
     for r in result.runs:
         table.add_row(
@@ -69,7 +95,7 @@ def report_pretrain(result: PretrainResult, fmt: str) -> None:
     if fmt == "json":
         write_json_stdout(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
-        out.print(_summary_table(result))
+        print_table(out, _summary_table(result))
         if result.corpus:
             c = result.corpus
             out.print(f"corpus read as {c['description']}", highlight=False)
@@ -85,6 +111,7 @@ def exit_on_failures(result: PretrainResult) -> None:
 
 
 def pretrain_cmd(
+    ctx: typer.Context,
     corpus: Path | None = typer.Argument(None, metavar="CORPUS", help="Training corpus (optional with --script)."),
     out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Run set directory to create or resume."),
     runs: int = typer.Option(10, "--runs", "-n", min=1, metavar="N", help="Number of independent runs."),
@@ -126,47 +153,26 @@ def pretrain_cmd(
         help="Train with your own command; placeholders {seed} {out} {run} {corpus}. Run without a shell.",
     ),
     timeout: Timeout = None,
-    corpus_format: Literal["auto", "lines", "tagged", "movielens", "interactions"] = typer.Option(
-        "auto",
-        "--corpus-format",
-        metavar="FORMAT",
-        help="auto, lines, tagged, movielens or interactions (auto: "
-        "MovieLens names, doc2vec → tagged, a delimited table → interactions, else lines).",
+    corpus_format: CorpusFormat = "auto",
+    tokenize: Literal["none", "simple"] = typer.Option(
+        "none",
+        "--tokenize",
+        metavar="HOW",
+        help="Text corpora (lines, tagged): none splits on whitespace; simple is gensim's simple_preprocess "
+        "(lower case, words of 2-15 letters, punctuation and digits dropped). Recorded in the manifest.",
     ),
     encoding: str = typer.Option(
         "utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides)."
     ),
-    user_col: str | None = typer.Option(
-        None,
-        "--user-col",
-        metavar="COL",
-        help="Tables: user column, header name or 0-based position "
-        "[default: a user/userId/uid… header, else column 0].",
-    ),
-    item_col: str | None = typer.Option(
-        None,
-        "--item-col",
-        metavar="COL",
-        help="Tables: item column, name or position [default: an item/itemId/movieId… header, else column 1].",
-    ),
-    time_col: str | None = typer.Option(
-        None,
-        "--time-col",
-        metavar="COL",
-        help="Tables: column ordering each user's items "
-        "[default: a timestamp/ts/time… header; no header: column 3 in the "
-        "MovieLens layout, else file order; none: file order].",
-    ),
-    rating_col: str | None = typer.Option(
-        None,
-        "--rating-col",
-        metavar="COL",
-        help="Tables: rating column for --min-rating [default: a rating/score… header; MovieLens layout: column 2].",
-    ),
-    min_rating: float | None = typer.Option(
-        None, "--min-rating", metavar="RATING", help="Tables: keep ratings >= this [default: keep all]."
-    ),
+    user_col: UserCol = None,
+    item_col: ItemCol = None,
+    time_col: TimeCol = None,
+    rating_col: RatingCol = None,
+    min_rating: MinRating = None,
     fmt: ReportFormat = "table",
+    mlflow: Mlflow = False,
+    mlflow_experiment: MlflowExperiment = None,
+    quiet: Quiet = False,
 ) -> None:
     """Train N independent runs of an embedding into a run set.
 
@@ -181,8 +187,19 @@ def pretrain_cmd(
 
         stabcli pretrain docs.tsv --model doc2vec --out runs/docs --param dm_mean=1
 
+        stabcli pretrain articles.txt.gz --out runs/text --tokenize simple
+
         stabcli pretrain --script 'python train.py --seed {seed} --out {out}' --runs 5 --out runs/mine
+
+        stabcli pretrain sessions.txt --out runs/exp1 --runs 5 --mlflow --mlflow-experiment item2vec
     """
+    from stabcli.commands.common import ReportFiles
+
+    set_quiet(quiet)
+    params = {k: v for k, v in ctx.params.items() if k not in ("mlflow", "mlflow_experiment", "quiet")}
+    if mlflow:
+        quiet_mlflow_logs()
+    tracker = ReportFiles(mlflow=mlflow, mlflow_experiment=mlflow_experiment).open_tracker()  # before any training
     result = run_pretrain(
         corpus,
         out_dir,
@@ -210,5 +227,14 @@ def pretrain_cmd(
         time_col=time_col,
         rating_col=rating_col,
         min_rating=min_rating,
+        tokenize=tokenize,
     )
+    if tracker is not None:
+        from stabcli.reports.tracking import log_nested, pretrain_records
+
+        top, children = log_nested(tracker, *pretrain_records(result, params))
+        info(
+            f"logged to MLflow: run {top.run_id} with {len(children)} nested runs in experiment "
+            f"{tracker.experiment!r} at {tracker.tracking_uri}"
+        )
     report_pretrain(result, fmt)

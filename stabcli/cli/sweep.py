@@ -11,6 +11,7 @@ from stabcli.cli.options import (
     Dim,
     EmbeddingModel,
     Epochs,
+    HtmlPath,
     JsonPath,
     KnnK,
     MarkdownPath,
@@ -103,6 +104,7 @@ def sweep_cmd(
     fmt: ReportFormat = "table",
     json_path: JsonPath = None,
     markdown_path: MarkdownPath = None,
+    html_path: HtmlPath = None,
     plots: Annotated[Path | None, plots_option("Write data_size.png and pareto.png into this directory.")] = None,
     force: bool = typer.Option(
         False, "--force", help="Replace a sweep of another corpus or seed, cells of another configuration, outputs."
@@ -160,7 +162,7 @@ def sweep_cmd(
             test_size=test_size,
             split_seed=split_seed,
             checks=check,
-            **report_files(json_path, markdown_path, plots, None, force),
+            **report_files(json_path, markdown_path, plots, None, force, html_path),
             on_step=on_step,
             on_warning=warn,
             on_figure=lambda path: err.print(literal(f"wrote {path}"), soft_wrap=True),

@@ -35,6 +35,7 @@ from stabcli.reports.audit_report import (
     FrequencyBand,
     Histogram,
     InputSection,
+    NextItemSection,
     PairSpread,
     Quantiles,
     RepresentationSection,
@@ -46,6 +47,7 @@ from stabcli.runset import RunSet, is_runset
 
 if TYPE_CHECKING:  # downstream imports scikit-learn (seconds); only an audit with labels needs it
     from stabcli.measure.downstream import DownstreamOptions
+    from stabcli.measure.downstream.nextitem import NextItemOptions
 
 HISTOGRAM_BINS = 10
 KNN_ALL_MAX_KEYS = 10_000  # k-NN overlap of every key up to this many keys (O(n²·d) per run), else a sample
@@ -637,10 +639,12 @@ def build_report(
     key_names: Mapping[str, str] | None = None,
     per_key: bool = False,
     on_warning: Callable[[str], None] | None = None,
+    next_item: NextItemOptions | None = None,
     frequencies: Mapping[str, int] | None = None,
 ) -> AuditReport:
     """The whole audit report; ``downstream`` (label options) adds the downstream section,
-    ``checks`` (expressions) its check results, ``per_key`` the per-key displacement."""
+    ``next_item`` (interaction options) the next-item section, ``checks`` (expressions) its
+    check results, ``per_key`` the per-key displacement."""
     step = on_step or (lambda _: None)
     for expression in checks:
         parse_check(expression)  # a malformed expression fails before any work
@@ -654,14 +658,36 @@ def build_report(
         if featurized and featurized.get("dim"):  # phi(h) already: named so, not featurized again
             downstream = replace(downstream, featurized=True)
         plan = plan_downstream(downstream, runs.keys, len(runs.arrays), runs.dim, on_warning)
+    planned = None
+    if next_item:  # the interactions are read and split before the Gram pass too
+        from stabcli.measure.downstream.nextitem import plan_next_item
+
+        planned = plan_next_item(next_item, runs.keys, len(runs.arrays), runs.dim)
     given_anchor = read_anchor(options.eis_anchor, runs, options.normalize) if options.eis_anchor else None
     frame = _frame(runs, options, step)
-    labelled = None
+    labelled = flips = None
     if downstream:  # first: a bad label file fails before the long representation metrics
-        from stabcli.measure.downstream import downstream_report
+        from stabcli.measure.downstream import downstream_audit
 
-        raw = downstream_report(frame.arrays, runs.keys, frame.rotations, downstream, runs.names, step, plan)
+        raw, flips = downstream_audit(
+            frame.arrays,
+            runs.keys,
+            frame.rotations,
+            downstream,
+            runs.names,
+            step,
+            plan,
+            key_names=key_names,
+            frequency=_frequencies(runs, frequencies)[0],
+            bands=lambda f: [(band_label(lo, hi), lo, hi, m) for lo, hi, m in frequency_bands(f)],
+        )
         labelled = DownstreamSection.from_dict(raw)
+    recommended = None
+    if next_item:
+        from stabcli.measure.downstream.nextitem import next_item_report
+
+        section = next_item_report(frame.arrays, runs.keys, frame.rotations, next_item, runs.names, step, planned)
+        recommended = NextItemSection.from_dict(section)
     representation, stats = representation_report(runs, frame, options, step, key_names, per_key, frequencies)
     step("EIS, weighted eigenspace overlap, debiased CKA")
     representation = replace(representation, **spectral_fields(runs, frame, options, given_anchor))
@@ -682,7 +708,9 @@ def build_report(
         representation=representation,
         training=training_report(runs, options),
         downstream=labelled,
+        next_item=recommended,
         key_stats=stats,
+        downstream_keys=flips,
     )
     results = evaluate_checks(report, checks)
     return replace(report, checks=results, passed=all(c.passed for c in results))
@@ -700,16 +728,22 @@ def _finite(value: float) -> float | None:
 # ---------------------------------------------------------------- CI checks
 
 
-def validate_checks(expressions: Sequence[str], labels: bool) -> list[tuple[str, str, float]]:
+def validate_checks(
+    expressions: Sequence[str], labels: bool, interactions: bool = False
+) -> list[tuple[str, str, float]]:
     """Parse every expression and resolve its path against the report's types, before any
-    input is read: a typo or a ``downstream`` path without ``--labels`` fails at once."""
-    return schema.validate_checks(
-        AuditReport,
-        expressions,
-        lambda path: (
-            "the downstream section needs --labels FILE" if path.split(".")[0] == "downstream" and not labels else None
-        ),
-    )
+    input is read: a typo, a ``downstream`` path without ``--labels`` or a ``next_item`` path
+    without ``--interactions`` fails at once."""
+
+    def needs(path: str) -> str | None:
+        section = path.split(".")[0]
+        if section == "downstream" and not labels:
+            return "the downstream section needs --labels FILE"
+        if section == "next_item" and not interactions:
+            return "the next_item section needs --interactions FILE"
+        return None
+
+    return schema.validate_checks(AuditReport, expressions, needs)
 
 
 def resolve(report: Any, path: str) -> float | None:
@@ -740,6 +774,8 @@ DOWNSTREAM_KEYWORDS = (
     "encoding",
     "min_class_size",
     "prefer",
+    "model_params",
+    "top",
 )
 
 
@@ -773,43 +809,83 @@ def audit(inputs: str | Path | Sequence[str | Path], **options: Any) -> AuditRep
     >>> report = stabcli.audit("runs/exp1", knn_k=5, top=3)  # doctest: +SKIP
     >>> report.representation.knn_overlap  # doctest: +SKIP
     """
-    from stabcli.commands.common import ReportFiles, refuse_unknown, take, warn
-    from stabcli.inputs.textfile import check_encoding
+    from stabcli.commands.common import (
+        Renderings,
+        ReportFiles,
+        log_run,
+        params_given,
+        refuse_unknown,
+        refuse_unused_table_options,
+        take,
+        warn,
+    )
+    from stabcli.inputs.textfile import check_encoding, check_regular_file
+    from stabcli.measure.downstream.nextitem import next_item_options
     from stabcli.reports import audit_render
     from stabcli.training.cluster import joblib_on, scheduler_address
 
     paths = [Path(inputs)] if isinstance(inputs, (str, Path)) else [Path(p) for p in inputs]
     options = dict(options)
+    params = {"inputs": [str(p) for p in paths], **params_given(options)}
     on_warning = options.pop("on_warning", None) or warn
     on_step, on_figure = options.pop("on_step", None), options.pop("on_figure", None)
+    on_logged = options.pop("on_logged", None)
     checks, key_names = list(options.pop("checks", ())), options.pop("key_names", None)
     scheduler, frequencies = options.pop("scheduler", None), options.pop("frequencies", None)
     if options.get("encoding") is not None:
         check_encoding("encoding", options["encoding"])
     files = ReportFiles.take(options)
     read = ReadOptions(**take(ReadOptions, options, {"keys": "keys_file"}))
-    settings = AuditOptions(**take(AuditOptions, options, keep=("seed",)))
+    settings = AuditOptions(**take(AuditOptions, options, keep=("seed", "top")))
+    next_item = next_item_options(options, settings.seed, options.get("reference", 0), options.get("encoding"))
+    if next_item is not None and options.get("task") == "next-item":
+        options.pop("task")
     labelled = {name: options.pop(name) for name in DOWNSTREAM_KEYWORDS if name in options}
     refuse_unknown("audit", options)
+    tables = [("--labels", labelled.get("labels")), ("--key-names", key_names), ("--frequencies", frequencies)]
+    refuse_unused_table_options(labelled, tables)
     downstream = _downstream_options(labelled, scheduler)
-    with joblib_on(scheduler_address(scheduler) if downstream is not None else None) as cluster:
+    address = scheduler_address(scheduler) if downstream is not None else None
+    # a typo fails before any input is read
+    validate_checks(checks, labels=downstream is not None, interactions=next_item is not None)
+    files.check_formats()
+    more_inputs = [labelled.get("labels"), key_names, read.keys_file, settings.eis_anchor, frequencies]
+    more_inputs += [next_item.interactions] if next_item is not None else []
+    plan = files.plan(paths, more_inputs)
+    tracker = files.open_tracker()
+    names, counts = _key_tables(key_names, frequencies, labelled.get("encoding"))
+    runs = load_runs(paths, on_warning=on_warning, read=read)
+    if downstream is not None:  # before any worker starts
+        if not Path(downstream.labels).exists():
+            raise InputError(f"{downstream.labels}: label file not found")
+        check_regular_file(Path(downstream.labels), "label file")
+    with joblib_on(address) as cluster:  # connects (local:N: starts workers) once the inputs are checked
         if cluster is not None and downstream is not None and downstream.jobs is None:
             downstream = replace(downstream, jobs=cluster.threads())  # as many fits at once as the cluster runs
-        validate_checks(checks, labels=downstream is not None)  # a typo fails before any input is read
-        files.check_formats()
-        more_inputs = [labelled.get("labels"), key_names, read.keys_file, settings.eis_anchor, frequencies]
-        plan = files.plan(paths, more_inputs)
-        names, counts = _key_tables(key_names, frequencies, labelled.get("encoding"))
-        runs = load_runs(paths, on_warning=on_warning, read=read)
-        per_key = files.per_key is not None
-        report = build_report(runs, settings, on_step, downstream, checks, names, per_key, on_warning, counts)
-        figures = files.write(
-            plan,
-            schema.dumps(report),
-            lambda: audit_render.render_markdown(report),
-            lambda d: audit_render.write_plots(report, d),
-            lambda: _frame_of(report, names),
+        per_key = files.per_key is not None or files.html is not None or tracker is not None  # the displacement column
+        report = build_report(
+            runs,
+            settings,
+            on_step,
+            downstream,
+            checks,
+            names,
+            per_key,
+            on_warning,
+            next_item=next_item,
+            frequencies=counts,
         )
+        text = schema.dumps(report)
+        renderings = Renderings(
+            text,
+            lambda rows: audit_render.render_markdown(report, rows),
+            lambda: audit_render.plot_figures(report),
+            lambda: _frame_of(report, names),
+            lambda figures, frame: audit_render.render_html(report, frame, figures, text),
+            len(report.representation.least_stable),
+        )
+        figures = files.write(plan, text, renderings=renderings, on_warning=on_warning)
+        log_run(tracker, "audit", params, renderings, on_logged)
     for figure in figures:
         if on_figure is not None:
             on_figure(figure)
@@ -832,6 +908,8 @@ def _downstream_options(labelled: dict[str, Any], scheduler: str | None) -> Down
     options that only apply with them."""
     from stabcli.commands.common import only_with
 
+    if labelled.get("task") == "next-item":
+        raise UsageError("--task next-item needs --interactions FILE")
     if labelled.get("labels") is None:
         for name, value in labelled.items():  # a bad value is refused even where it would not apply
             constraint = DOWNSTREAM_OPTIONS.get(name)
@@ -839,13 +917,14 @@ def _downstream_options(labelled: dict[str, Any], scheduler: str | None) -> Down
                 raise OptionError(name, problem)
         names = ("variants", "featurize_dims", "sigmas", "model")
         given = [(name, labelled.get(name) is not None) for name in names]
+        given += [("model_param", bool(labelled.get("model_params")))]
         given += [("min_class_size", labelled.get("min_class_size", 5) != 5), ("scheduler", scheduler is not None)]
         given += [("prefer", labelled.get("prefer", "balanced") != "balanced")]
         only_with("--labels FILE", [("--" + name.replace("_", "-"), present) for name, present in given])
         return None
     from stabcli.measure.downstream import DownstreamOptions
 
-    return DownstreamOptions(**{name: value for name, value in labelled.items() if value is not None})
+    return DownstreamOptions(**{name: value for name, value in labelled.items() if value not in (None, [], ())})
 
 
 def _frame_of(report: AuditReport, names: Mapping[str, str] | None) -> Any:
@@ -861,4 +940,5 @@ def _frame_of(report: AuditReport, names: Mapping[str, str] | None) -> Any:
         stats.relative_instability,
         stats.displacement,
         stats.knn_overlap,
+        report.downstream_keys.columns(stats.keys) if report.downstream_keys is not None else None,
     )

@@ -1,6 +1,7 @@
 """What every command entry point shares: keyword options split into the options types,
-and a report command's files (``--json``, ``--markdown``, ``--plots``, ``--per-key``, the CI
-step summary) planned before any work and written all or nothing."""
+and a report command's files (``--json``, ``--markdown``, ``--html``, ``--plots``,
+``--per-key``, the CI step summary) planned before any work and written all or nothing, and
+its MLflow run (``--mlflow``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from stabcli.errors import StabcliWarning, UsageError
 
 if TYPE_CHECKING:
     from stabcli.fs.outputs import OutputPlan
+    from stabcli.reports.html import Figure
+    from stabcli.reports.tracking import LoggedRun, Tracker
 
 
 def take(
@@ -44,6 +47,37 @@ def refuse_unknown(command: str, options: Mapping[str, Any]) -> None:
         raise TypeError(f"{command}() got an unexpected keyword argument {next(iter(options))!r}")
 
 
+# options of the downstream protocol and their defaults: given with another value without
+# --labels, they are refused (audit and drift alike), never silently ignored
+LABEL_OPTION_DEFAULTS: dict[str, Any] = {
+    "task": "auto",
+    "model": None,
+    "test_size": 0.2,
+    "split_seed": 0,
+    "min_class_size": 5,
+    "variants": None,
+    "featurize_dims": None,
+    "sigmas": None,
+}
+
+
+def refuse_unused_table_options(labelled: dict[str, Any], tables: Iterable[tuple[str, object]]) -> None:
+    """``UsageError`` for options given without the file they apply to: the downstream options
+    (``--test-size``, ``--task``, …) without ``--labels``, ``--encoding`` without any of the
+    text ``tables`` (``(flag, value)``: ``--labels``, ``--key-names``, …)."""
+    tables = list(tables)
+    if labelled.get("labels") is None:
+        only_with(
+            "--labels FILE",
+            [
+                ("--" + name.replace("_", "-"), name in labelled and labelled[name] != default)
+                for name, default in LABEL_OPTION_DEFAULTS.items()
+            ],
+        )
+    if labelled.get("encoding") is not None and all(value is None for _flag, value in tables):
+        only_with(" or ".join(f"{flag} FILE" for flag, _value in tables), [("--encoding", True)])
+
+
 def only_with(required: str, given: Iterable[tuple[str, bool]]) -> None:
     """``UsageError`` naming the flags given (``name, given``) that only apply with ``required``."""
     extra = [name for name, present in given if present]
@@ -51,23 +85,79 @@ def only_with(required: str, given: Iterable[tuple[str, bool]]) -> None:
         raise UsageError(f"{', '.join(extra)} only apply with {required}")
 
 
+class Renderings:
+    """A finished report's renderings, each made once and only when an output needs it: the
+    JSON ``text``, ``markdown(key_rows)`` (per-key lists cut to ``key_rows`` rows; None: all),
+    the figures ``draw()``, the per-key table ``frame()`` and the HTML ``page(figures, frame)``.
+    ``key_rows`` is the length of the Markdown's per-key list."""
+
+    def __init__(
+        self,
+        text: str,
+        markdown: Callable[[int | None], str],
+        draw: Callable[[], list[Figure]] | None = None,
+        frame: Callable[[], Any] | None = None,
+        page: Callable[[list[Figure] | None, Any], str] | None = None,
+        key_rows: int = 0,
+    ):
+        self.text, self._markdown, self._draw, self._frame, self._page = text, markdown, draw, frame, page
+        self.key_rows = key_rows
+        self._cache: dict[str, Any] = {}
+
+    def _once(self, name: str, make: Callable[[], Any]) -> Any:
+        if name not in self._cache:
+            self._cache[name] = make()
+        return self._cache[name]
+
+    def markdown(self, key_rows: int | None = None) -> str:
+        if key_rows is not None:
+            return self._markdown(key_rows)
+        return self._once("markdown", lambda: self._markdown(None))
+
+    def figures(self) -> list[Figure] | None:
+        """The figures; None without matplotlib or without figures (an HTML page says so)."""
+        from stabcli.reports.figures import available
+
+        draw = self._draw
+        return self._once("figures", lambda: draw() if draw is not None and available() else None)
+
+    def frame(self) -> Any:
+        frame = self._frame
+        return self._once("frame", lambda: frame() if frame is not None else None)
+
+    @property
+    def has_page(self) -> bool:
+        return self._page is not None
+
+    def page(self) -> str:
+        if self._page is None:
+            raise UsageError("--html is not available for this command")
+        page = self._page
+        return self._once("page", lambda: page(self.figures(), self.frame()))
+
+
 @dataclass(frozen=True)
 class ReportFiles:
-    """The files a report command writes besides its return value (all optional)."""
+    """The files a report command writes besides its return value (all optional), and its
+    MLflow run (``mlflow``, in ``mlflow_experiment``)."""
 
     json: Path | None = None
     markdown: Path | None = None
+    html: Path | None = None
     plots: Path | None = None
     per_key: Path | None = None
     step_summary: Path | None = None  # the CLI passes $GITHUB_STEP_SUMMARY: Markdown appended
     force: bool = False
+    mlflow: bool = False
+    mlflow_experiment: str | None = None
 
     @classmethod
     def take(cls, options: dict[str, Any]) -> ReportFiles:
-        """The files named in ``options`` (keywords ``json``, ``markdown``, ``plots``,
-        ``per_key``, ``step_summary``, ``force``), removed from it."""
+        """The files named in ``options`` (keywords ``json``, ``markdown``, ``html``, ``plots``,
+        ``per_key``, ``step_summary``, ``force``, ``mlflow``, ``mlflow_experiment``), removed
+        from it."""
         files = take(cls, options)
-        for name in ("json", "markdown", "plots", "per_key", "step_summary"):
+        for name in ("json", "markdown", "html", "plots", "per_key", "step_summary"):
             if isinstance(files.get(name), str):
                 files[name] = Path(files[name])
         return cls(**files)
@@ -100,6 +190,8 @@ class ReportFiles:
             plan.add(self.json, "--json")
         if self.markdown:
             plan.add(self.markdown, "--markdown")
+        if self.html:
+            plan.add(self.html, "--html")
         if self.plots:
             plan.add(self.plots, "--plots", kind="dir", owned=plots_owned)
         if self.step_summary:
@@ -107,29 +199,87 @@ class ReportFiles:
         plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
         return plan
 
+    def open_tracker(self) -> Tracker | None:
+        """The MLflow experiment to log into (``mlflow``), opened before any work so that a
+        missing extra or a store MLflow refuses is one error first; None without ``mlflow``."""
+        if self.mlflow_experiment is not None and not self.mlflow:
+            raise UsageError("--mlflow-experiment only applies with --mlflow")
+        if not self.mlflow:
+            return None
+        from stabcli.reports.tracking import Tracker
+
+        return Tracker(self.mlflow_experiment)
+
     def write(
         self,
         plan: OutputPlan,
         text: str,
-        markdown: Callable[[], str],
-        write_plots: Callable[[Path], list[Path]],
-        frame: Callable[[], Any],
+        markdown: Callable[[], str] | None = None,
+        write_plots: Callable[[Path], list[Path]] | None = None,
+        frame: Callable[[], Any] | None = None,
+        *,
+        renderings: Renderings | None = None,
+        on_warning: Callable[[str], None] | None = None,
     ) -> list[Path]:
-        """Write the JSON ``text``, the Markdown, the figures ``write_plots(directory)`` draws
-        and the per-key table ``frame()`` all or nothing; returns the figures' paths."""
+        """Write the JSON ``text``, the Markdown (appended to the step summary within
+        GitHub's size limit), the HTML page, the figures and the per-key table all or
+        nothing; returns the figures' paths and the page's. ``renderings`` makes each once
+        (the figures for ``plots`` and the page alike); without it, ``markdown()``,
+        ``write_plots(directory)`` and ``frame()``."""
+        from stabcli.reports.summary import step_summary_text
+
+        if renderings is None:
+            assert markdown is not None
+            shown = markdown
+            renderings = Renderings(text, lambda _: shown(), frame=frame)
         written: list[Path] = []
         with plan:  # all or nothing: every output appears together, or none on any failure
             if self.json:
                 plan.write_text(self.json, text)
-            rendered = markdown() if self.markdown or self.step_summary else ""
             if self.markdown:
-                plan.write_text(self.markdown, rendered)
+                plan.write_text(self.markdown, renderings.markdown())
             if self.step_summary:
-                plan.write_text(self.step_summary, rendered)
+                summary = step_summary_text(self.step_summary, renderings.markdown, renderings.key_rows, on_warning)
+                if summary is not None:
+                    plan.write_text(self.step_summary, summary)
+            if self.html:
+                plan.write_text(self.html, renderings.page())
             if self.plots:
-                written = [self.plots / path.name for path in write_plots(plan.staging(self.plots))]
+                staged = plan.staging(self.plots)
+                if write_plots is not None:
+                    drawn = write_plots(staged)
+                else:
+                    from stabcli.reports.figures import save
+
+                    drawn = save(renderings.figures() or [], staged)
+                written = [self.plots / path.name for path in drawn]
             if self.per_key:
                 from stabcli.inputs.keytable import write_per_key  # pandas (60 MB, a second): only when asked
 
-                write_per_key(frame(), self.per_key, plan.staging(self.per_key))
-        return written
+                write_per_key(renderings.frame(), self.per_key, plan.staging(self.per_key))
+        return written + ([self.html] if self.html else [])
+
+
+def log_run(
+    tracker: Tracker | None,
+    command: str,
+    params: Mapping[str, Any],
+    renderings: Renderings,
+    on_logged: Callable[[str], None] | None = None,
+) -> LoggedRun | None:
+    """Log a report command's run to MLflow (``tracking.log_report``) and say so through
+    ``on_logged(line)``; nothing without a tracker."""
+    if tracker is None:
+        return None
+    from stabcli.reports.tracking import log_report
+
+    run = log_report(tracker, command, params, renderings)
+    if on_logged is not None:
+        on_logged(f"logged to MLflow: run {run.run_id} in experiment {tracker.experiment!r} at {tracker.tracking_uri}")
+    return run
+
+
+def params_given(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A command's options as given, for MLflow params: without the callbacks and the files."""
+    skip = {"json", "markdown", "html", "plots", "per_key", "step_summary", "mlflow", "mlflow_experiment"}
+    return {k: v for k, v in options.items() if not k.startswith("on_") and k not in skip}

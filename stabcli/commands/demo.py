@@ -20,6 +20,7 @@ from stabcli.errors import UsageError
 from stabcli.runset import check_removable_runset
 
 if TYPE_CHECKING:
+    from stabcli.commands.compare import CompareReport
     from stabcli.commands.drift import DriftReport
     from stabcli.reports.audit_report import AuditReport
     from stabcli.training.pretrain import PretrainResult
@@ -33,6 +34,9 @@ DEMO_OUTPUTS = frozenset(
         "runs-refreshed",
         "audit.json",
         "audit.md",
+        "audit.html",
+        "compare.html",
+        "drift.html",
         "plots",
         "sessions-refreshed.txt",
         "drift.json",
@@ -60,6 +64,7 @@ class DemoResult:
     refreshed: PretrainResult | None = None
     drift: DriftReport | None = None
     moved: list[str] = field(default_factory=list)
+    comparison: CompareReport | None = None  # the audit of the runs against that of their features
 
 
 def demo(out: str | Path = "stabcli-demo", jobs: int | None = None, **callbacks: Any) -> DemoResult:
@@ -105,7 +110,7 @@ def demo(out: str | Path = "stabcli-demo", jobs: int | None = None, **callbacks:
     from stabcli.commands.drift import drift
 
     runs = out / "runs"
-    files = {"json": out / "drift.json", "markdown": out / "drift.md", "force": True}
+    files = {"json": out / "drift.json", "markdown": out / "drift.md", "html": out / "drift.html", "force": True}
     result.drift = drift(runs, out / "runs-refreshed", runs, top=15, **files)
     result.moved = sorted(moved)
     return result
@@ -117,13 +122,38 @@ def _audits(result: DemoResult, jobs: int | None, callbacks: dict[str, Any]) -> 
     from stabcli.commands.featurize import FeaturizeOptions, featurize
 
     out = result.out
-    files = {"json": out / "audit.json", "markdown": out / "audit.md", "plots": out / "plots", "force": True}
+    files = {
+        "json": out / "audit.json",
+        "markdown": out / "audit.md",
+        "html": out / "audit.html",
+        "plots": out / "plots",
+        "force": True,
+    }
     labels = sample_path("item_genres.tsv")
     result.audit = audit([out / "runs"], top=10, labels=labels, jobs=jobs, **files, **callbacks)
     featurized = out / "runs-phi64"
     # rebuilt from the current runs; force replaces it only if it holds nothing but stabcli's run set
     featurize(out / "runs", featurized, FeaturizeOptions(dim=64), force=True)
     result.featurized = build_report(load_runs([featurized]), AuditOptions(top=0))
+    result.comparison = _compare(out, result.audit, result.featurized)
+
+
+def _compare(out: Path, raw: AuditReport, phi: AuditReport) -> CompareReport:
+    """The two audits side by side (``stabcli compare``), with its page ``compare.html``."""
+    from stabcli.commands.compare import compare_audits, side_of
+    from stabcli.fs.outputs import OutputPlan
+    from stabcli.reports.compare_render import render_html
+    from stabcli.reports.schema import dumps, to_json
+
+    a, b = to_json(raw), to_json(phi)
+    comparison = compare_audits(
+        (side_of(out / "runs", a, "run set"), a), (side_of(out / "runs-phi64", b, "run set"), b)
+    )
+    plan = OutputPlan([out / "runs", out / "runs-phi64"], force=True)
+    plan.add(out / "compare.html", "demo")
+    with plan:
+        plan.write_text(out / "compare.html", render_html(comparison, dumps(comparison)))
+    return comparison
 
 
 def check_demo_out(out_dir: Path) -> None:

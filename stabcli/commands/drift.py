@@ -445,19 +445,24 @@ class NoiseSection:
 @dataclass(frozen=True)
 class DownstreamSection:
     labels: str = doc("the --labels file")
-    task: str = doc("classification or regression")
-    model: str = doc("logreg, knn or ridge")
-    metric: str = doc("accuracy or r2")
+    task: str = doc("classification, regression or multilabel")
+    model: str = doc("logreg, knn, ridge, gbdt, mlp or an estimator's module:Class")
+    metric: str = doc("accuracy, r2 or f1_micro (multilabel)")
     train: int = doc("training keys")
     test: int = doc("test keys")
     skipped_keys: int = doc("labeled keys not compared (not in both embeddings)")
+    feature_scale: float = doc("power of two the vectors were divided by before fitting (1.0 normally)")
+    label_scale: float = doc("power of two regression labels were divided by (1.0 normally; churn is in label units)")
     before: float = doc("BEFORE's model on BEFORE")
     refit: float = doc("a model refit on AFTER")
     stale_raw: float = doc("BEFORE's model on raw AFTER")
     stale_aligned: float | None = doc("BEFORE's model on aligned AFTER (null with --no-align)")
     drop_raw: float = doc("refit − stale_raw")
     drop_aligned: float | None = doc("refit − stale_aligned (null with --no-align)")
-    churn_refit: float = doc("share of test predictions the refit model changes (RMS difference for regression)")
+    churn_refit: float = doc(
+        "share of test decisions the refit model changes (multilabel: (key, label) decisions; regression: "
+        "RMS difference of the predictions, label units)"
+    )
     churn_stale_aligned: float | None = doc("the same for BEFORE's model on aligned AFTER (null with --no-align)")
 
 
@@ -532,14 +537,11 @@ def compute_drift(
     n = len(inputs.keys)
     if options.knn_k >= n:
         raise OptionError("knn_k", f"{options.knn_k} must be less than the number of compared keys ({n})")
-    targets = None
+    plan = None
     if downstream is not None:  # a bad label file fails before the long computations
-        from stabcli.measure.downstream import make_model, split, targets_for
+        from stabcli.measure.downstream import plan_downstream
 
-        targets = targets_for(inputs.keys, downstream)
-        model_name = downstream.model or ("logreg" if targets.task == "classification" else "ridge")
-        make_model(model_name, targets.task)
-        train, test = split(targets, downstream.test_size, downstream.split_seed)
+        plan = plan_downstream(downstream, inputs.keys, 2, inputs.dim, variants=["h"])
 
     step("alignment")
     rotation = procrustes_rotation(inputs.a, inputs.b) if options.align else None
@@ -575,10 +577,13 @@ def compute_drift(
     noise_section = _noise_section(inputs, change, tests, options) if tests is not None else None
 
     downstream_section = None
-    if targets is not None:
-        assert downstream is not None  # targets come from the label options
+    if plan is not None:
+        assert downstream is not None  # the plan comes from the label options
+        from stabcli.measure.downstream import refresh_report
+
         step("downstream")
-        downstream_section = _downstream(inputs, rotation, targets, model_name, train, test, downstream)
+        refresh = refresh_report(inputs.b, inputs.a, rotation, inputs.keys, downstream, step, plan)
+        downstream_section = DownstreamSection(labels=str(downstream.labels), **refresh)
 
     input_section = _input_section(inputs, options, residual, key_names_path)
     report = DriftReport(__version__, input_section, drift_section, noise_section, downstream_section)
@@ -833,70 +838,6 @@ def scale_warnings(inputs: DriftInputs, change: dm.KeyChange, global_ratio: floa
     return out
 
 
-def _downstream(
-    inputs: DriftInputs,
-    rotation: np.ndarray | None,
-    targets: Any,
-    model_name: str,
-    train: np.ndarray,
-    test: np.ndarray,
-    options: DownstreamOptions,
-) -> DownstreamSection:
-    """The model fit on BEFORE applied unchanged to AFTER (raw and aligned) against a model
-    refit on AFTER, on the split ``audit --labels`` uses."""
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
-
-    from stabcli.measure.downstream import make_model, prediction_scores
-
-    rows = targets.rows
-    xb = np.asarray(inputs.b[rows], dtype=np.float64)
-    xa = np.asarray(inputs.a[rows], dtype=np.float64)
-    y = targets.y
-    classification = targets.task == "classification"
-    metric = "accuracy" if classification else "r2"
-
-    def fit(x: np.ndarray) -> Any:
-        model = make_model(model_name, targets.task)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            model.fit(x[train], y[train])
-        return model
-
-    def score(pred: np.ndarray) -> float:
-        return prediction_scores(targets.task, y[test], pred, targets.classes)[metric]
-
-    def churn(p1: np.ndarray, p2: np.ndarray) -> float:
-        return float(np.mean(p1 != p2)) if classification else float(np.sqrt(np.mean((p1 - p2) ** 2)))
-
-    old = fit(xb)
-    new = fit(xa)
-    pred_before = old.predict(xb[test])
-    pred_refit = new.predict(xa[test])
-    pred_raw = old.predict(xa[test])
-    pred_aligned = old.predict(xa[test] @ rotation) if rotation is not None else None
-    before, refit, raw = score(pred_before), score(pred_refit), score(pred_raw)
-    aligned = score(pred_aligned) if pred_aligned is not None else None
-    return DownstreamSection(
-        labels=str(options.labels),
-        task=targets.task,
-        model=model_name,
-        metric=metric,
-        train=len(train),
-        test=len(test),
-        skipped_keys=int(targets.skipped),
-        before=before,
-        refit=refit,
-        stale_raw=raw,
-        stale_aligned=aligned,
-        drop_raw=refit - raw,
-        drop_aligned=None if aligned is None else refit - aligned,
-        churn_refit=churn(pred_before, pred_refit),
-        churn_stale_aligned=None if pred_aligned is None else churn(pred_before, pred_aligned),
-    )
-
-
 def move_items(
     sessions: Sequence[Sequence[str]], group_of: dict[str, str], items: set[str], into: str, seed: int = 0
 ) -> list[list[str]]:
@@ -961,13 +902,25 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
     >>> report = stabcli.drift("runs/v1", "v2.npy", noise="runs/v1")  # doctest: +SKIP
     >>> report.drift.moved_share  # doctest: +SKIP
     """
-    from stabcli.commands.common import ReportFiles, only_with, refuse_unknown, take
+    from stabcli.commands.common import (
+        Renderings,
+        ReportFiles,
+        log_run,
+        only_with,
+        params_given,
+        refuse_unknown,
+        refuse_unused_table_options,
+        take,
+    )
+    from stabcli.inputs.textfile import check_encoding
     from stabcli.reports import drift_render
 
     before, after = Path(before), Path(after)
     noise = Path(noise) if noise is not None else None
     options = dict(options)
+    params = {"before": str(before), "after": str(after), "noise": noise, **params_given(options)}
     on_step, on_figure = options.pop("on_step", None), options.pop("on_figure", None)
+    on_warning, on_logged = options.pop("on_warning", None), options.pop("on_logged", None)
     checks, key_names = list(options.pop("checks", ())), options.pop("key_names", None)
     allow_mismatch = bool(options.pop("allow_noise_mismatch", False))
     labelled = {name: options.pop(name) for name in DOWNSTREAM_KEYWORDS if name in options}
@@ -977,17 +930,22 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
     read = ReadOptions(**take(ReadOptions, options, {"keys": "keys_file"}))
     refuse_unknown("drift", options)
     downstream = None
+    refuse_unused_table_options(labelled, [("--labels", labelled.get("labels")), ("--key-names", key_names)])
     if labelled.get("labels") is None:
-        given = [("--task", labelled.get("task", "auto") != "auto"), ("--model", labelled.get("model") is not None)]
-        only_with("--labels FILE", given)
-    else:
+        only_with("--labels FILE", [("--model-param", bool(labelled.get("model_params")))])
+    if encoding is not None:
+        check_encoding("encoding", encoding)
+    if labelled.get("labels") is not None:
         from stabcli.measure.downstream import DownstreamOptions
 
-        downstream = DownstreamOptions(**{k: v for k, v in labelled.items() if v is not None})
+        if labelled.get("task") == "next-item":
+            raise OptionError("task", "next-item is an audit task (audit RUNS --task next-item --interactions FILE)")
+        downstream = DownstreamOptions(**{k: v for k, v in labelled.items() if v not in (None, [], ())})
     parsed = validate_checks(checks, has_noise=noise is not None, has_labels=downstream is not None)
     per_key_csv = files.check_formats() == "csv"
     more_inputs = [downstream.labels if downstream else None, Path(key_names) if key_names else None, read.keys_file]
     plan = files.plan([before, after, *([noise] if noise else [])], more_inputs)
+    tracker = files.open_tracker()
     if allow_mismatch and noise is None:
         only_with("--noise RUNSET", [("--allow-noise-mismatch", True)])
     inputs = load_inputs(before, after, noise, settings.reference, read, allow_mismatch)
@@ -996,18 +954,24 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
         inputs, settings, downstream, names, str(key_names) if key_names else None, on_step=on_step
     )
     report = evaluate_checks(report, parsed)
-    figures = files.write(
-        plan,
-        schema.dumps(report),
-        lambda: drift_render.render_markdown(report),
-        lambda directory: drift_render.write_plots(report, table, directory),
-        lambda: table.frame(compact=per_key_csv),
+    text = schema.dumps(report)
+    renderings = Renderings(
+        text,
+        lambda rows: drift_render.render_markdown(report, rows),
+        lambda: drift_render.plot_figures(report, table),
+        lambda: table.frame(compact=per_key_csv or files.per_key is None),
+        lambda figures, _: drift_render.render_html(report, table, figures, text),
+        len(report.drift.top),
     )
+    figures = files.write(plan, text, renderings=renderings, on_warning=on_warning)
+    log_run(tracker, "drift", params, renderings, on_logged)
     for figure in figures:
         if on_figure is not None:
             on_figure(figure)
     return report
 
 
+DOWNSTREAM_KEYWORDS = ("labels", "task", "model", "model_params", "test_size", "split_seed", "encoding")
+
 # DownstreamOptions' fields drift has (measure/downstream.py imports scikit-learn: seconds)
-DOWNSTREAM_KEYWORDS = ("labels", "task", "model", "test_size", "split_seed", "encoding")
+DOWNSTREAM_KEYWORDS = ("labels", "task", "model", "model_params", "test_size", "split_seed", "encoding")

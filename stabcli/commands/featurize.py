@@ -336,6 +336,11 @@ def _output_format(output: Path, fmt: str | None, runset: bool) -> str:
     if runset:
         if fmt not in (None, "npy"):
             raise OptionError("output_format", f"{fmt}: a run set is featurized into a run set of .npy runs")
+        if suffix_format is not None:  # the rule: a run set's output is a directory, named without a file suffix
+            raise UsageError(
+                f"--out {output}: a run set is featurized into a run set (a directory), and "
+                f"{output.suffix!r} names a file format; give a directory name such as {output.with_suffix('')}"
+            )
         return "npy"
     if fmt is None:
         if suffix_format is None:
@@ -466,6 +471,8 @@ def featurize(
     for emb in embeddings[1:]:
         if emb.dim != first.dim:
             raise InputError(f"{emb.source}: dimension {emb.dim}, but {first.source} has {first.dim}")
+    if first.dim == 0:  # random features of nothing are constants: refused as audit refuses them
+        raise InputError(f"{first.source}: vectors have 0 dimensions; there is nothing to featurize")
     reference, reference_file = _load_reference(options, read)
     notes: list[str] = []
     if reference is not None or read.keys_file is not None:  # keyless inputs: --keys, or all keyless, or refused

@@ -68,13 +68,19 @@ def pretrain(corpus: str | Path | None, out: str | Path, **options: Any) -> Pret
     address = scheduler_address(scheduler)
     if address is None:
         return train_runs(out, corpus, config, corpus_options=corpus_options, **runs, **callbacks)
-    from stabcli.training.cluster import Cluster, pretrain_backend
+    from stabcli.training.cluster import Cluster, cluster_backend, pretrain_backend
 
-    with Cluster(address) as cluster:
+    def announce(cluster: Any) -> None:
         dashboard = cluster.dashboard_link
         on_step(
             f"Dask scheduler {address}: {len(cluster.workers())} worker(s)"
             + (f"; dashboard {dashboard}" if dashboard else "")
         )
+
+    if address.startswith("local:"):  # its workers start once the inputs are checked and the runs are planned
+        backend = cluster_backend(address, announce)
+        return train_runs(out, corpus, config, corpus_options=corpus_options, backend=backend, **runs, **callbacks)
+    with Cluster(address) as cluster:  # a wrong address fails before anything is written
+        announce(cluster)
         backend = pretrain_backend(cluster)
         return train_runs(out, corpus, config, corpus_options=corpus_options, backend=backend, **runs, **callbacks)

@@ -161,7 +161,7 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
     >>> report = stabcli.sweep("sessions.txt", "sweeps/s1", grid="window=2,5", sizes="0.5,1", runs=3)  # doctest: +SKIP
     >>> report.data_size["knn_instability"].b  # doctest: +SKIP
     """
-    from stabcli.commands.common import ReportFiles, refuse_unknown, take, warn
+    from stabcli.commands.common import Renderings, ReportFiles, refuse_unknown, take, warn
     from stabcli.reports import sweep_render
 
     options = dict(options)
@@ -221,13 +221,14 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
             on_warning=on_warning,
             **extra,
         )
-    figures = files.write(
-        report_plan,
-        schema.dumps(report),
-        lambda: sweep_render.render_markdown(report),
-        lambda d: sweep_render.write_plots(report, d),
-        lambda: None,
+    text = schema.dumps(report)
+    renderings = Renderings(
+        text,
+        lambda _: sweep_render.render_markdown(report),
+        lambda: sweep_render.plot_figures(report),
+        page=lambda figures, _: sweep_render.render_html(report, figures, text),
     )
+    figures = files.write(report_plan, text, renderings=renderings, on_warning=on_warning)
     for figure in figures:
         if on_figure is not None:
             on_figure(figure)

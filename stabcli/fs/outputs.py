@@ -47,6 +47,7 @@ from typing import Any
 from stabcli.errors import UsageError, WriteError
 from stabcli.fs.atomic import cannot_write, is_temp_name, remove_stale_temporaries, rename_noreplace, temp_path
 from stabcli.inputs.embeddings import keys_path_for
+from stabcli.inputs.textfile import check_regular_file
 from stabcli.runset.layout import enclosing_runset
 
 Owned = Callable[[PurePosixPath, bool], bool]
@@ -253,6 +254,9 @@ class OutputPlan:
         """Refuse (UsageError naming the paths) any output that collides with an input or
         another output, exists without ``force``, or cannot be created. Writes nothing but
         removes the stale temporaries of these outputs that a killed stabcli left."""
+        for given in self._inputs:  # one check for every input of every command: never read a FIFO or device
+            if os.path.exists(given) and not os.path.isdir(given):
+                check_regular_file(given)
         for output in self._outputs:
             if not output.exists_ok:
                 remove_stale_temporaries(output.path)

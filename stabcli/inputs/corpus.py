@@ -27,7 +27,7 @@ import math
 import re
 from array import array
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -119,6 +119,7 @@ COLUMN_NAMES = {
     ),
     "rating": ("rating", "ratings", "score", "stars", "preference", "value"),
 }
+TOKENIZERS = ("none", "simple")
 NO_COLUMN = "none"  # --time-col none / --rating-col none: do not use such a column even if the header has one
 ROLE_FLAGS = {"user": "--user-col", "item": "--item-col", "time": "--time-col", "rating": "--rating-col"}
 _POSITION = re.compile(r"^[+-]?\d+$")
@@ -143,8 +144,11 @@ class CorpusOptions:
     time_col: str | int | None = None
     rating_col: str | int | None = None
     min_rating: float | None = None
+    tokenize: str = "none"  # text corpora: "none" splits on whitespace, "simple" is gensim's simple_preprocess
 
     def __post_init__(self) -> None:
+        if self.tokenize not in TOKENIZERS:
+            raise OptionError("tokenize", f"unknown tokenizer {self.tokenize!r}; choose one of {', '.join(TOKENIZERS)}")
         if self.format not in FORMATS:
             raise OptionError(
                 "corpus_format", f"unknown corpus format {self.format!r}; choose one of {', '.join(FORMATS)}"
@@ -329,12 +333,18 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
             f"{path}: read as {fmt}, which has no ratings, so --min-rating does not apply; "
             f"pass --corpus-format interactions to read it as a table"
         )
+    if options.tokenize != "none" and fmt not in ("lines", "tagged"):
+        raise InputError(
+            f"{path}: read as {fmt}, a table of ids, so --tokenize {options.tokenize} does not apply "
+            "(it is for text corpora: --corpus-format lines or tagged)"
+        )
+    split = tokenizer(options.tokenize)
     if fmt == "lines":
         corpus = Corpus(
-            path, fmt, [line.split() for _, line in text_lines(path, options.encoding) if line.strip()], encoding=codec
+            path, fmt, [split(line) for _, line in text_lines(path, options.encoding) if line.strip()], encoding=codec
         )
     elif fmt == "tagged":
-        corpus = _read_tagged(path, options.encoding)
+        corpus = _read_tagged(path, options.encoding, split)
         corpus.encoding = codec
     else:
         with csv_field_limit_lifted():
@@ -345,7 +355,17 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
     return corpus
 
 
-def _read_tagged(path: Path, encoding: str) -> Corpus:
+def tokenizer(name: str) -> Callable[[str], list[str]]:
+    """``none``: split on whitespace. ``simple``: gensim's ``simple_preprocess`` (lower case,
+    alphabetic tokens of 2 to 15 characters, punctuation and digits dropped)."""
+    if name == "simple":
+        from gensim.utils import simple_preprocess
+
+        return simple_preprocess
+    return str.split
+
+
+def _read_tagged(path: Path, encoding: str, split: Callable[[str], list[str]] = str.split) -> Corpus:
     tags: list[str] = []
     sequences: list[list[str]] = []
     for lineno, line in text_lines(path, encoding):
@@ -359,7 +379,7 @@ def _read_tagged(path: Path, encoding: str) -> Corpus:
         if len(tag.split()) != 1:
             raise InputError(f"{path}:{lineno}: tag {tag.strip()!r} contains whitespace, which a key cannot")
         tags.append(tag.strip())
-        sequences.append(text.split())
+        sequences.append(split(text))
     return Corpus(path, "tagged", sequences, tags=tags)
 
 
@@ -579,6 +599,7 @@ def _choose_columns(
             chosen[role] = 3 if role == "time" else 2
             if chosen[role] in [c for r, c in chosen.items() if r != role]:
                 del chosen[role]
+    _refuse_shared_columns(path, layout, chosen)
     if options.min_rating is not None and "rating" not in chosen:
         raise InputError(
             f"{path}: --min-rating needs a rating column and none was recognised"
@@ -586,6 +607,19 @@ def _choose_columns(
             + "; pass --rating-col"
         )
     return chosen
+
+
+def _refuse_shared_columns(path: Path, layout: TableLayout, chosen: dict[str, int]) -> None:
+    """InputError when two roles resolved to one column (``--user-col item --item-col 1``
+    names the same column by name and by position): every session would be one item."""
+    seen: dict[int, str] = {}
+    for role, index in chosen.items():
+        if index in seen:
+            raise InputError(
+                f"{path}: {ROLE_FLAGS[role]} and {ROLE_FLAGS[seen[index]]} are both {_column_label(layout, index)}; "
+                "give each role its own column"
+            )
+        seen[index] = role
 
 
 def _column_label(layout: TableLayout, index: int) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,22 @@ PER_KEY_COLUMNS = [
     "displacement",
     "knn_overlap",
 ]
+
+
+SEPARATORS = ("|", "\t", "::", ",")  # MovieLens u.item, TSV, movies.dat, CSV
+SNIFF_LINES = 1000
+
+
+def key_names_separator(text: str) -> str:
+    """The separator of a key-names table: of ``|``, tab, ``::`` and ``,`` (in that order of
+    preference) the first found on every one of the first 1,000 non-empty lines, so a ``|``
+    or a tab inside one name does not decide it; the first line's otherwise."""
+    lines = [line for line in itertools.islice((x for x in text.splitlines() if x.strip()), SNIFF_LINES)]
+    everywhere = [sep for sep in SEPARATORS if all(sep in line for line in lines)]
+    if everywhere:
+        return everywhere[0] if everywhere[0] != "|" or "\t" not in everywhere else "\t"
+    first = lines[0] if lines else ""
+    return next((sep for sep in SEPARATORS if sep in first), ",")
 
 
 def read_key_names(path: Path, encoding: str | None = None) -> dict[str, str]:
@@ -52,7 +69,7 @@ def read_key_names(path: Path, encoding: str | None = None) -> dict[str, str]:
     first = next((line for line in text.splitlines() if line.strip()), "")
     if not first:
         raise InputError(f"{path}: empty; expected key and name columns")
-    separator = "|" if "|" in first else "\t" if "\t" in first else "::" if "::" in first else ","
+    separator = key_names_separator(text)
     try:
         table = pd.read_csv(
             io.StringIO(text),
@@ -61,7 +78,7 @@ def read_key_names(path: Path, encoding: str | None = None) -> dict[str, str]:
             dtype=str,
             keep_default_na=False,
             usecols=[0, 1],
-            engine="python",
+            engine="c" if len(separator) == 1 else "python",  # the C parser has no field-size limit
         )
     except (ValueError, pd.errors.ParserError) as exc:
         raise InputError(
@@ -127,8 +144,10 @@ def per_key_frame(
     relative_instability: np.ndarray,
     displacement: np.ndarray | None,
     knn_overlap: np.ndarray,
+    extra: dict[str, np.ndarray] | None = None,
 ) -> pd.DataFrame:
-    """One row per key with the ``PER_KEY_COLUMNS``; missing values are empty (NA)."""
+    """One row per key with the ``PER_KEY_COLUMNS``, then the ``extra`` columns (the
+    downstream flip rates); missing values are empty (NA)."""
     import pandas as pd
 
     n = len(keys)
@@ -143,8 +162,9 @@ def per_key_frame(
             "relative_instability": relative_instability,
             "displacement": displacement if displacement is not None else np.full(n, np.nan),
             "knn_overlap": knn_overlap,
+            **(extra or {}),
         },
-        columns=PER_KEY_COLUMNS,
+        columns=PER_KEY_COLUMNS + list(extra or {}),
     )
 
 

@@ -3,18 +3,21 @@
 Formats, detected from the name and the first line:
 
 * ``key,label`` or ``key<TAB>label`` (CSV quoting allowed). A first row whose key is not
-  an embedding key is read as a header, so a header is optional.
-* MovieLens 100K ``u.item`` (``|``-separated, 19 genre flags): the first flagged genre.
-* MovieLens 1M/10M ``movies.dat`` (``id::title::Genre|Genre``): the first listed genre.
-* MovieLens ``movies.csv`` (header ``movieId,title,genres``): the first listed genre.
+  an embedding key is read as a header, so a header is optional. A key may repeat with
+  other labels (several labels per key).
+* MovieLens 100K ``u.item`` (``|``-separated, 19 genre flags): the flagged genres.
+* MovieLens 1M/10M ``movies.dat`` (``id::title::Genre|Genre``): the listed genres.
+* MovieLens ``movies.csv`` (header ``movieId,title,genres``): the listed genres.
 
-Movies whose genre is ``unknown`` or ``(no genres listed)`` have no label.
+``read_label_sets`` keeps every label of a key (multi-label); ``read_labels`` keeps one:
+the first flagged or listed genre, and for a ``key,label`` file a repeated key must repeat
+its label. Movies whose genre is ``unknown`` or ``(no genres listed)`` have no label.
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,13 +60,64 @@ class Labels:
     by_key: dict[str, str]
 
 
+@dataclass
+class LabelSets:
+    """Every label of every key (in the file's order), as read from ``source``."""
+
+    source: Path
+    format: str
+    by_key: dict[str, tuple[str, ...]]
+
+    @property
+    def multiple(self) -> int:
+        """Keys with more than one label."""
+        return sum(len(v) > 1 for v in self.by_key.values())
+
+
 def read_labels(path: str | Path, known_keys: Collection[str], encoding: str | None = None) -> Labels:
-    """Read a label file; ``known_keys`` (the embedding keys) decides whether row 1 is a header.
+    """Read a label file, one label per key; ``known_keys`` (the embedding keys) decides
+    whether row 1 is a header.
 
     ``encoding`` None means UTF-8, except latin-1 for MovieLens ``u.item`` and ``movies.dat``
     (how GroupLens writes them); a byte-order mark always decides. An unknown encoding is an
     ``OptionError("encoding", ...)`` raised before the file is opened.
     """
+    path, fmt, records = _records(path, known_keys, encoding)
+    by_key: dict[str, str] = {}
+    first_line: dict[str, int] = {}
+    for lineno, key, labels in records:
+        if not labels:
+            continue
+        label = labels[0]
+        if key in by_key and by_key[key] != label:
+            raise InputError(
+                f"{path}:{lineno}: key {key!r} has label {label!r} here but {by_key[key]!r} "
+                f"on line {first_line[key]} (--task multilabel keeps every label of a key)"
+            )
+        by_key.setdefault(key, label)
+        first_line.setdefault(key, lineno)
+    if not by_key:
+        raise InputError(f"{path}: no labels found (empty file?)")
+    return Labels(path, fmt, by_key)
+
+
+def read_label_sets(path: str | Path, known_keys: Collection[str], encoding: str | None = None) -> LabelSets:
+    """Read a label file keeping every label of a key (``read_labels``' formats and encodings);
+    a label repeated for the same key counts once."""
+    path, fmt, records = _records(path, known_keys, encoding)
+    by_key: dict[str, dict[str, None]] = {}
+    for _, key, labels in records:
+        if labels:
+            by_key.setdefault(key, {}).update(dict.fromkeys(labels))
+    if not by_key:
+        raise InputError(f"{path}: no labels found (empty file?)")
+    return LabelSets(path, fmt, {key: tuple(labels) for key, labels in by_key.items()})
+
+
+def _records(
+    path: str | Path, known_keys: Collection[str], encoding: str | None
+) -> tuple[Path, str, Iterator[tuple[int, str, tuple[str, ...]]]]:
+    """(path, format, records): every (line, key, labels) of a label file, read lazily."""
     if encoding is not None:
         check_encoding("encoding", encoding)
     path = Path(path)
@@ -78,22 +132,12 @@ def read_labels(path: str | Path, known_keys: Collection[str], encoding: str | N
         "movies.dat": lambda: _movies_dat(path, encoding),
         "movies.csv": lambda: _movies_csv(path, encoding),
     }
-    by_key: dict[str, str] = {}
-    first_line: dict[str, int] = {}
-    with csv_field_limit_lifted():
-        for lineno, key, label in readers[fmt]():
-            if label is None:
-                continue
-            if key in by_key and by_key[key] != label:
-                raise InputError(
-                    f"{path}:{lineno}: key {key!r} has label {label!r} here but {by_key[key]!r} "
-                    f"on line {first_line[key]}"
-                )
-            by_key.setdefault(key, label)
-            first_line.setdefault(key, lineno)
-    if not by_key:
-        raise InputError(f"{path}: no labels found (empty file?)")
-    return Labels(path, fmt, by_key)
+
+    def records() -> Iterator[tuple[int, str, tuple[str, ...]]]:
+        with csv_field_limit_lifted():
+            yield from readers[fmt]()
+
+    return path, fmt, records()
 
 
 def encoding_for(path: Path, encoding: str | None, fmt: str | None = None) -> str:
@@ -132,9 +176,9 @@ def _detect(path: Path, encoding: str) -> str:
     return "delimited"
 
 
-def _first_genre(genres: str) -> str | None:
-    genre = genres.split("|")[0].strip()
-    return None if not genre or genre in NO_GENRE else genre
+def _genres(genres: Sequence[str]) -> tuple[str, ...]:
+    """The genres in their order, without the ones that mean "no genre"."""
+    return tuple(g for g in (g.strip() for g in genres) if g and g not in NO_GENRE)
 
 
 def _csv_records(path: Path, encoding: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:
@@ -164,7 +208,7 @@ def _csv_records(path: Path, encoding: str, delimiter: str) -> Iterator[tuple[in
         yield start, fields
 
 
-def _delimited(path: Path, encoding: str, known_keys: Collection[str]) -> Iterator[tuple[int, str, str | None]]:
+def _delimited(path: Path, encoding: str, known_keys: Collection[str]) -> Iterator[tuple[int, str, tuple[str, ...]]]:
     first = _first_line(path, encoding)
     delimiter = next((d for d in ("\t", ",", ";", "|") if d in first), ",")
     first_row = True
@@ -178,10 +222,10 @@ def _delimited(path: Path, encoding: str, known_keys: Collection[str]) -> Iterat
                 continue  # a header (or a key we have no vector for)
         if not key or not label:
             raise InputError(f"{path}:{lineno}: empty {'key' if not key else 'label'}")
-        yield lineno, key, label
+        yield lineno, key, (label,)
 
 
-def _u_item(path: Path, encoding: str) -> Iterator[tuple[int, str, str | None]]:
+def _u_item(path: Path, encoding: str) -> Iterator[tuple[int, str, tuple[str, ...]]]:
     width = len(ML100K_GENRES) + 5
     for lineno, line in text_lines(path, encoding):
         if not line.strip():
@@ -192,23 +236,23 @@ def _u_item(path: Path, encoding: str) -> Iterator[tuple[int, str, str | None]]:
                 f"{path}:{lineno}: not a MovieLens u.item line (id|title|date|video date|url|19 genre flags)"
             )
         flags = [g for g, f in zip(ML100K_GENRES, fields[5:], strict=True) if f.strip() == "1"]
-        yield lineno, fields[0].strip(), _first_genre(flags[0]) if flags else None
+        yield lineno, fields[0].strip(), _genres(flags)
 
 
-def _movies_dat(path: Path, encoding: str) -> Iterator[tuple[int, str, str | None]]:
+def _movies_dat(path: Path, encoding: str) -> Iterator[tuple[int, str, tuple[str, ...]]]:
     for lineno, line in text_lines(path, encoding):
         if not line.strip():
             continue
         fields = line.split("::")
         if len(fields) != 3:
             raise InputError(f"{path}:{lineno}: not a MovieLens movies.dat line (MovieID::Title::Genres)")
-        yield lineno, fields[0].strip(), _first_genre(fields[2])
+        yield lineno, fields[0].strip(), _genres(fields[2].split("|"))
 
 
-def _movies_csv(path: Path, encoding: str) -> Iterator[tuple[int, str, str | None]]:
+def _movies_csv(path: Path, encoding: str) -> Iterator[tuple[int, str, tuple[str, ...]]]:
     records = _csv_records(path, encoding, ",")
     next(records)  # header
     for lineno, fields in records:
         if len(fields) != 3:
             raise InputError(f"{path}:{lineno}: not a MovieLens movies.csv line (movieId,title,genres)")
-        yield lineno, fields[0].strip(), _first_genre(fields[2])
+        yield lineno, fields[0].strip(), _genres(fields[2].split("|"))

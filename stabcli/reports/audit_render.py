@@ -4,24 +4,36 @@ Markdown, PNG plots. JSON is ``stabcli.reports.schema.dumps``; every renderer re
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from stabcli.environment import describe
-from stabcli.errors import UsageError
-from stabcli.reports.audit_report import AuditReport, DownstreamSection, EpochRow, PairSpread
+from stabcli.reports import html
+from stabcli.reports.audit_report import AuditReport, EpochRow, PairSpread
+from stabcli.reports.downstream_render import (
+    downstream_figure,
+    downstream_notes,
+    downstream_table,
+    next_item_notes,
+    next_item_table,
+    render_downstream,
+    render_next_item,
+)
+from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
+from stabcli.reports.figures import require_plots as require_plots  # where the commands import it from
+from stabcli.reports.figures import save as save_figures
+from stabcli.reports.html import Cell, Figure
+from stabcli.reports.layout import print_table
+from stabcli.reports.summary import cut_note
 from stabcli.reports.text import literal, md_code, md_text
 
 _BARS = " ▁▂▃▄▅▆▇█"
-PLOTS_INSTALL = "pip install 'stabcli[plots]'"
 NO_LOSS = "the model reports no training loss"
 
 
@@ -76,9 +88,9 @@ def _num(value: Any, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def metric_rows(report: AuditReport) -> list[tuple[str, str, str]]:
-    """(metric, value, how to read it) rows shared by the terminal and Markdown views; every
-    pairwise measure with its range over run pairs."""
+def metric_rows(report: AuditReport) -> list[tuple[str, str, str, str]]:
+    """(metric, value, how to read it, JSON path of the value) rows shared by the terminal,
+    Markdown and HTML views; every pairwise measure with its range over run pairs."""
     rep = report.representation
     ratio = rep.inner_to_coordinate_ratio
     spreads = rep.by_pair
@@ -91,44 +103,52 @@ def metric_rows(report: AuditReport) -> list[tuple[str, str, str]]:
             "run-to-run share of coordinate energy; 0 = identical runs; runs turned by random rotations give "
             f"{_pct(rep.noise_share_independent)} ± {_pct(2 * rep.noise_share_independent_std)} (2 std)"
             + ("; at the pure-noise level" if rep.at_pure_noise_level else ""),
+            "representation.noise_share",
         ),
         (
             "aligned noise share",
             _pct(rep.aligned_noise_share),
             f"after Procrustes to the consensus ({rep.procrustes_iterations} iterations): noise no rotation explains",
+            "representation.aligned_noise_share",
         ),
         (
             "inner-product noise share",
             _pct(rep.inner_product_noise_share),
             f"same share on cosine similarities of {rep.inner_product_pairs:,} key pairs"
             + (f"; {ratio:.3g}× the coordinate share" if ratio is not None else ""),
+            "representation.inner_product_noise_share",
         ),
         (
             f"k-NN overlap@{rep.knn_k}",
             _num(rep.knn_overlap, 3),
             f"shared neighbours between runs, {rep.knn_queries:,} queries (chance {rep.knn_chance:.2g}); "
             + over.format(range_text(spreads.knn_overlap)),
+            "representation.knn_overlap",
         ),
         (
             "PIP loss",
             _num(rep.pip_loss),
             f"‖H_r H_rᵀ − H_s H_sᵀ‖_F; relative to ‖HHᵀ‖_F: {_num(rep.pip_loss_relative, 3)}; "
             + over.format(range_text(spreads.pip_loss_relative)),
+            "representation.pip_loss",
         ),
         (
             "linear CKA",
             _num(rep.cka, 4),
             "1 = same representation up to rotation and scale; " + over.format(range_text(spreads.cka, 4)),
+            "representation.cka",
         ),
         (
             "eigenspace overlap",
             _num(rep.eigenspace_overlap, 4),
             "overlap of left singular spaces; 1 = same span; " + over.format(range_text(spreads.eigenspace_overlap, 4)),
+            "representation.eigenspace_overlap",
         ),
         (
             "semantic displacement",
             _num(rep.semantic_displacement, 3),
             "mean cosine distance after pairwise Procrustes; " + over.format(range_text(spreads.semantic_displacement)),
+            "representation.semantic_displacement",
         ),
         *spectral_rows(report),
     ]
@@ -141,8 +161,9 @@ def spread_text(spread: PairSpread | None, digits: int = 4) -> str:
     return _num(spread.mean, digits) + ("" if spread.std is None else f" ± {_num(spread.std, 2)}")
 
 
-def spectral_rows(report: AuditReport) -> list[tuple[str, str, str]]:
-    """EIS, weighted eigenspace overlap and debiased CKA rows (absent from older reports)."""
+def spectral_rows(report: AuditReport) -> list[tuple[str, str, str, str]]:
+    """EIS, weighted eigenspace overlap and debiased CKA rows (absent from older reports);
+    the JSON path is the mean's."""
     rep = report.representation
     if rep.eis is None:
         return []
@@ -152,6 +173,7 @@ def spectral_rows(report: AuditReport) -> list[tuple[str, str, str]]:
             "EIS",
             spread_text(rep.eis),
             f"eigenspace instability vs {anchor} (alpha = {_num(rep.eis_alpha, 3)}); 0 = same span, mean ± std over pairs",
+            "representation.eis.mean",
         ),
     ]
     if rep.weighted_eigenspace_overlap is not None:
@@ -160,10 +182,18 @@ def spectral_rows(report: AuditReport) -> list[tuple[str, str, str]]:
                 "weighted eigenspace overlap",
                 spread_text(rep.weighted_eigenspace_overlap),
                 "overlap of singular spaces weighted by the spectrum; 1 = same span",
+                "representation.weighted_eigenspace_overlap.mean",
             )
         )
     if rep.cka_debiased is not None:
-        rows.append(("debiased CKA", spread_text(rep.cka_debiased), "unbiased HSIC: ≈ 0 for unrelated runs at any n"))
+        rows.append(
+            (
+                "debiased CKA",
+                spread_text(rep.cka_debiased),
+                "unbiased HSIC: ≈ 0 for unrelated runs at any n",
+                "representation.cka_debiased.mean",
+            )
+        )
     return rows
 
 
@@ -277,9 +307,9 @@ def convergence_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
 
 
 def _print_titled(console: Console, title: str, table: Table) -> None:
-    """The title on its own line (whole, never wrapped to the table's width), then the table."""
-    console.print(literal(title, "italic"), soft_wrap=True)
-    console.print(table)
+    """The title on its own line (whole, never wrapped to the table's width), then the table,
+    stacked when it does not fit (``reports.layout``)."""
+    print_table(console, table, literal(title, "italic"))
 
 
 def _rich_table(
@@ -290,7 +320,7 @@ def _rich_table(
 ) -> Table:
     table = Table()
     for i, header in enumerate(headers):
-        table.add_column(header, justify="right" if i >= right_from else "left")
+        table.add_column(header, justify="right" if i >= right_from else "left", no_wrap=True)
     for row in rows:
         table.add_row(*_plain(row), style=style(row) if style else None)
     return table
@@ -310,11 +340,11 @@ def render_terminal(report: AuditReport, console: Console) -> None:
         console.print(literal(environment, "yellow"), soft_wrap=True)
 
     table = Table()
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    table.add_column("metric", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
     table.add_column("reading", style="dim")
     for row in metric_rows(report):
-        table.add_row(*_plain(list(row)))
+        table.add_row(*_plain(list(row[:3])))
     _print_titled(console, "Representation stability", table)
     hist = rep.noise_share_histogram
     console.print(
@@ -350,104 +380,9 @@ def render_terminal(report: AuditReport, console: Console) -> None:
         console.print(literal(NO_LOSS, "dim"))
     if report.downstream:
         render_downstream(report.downstream, console)
+    if report.next_item:
+        render_next_item(report.next_item, console)
     render_checks(report, console)
-
-
-def render_downstream(ds: DownstreamSection, console: Console) -> None:
-    headers, rows = downstream_table(ds)
-    table = Table(title="Downstream fluctuation across runs", title_justify="left", box=box.SIMPLE_HEAD)
-    for i, header in enumerate(headers):
-        table.add_column(
-            header, justify="left" if i == 0 else "right", no_wrap=i > 0, overflow="fold" if i == 0 else "ellipsis"
-        )
-    chosen = ds.recommendation.variant
-    for row in rows:
-        table.add_row(*_plain(row), style="bold green" if row[0] == chosen else None)
-    console.print(table)
-    for note in downstream_notes(ds):
-        console.print(literal(note, "yellow" if note.startswith("warning") else "dim"), soft_wrap=True)
-    console.print(literal(f"recommendation: {ds.recommendation.reason}", "bold"), soft_wrap=True)
-
-
-def _mean_std(entry: Any, metric: str) -> str:
-    mean, std = entry.metric(f"{metric}_mean"), entry.metric(f"{metric}_std")
-    return f"{mean:.3f}" + ("" if std is None else f" ({std:.3f})")
-
-
-def _fixed(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
-
-
-def downstream_table(ds: DownstreamSection) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of the paper's Table 1 layout plus churn and stale columns."""
-    classification = ds.task == "classification"
-    metrics = ("accuracy", "f1_macro") if classification else ("r2", "rmse")
-    primary = metrics[0]
-    headers = [
-        "variant",
-        "dims",
-        *(("accuracy", "macro-F1") if classification else ("R²", "RMSE")),
-        "churn",
-        "stale " + ("acc." if classification else "R²"),
-        "drop",
-    ]
-    rows = []
-    for name, entry in ds.variants.items():
-        churn = entry.churn
-        rows.append(
-            [
-                name,
-                str(entry.dim),
-                *(_mean_std(entry, metric) for metric in metrics),
-                "—" if churn is None else (f"{churn:.1%}" if classification else f"{churn:.3f}"),
-                _fixed(entry.metric(f"stale_{primary}_mean")),
-                _fixed(entry.stale_drop),
-            ]
-        )
-    return headers, rows
-
-
-def downstream_notes(ds: DownstreamSection) -> list[str]:
-    """Lines under the table: the protocol in one line, baselines, warnings."""
-    notes = [
-        f"{ds.model} on {Path(ds.labels).name} ({ds.task}): {ds.train:,} train / {ds.test:,} test keys, "
-        f"one split (seed {ds.split_seed}) for every run; mean (std over runs); stale = the model of "
-        f"{ds.reference} applied unchanged to the other runs"
-    ]
-    if ds.task == "regression":
-        notes.append("churn = root-mean-square difference between two runs' predictions, in label units")
-    if ds.majority_accuracy is not None:
-        notes.append(
-            f"{ds.classes} classes; always predicting the majority class scores accuracy {ds.majority_accuracy:.3f}"
-        )
-    if ds.skipped_keys:
-        notes.append(f"{ds.skipped_keys:,} keys have no label and were skipped")
-    if ds.not_converged:
-        notes.append(
-            f"warning: {ds.not_converged} fits stopped before the solver converged; their spread includes solver noise"
-        )
-    return notes
-
-
-COMPARED = [
-    ("noise_share", "coordinate noise", _pct),
-    ("aligned_noise_share", "aligned noise", _pct),
-    ("inner_product_noise_share", "inner-product noise", _pct),
-    ("knn_overlap", "k-NN overlap", lambda v: _num(v, 3)),
-    ("cka", "linear CKA", lambda v: _num(v, 4)),
-    ("semantic_displacement", "semantic displacement", lambda v: _num(v, 3)),
-]
-
-
-def comparison_table(reports: dict[str, AuditReport]) -> Table:
-    """Representation metrics of several variants side by side (e.g. raw h and phi(h))."""
-    table = Table(title="Raw vs featurized, same runs", title_justify="left")
-    table.add_column("metric")
-    for name in reports:
-        table.add_column(literal(name), justify="right")
-    for key, label, fmt in COMPARED:
-        table.add_row(*_plain([label, *[fmt(getattr(r.representation, key)) for r in reports.values()]]))
-    return table
 
 
 def render_checks(report: AuditReport, console: Console) -> None:
@@ -465,7 +400,9 @@ def _md_table(headers: list[str], rows: list[list[str]], code_first: bool = True
     return lines
 
 
-def render_markdown(report: AuditReport) -> str:
+def render_markdown(report: AuditReport, key_rows: int | None = None) -> str:
+    """The report in Markdown; ``key_rows`` cuts the least-stable list to that many rows, with
+    a note (for GITHUB_STEP_SUMMARY's size limit, ``stabcli.reports.summary``)."""
     rep, tr = report.representation, report.training
     lines = [
         "## stabcli audit",
@@ -478,14 +415,16 @@ def render_markdown(report: AuditReport) -> str:
         "| metric | value | reading |",
         "| --- | ---: | --- |",
     ]
-    lines += [f"| {a} | {b} | {c} |" for a, b, c in metric_rows(report)]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c, _ in metric_rows(report)]
     if rep.by_frequency:
         headers, rows = by_frequency_table(report)
         title = BY_FREQUENCY_TITLE.format(source=rep.frequency_source)
         lines += ["", title + ":", ""] + _md_table(headers, rows, code_first=False)
     if rep.least_stable:
         headers, rows = least_stable_table(report)
-        lines += ["", least_stable_title(report, len(rows)) + ":", ""] + _md_table(headers, rows)
+        lines += ["", least_stable_title(report, len(rows)) + ":", ""] + _md_table(headers, rows[:key_rows])
+        if key_rows is not None and key_rows < len(rows):
+            lines += ["", cut_note(key_rows, len(rows))]
     if tr.by_epoch:
         headers, rows = convergence_table(report)
         lines += ["", "Training convergence:", ""] + _md_table(headers, rows, code_first=False)
@@ -503,6 +442,10 @@ def render_markdown(report: AuditReport) -> str:
         lines += ["", "### Downstream fluctuation across runs", ""] + _md_table(headers, rows)
         lines += [""] + [f"- {md_text(note)}" for note in downstream_notes(ds)]
         lines += ["", f"**Recommendation:** {md_text(ds.recommendation.reason)}"]
+    if report.next_item:
+        headers, rows = next_item_table(report.next_item)
+        lines += ["", "### Next-item recommendation across runs", ""] + _md_table(headers, rows)
+        lines += [""] + [f"- {md_text(note)}" for note in next_item_notes(report.next_item)]
     if report.checks:
         lines += ["", "| check | value | result |", "| --- | ---: | --- |"]
         lines += [
@@ -511,36 +454,126 @@ def render_markdown(report: AuditReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def require_plots() -> None:
-    """UsageError naming the extra to install when matplotlib is missing."""
-    if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError(f"--plots needs matplotlib: {PLOTS_INSTALL}")
+def render_html(
+    report: AuditReport, key_frame: Any = None, figures: list[Figure] | None = None, report_json: str | None = None
+) -> str:
+    """The report as one self-contained HTML page: every table of the terminal view (each
+    number of the metric table carrying its JSON path), the figures (``plot_figures``; None:
+    matplotlib is missing and the page says so), the per-key table ``key_frame`` (the
+    ``--per-key`` columns, least stable first, sortable and searchable) and the JSON text."""
+    from stabcli.reports.schema import dumps, to_json
+
+    rep, tr = report.representation, report.training
+    data = to_json(report)
+    body = [html.paragraph(input_line(report)), html.paragraph(_sources(report), "note")]
+    metrics: list[list[str | Cell]] = [
+        [name, Cell(value, _json_number(data, path), path), reading]
+        for name, value, reading, path in metric_rows(report)
+    ]
+    hist = rep.noise_share_histogram
+    bins: list[str | Cell] = [
+        Cell(f"{count:,}", count, f"representation.noise_share_histogram.counts.{i}")
+        for i, count in enumerate(hist.counts)
+    ]
+    ranges = [f"{low:.1f}–{high:.1f}" for low, high in zip(hist.edges, hist.edges[1:], strict=False)]
+    body.append(
+        html.section(
+            "Representation stability",
+            html.table(["metric", "value", "reading"], metrics, reading_column=2),
+            html.paragraph(f"Dimensions by their noise share, 0 → 1: {sparkline(hist.counts)}"),
+            html.table(["noise share", *ranges], [["dimensions", *bins]]),
+        )
+    )
+    if rep.by_frequency:
+        headers, rows = by_frequency_table(report)
+        body.append(html.section(BY_FREQUENCY_TITLE.format(source=rep.frequency_source), html.table(headers, rows)))
+    if rep.least_stable:
+        headers, rows = least_stable_table(report)
+        body.append(
+            html.section(
+                least_stable_title(report, len(rows)),
+                html.table(headers, rows, right_from=2 if "name" in headers else 1),
+            )
+        )
+    training = []
+    if tr.by_epoch:
+        headers, rows = convergence_table(report)
+        training.append(html.table(headers, rows, right_from=0))
+    if tr.final_loss_mean is not None:
+        training.append(
+            html.paragraph(
+                f"Final loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
+                f"CV {_num(tr.final_loss_cv, 3)}."
+            )
+        )
+    elif report.input.source is not None and not tr.reports_loss:
+        training.append(html.paragraph(NO_LOSS.capitalize() + ".", "note"))
+    if training:
+        body.append(html.section("Training convergence", *training))
+    if report.downstream:
+        ds = report.downstream
+        headers, rows = downstream_table(ds)
+        chosen = ds.recommendation.variant
+        body.append(
+            html.section(
+                "Downstream fluctuation across runs",
+                html.table(headers, rows, row_class=lambda row: "chosen" if row[0] == chosen else None),
+                html.bullets(downstream_notes(ds)),
+                html.paragraph(f"Recommendation: {ds.recommendation.reason}"),
+            )
+        )
+    if report.next_item:
+        headers, rows = next_item_table(report.next_item)
+        body.append(
+            html.section(
+                "Next-item recommendation across runs",
+                html.table(headers, rows),
+                html.bullets(next_item_notes(report.next_item)),
+            )
+        )
+    if report.checks:
+        body.append(html.section("Checks", html.checks_table(report.checks, _num)))
+    body.append(html.section("Figures", html.figures(figures, PLOTS_INSTALL)))
+    if key_frame is not None:
+        order = np.argsort(-key_frame["relative_instability"].to_numpy(dtype=float), kind="stable")
+        body.append(
+            html.section(
+                "Every key",
+                html.key_table(
+                    key_frame, table_id="keys", order=order, fmt=_num, what="least stable (relative instability) first"
+                ),
+            )
+        )
+    return html.page("stabcli audit", verdict(report), body, report_json or dumps(report), report.stabcli_version)
 
 
-def write_plots(report: AuditReport, directory: Path) -> list[Path]:
-    """PNG figures in the paper's layout (Fig. 1a–1d); returns the files written."""
-    require_plots()
-    import matplotlib
+def _sources(report: AuditReport) -> str:
+    inp = report.input
+    where = f"run set {inp.source}: " if inp.source else ""
+    return f"{where}{', '.join(inp.run_names)}; seed {inp.seed}"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def _json_number(data: Any, path: str) -> float | None:
+    """The number at dotted ``path`` of a report's JSON (no dots inside keys on these paths)."""
+    node = data
+    for part in path.split("."):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node
+
+
+def plot_figures(report: AuditReport) -> list[Figure]:
+    """The figures in the paper's layout (Fig. 1a–1d; with labels the downstream spread),
+    as PNG; UsageError without matplotlib."""
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    directory.mkdir(parents=True, exist_ok=True)
     rep, tr = report.representation, report.training
-    written = []
-
-    def save(fig: Any, name: str) -> None:
-        path = directory / name
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+    drawn = []
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.hist([v for v in rep.variance_per_dim if v is not None], bins=20, color="#4c72b0")  # null: beyond float64
     ax.set(xlabel="mean empirical variance across runs", ylabel="dimensions", title="Per-dimension variance (Fig. 1a)")
-    save(fig, "fig1a_variance_per_dim.png")
+    drawn.append(png(fig, "fig1a_variance_per_dim.png"))
 
     if tr.loss_by_run and tr.reports_loss:
         fig, ax = plt.subplots(figsize=(5.5, 3.5))
@@ -551,11 +584,11 @@ def write_plots(report: AuditReport, directory: Path) -> list[Path]:
         ax.set(xlabel="epoch", ylabel="training loss", title="Loss per run (Fig. 1b)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize="small", ncol=2 if len(tr.loss_by_run) > 5 else 1)
-        save(fig, "fig1b_loss_by_epoch.png")
+        drawn.append(png(fig, "fig1b_loss_by_epoch.png"))
 
     rows = [row for row in tr.by_epoch if row.variance_quantiles is not None]
     if rows:
-        save(_fig1c(plt, rows), "fig1c_noise_by_epoch.png")
+        drawn.append(png(_fig1c(plt, rows), "fig1c_noise_by_epoch.png"))
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     names = ["coordinates", "aligned", "inner products"]
@@ -566,13 +599,18 @@ def write_plots(report: AuditReport, directory: Path) -> list[Path]:
     ax.set(ylabel="noise share", ylim=(0, 1.05), title="Coordinate vs inner-product noise (Fig. 1d)")
     for x, v in enumerate(values):
         ax.text(x, v + 0.02, _pct(v), ha="center")
-    save(fig, "fig1d_coordinate_vs_inner_product.png")
+    drawn.append(png(fig, "fig1d_coordinate_vs_inner_product.png"))
 
     if rep.by_frequency:
-        save(_by_frequency_figure(plt, report), "by_frequency.png")
+        drawn.append(png(_by_frequency_figure(plt, report), "by_frequency.png"))
     if report.downstream:
-        save(_fig2(plt, report.downstream), "fig2_downstream_spread.png")
-    return written
+        drawn.append(png(downstream_figure(plt, report.downstream), "fig2_downstream_spread.png"))
+    return drawn
+
+
+def write_plots(report: AuditReport, directory: Path) -> list[Path]:
+    """PNG figures (``plot_figures``) into ``directory``; returns the files written."""
+    return save_figures(plot_figures(report), directory)
 
 
 def _by_frequency_figure(plt: Any, report: AuditReport) -> Any:
@@ -621,20 +659,4 @@ def _fig1c(plt: Any, rows: list[EpochRow]) -> Any:
     top.set(ylabel="variance per dimension", title="Across-run variance by epoch (Fig. 1c)")
     bottom.plot([r.epoch for r in rows], [r.noise_share for r in rows], marker="o", color="#c44e52")
     bottom.set(xlabel="epoch", ylabel="noise share", ylim=(0, 1))
-    return fig
-
-
-def _fig2(plt: Any, ds: DownstreamSection) -> Any:
-    primary, label = ("accuracy", "test accuracy") if ds.task == "classification" else ("r2", "test R²")
-    names = list(ds.variants)
-    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 3.8))
-    for x, name in enumerate(names):
-        values = ds.variants[name].metric(f"{primary}_by_run")
-        offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [0.0]
-        ax.scatter(
-            x + np.asarray(offsets), values, s=18, color="#4c72b0", alpha=0.8, marker="o" if len(values) > 1 else "D"
-        )
-        ax.hlines(np.mean(values), x - 0.3, x + 0.3, color="#c44e52")
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
-    ax.set(ylabel=label, title="Downstream metric per run (one dot per run, line = mean)")
     return fig

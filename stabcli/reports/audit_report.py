@@ -210,6 +210,53 @@ def _regression(v: VariantResult) -> bool:
     return v.task == "regression"
 
 
+def _multilabel(v: VariantResult) -> bool:
+    return v.task == "multilabel"
+
+
+def _labeled(v: VariantResult) -> bool:
+    return v.task != "regression"
+
+
+@dataclass(frozen=True)
+class FlipKey:
+    key: str = doc("a test key")
+    name: str | None = doc("its display name (`--key-names`), or null")
+    frequency: int | None = doc("its training count (run sets that record it), or null")
+    value: float = doc("its flip rate (classification, multi-label) or prediction range (regression)")
+
+
+@dataclass(frozen=True)
+class FlipBand:
+    band: str = doc("the frequency band's label (the bands of `representation.by_frequency`)")
+    low: int = doc("smallest frequency in the band")
+    high: int | None = doc("largest frequency in the band (null: no upper bound)")
+    keys: int = doc("test keys in the band")
+    mean: float = doc("their mean flip rate (regression: mean prediction range)")
+    unstable_share: float = doc("share of them with a nonzero flip rate (regression: range)")
+
+
+@dataclass(frozen=True)
+class FlipsSummary:
+    keys: int = doc("test keys")
+    unstable_keys: int = doc("test keys whose decision differs in at least one run pair (regression: range > 0)")
+    flip_rate_mean: float | None = doc(
+        "mean over test keys of the share of run pairs whose decisions differ (equals churn); null for regression"
+    )
+    prediction_range_mean: float | None = doc(
+        "regression: mean over test keys of max − min of the key's prediction over runs (label units)"
+    )
+    prediction_range_median: float | None = doc("regression: its median")
+    negative_to_positive: float | None = doc(
+        "binary and multi-label: of the reference model's negative test decisions, the share another run's "
+        "refit model makes positive (mean over runs); else null"
+    )
+    positive_to_negative: float | None = doc("the same from positive to negative")
+    positive_class: str | None = doc("binary classification: the class counted as positive (the second sorted)")
+    most_unstable: list[FlipKey] = doc("the test keys that flip most (`--top-flips`), most first, nonzero only")
+    by_frequency: list[FlipBand] | None = doc("per frequency band (null when frequencies are unknown)")
+
+
 @dataclass(frozen=True)
 class VariantResult:
     task: str = doc("", json=False)
@@ -223,9 +270,23 @@ class VariantResult:
         "classification: its std (ddof=1; null for `avg`)", default=None, when=_classification
     )
     accuracy_by_run: list[float] | None = doc("classification: one value per run", default=None, when=_classification)
-    f1_macro_mean: float | None = doc("classification: mean macro-F1", default=None, when=_classification)
-    f1_macro_std: float | None = doc("classification: its std", default=None, when=_classification)
-    f1_macro_by_run: list[float] | None = doc("classification: per run", default=None, when=_classification)
+    f1_micro_mean: float | None = doc(
+        "multi-label: mean test micro-F1 (over every (key, label) decision)", default=None, when=_multilabel
+    )
+    f1_micro_std: float | None = doc("multi-label: its std (ddof=1; null for `avg`)", default=None, when=_multilabel)
+    f1_micro_by_run: list[float] | None = doc("multi-label: per run", default=None, when=_multilabel)
+    f1_macro_mean: float | None = doc(
+        "classification, multi-label: mean macro-F1 (unweighted over classes or labels)", default=None, when=_labeled
+    )
+    f1_macro_std: float | None = doc("classification, multi-label: its std", default=None, when=_labeled)
+    f1_macro_by_run: list[float] | None = doc("classification, multi-label: per run", default=None, when=_labeled)
+    subset_accuracy_mean: float | None = doc(
+        "multi-label: mean share of test keys whose whole label set is predicted exactly",
+        default=None,
+        when=_multilabel,
+    )
+    subset_accuracy_std: float | None = doc("multi-label: its std", default=None, when=_multilabel)
+    subset_accuracy_by_run: list[float] | None = doc("multi-label: per run", default=None, when=_multilabel)
     r2_mean: float | None = doc("regression: mean test R²", default=None, when=_regression)
     r2_std: float | None = doc("regression: its std (ddof=1; null for `avg`)", default=None, when=_regression)
     r2_by_run: list[float] | None = doc("regression: per run", default=None, when=_regression)
@@ -233,16 +294,24 @@ class VariantResult:
     rmse_std: float | None = doc("regression: its std", default=None, when=_regression)
     rmse_by_run: list[float] | None = doc("regression: per run", default=None, when=_regression)
     churn: float | None = doc(
-        "mean over run pairs of the share of differing test predictions (regression: RMS difference); null for `avg`",
+        "mean over run pairs of the share of differing test decisions (multi-label: (key, label) decisions; "
+        "regression: RMS difference, label units); null for `avg`",
         default=None,
+    )
+    label_churn: dict[str, float] | None = doc(
+        "multi-label: per label, the share of test keys whose decision for it differs (mean over run pairs)",
+        default=None,
+        when=_multilabel,
     )
     stale_accuracy_mean: float | None = doc(
         "classification: the reference run's model applied to the other runs, mean accuracy",
         default=None,
         when=_classification,
     )
+    stale_f1_micro_mean: float | None = doc("multi-label: the same in micro-F1", default=None, when=_multilabel)
     stale_r2_mean: float | None = doc("regression: the same in R²", default=None, when=_regression)
     stale_drop: float | None = doc("mean refit − stale metric", default=None)
+    flips: FlipsSummary | None = doc("per-key prediction instability over the runs (null for `avg`)", default=None)
 
     def metric(self, name: str) -> Any:
         """A metric by its JSON name (``accuracy_mean``, ``stale_r2_mean``, …)."""
@@ -263,9 +332,9 @@ class Recommendation:
 @dataclass(frozen=True)
 class DownstreamSection:
     labels: str = doc("label file")
-    task: str = doc("`classification` or `regression`")
-    model: str = doc("`logreg`, `knn` or `ridge`")
-    classes: int | None = doc("number of classes (null for regression)")
+    task: str = doc("`classification`, `regression` or `multilabel`")
+    model: str = doc("`logreg`, `knn`, `ridge`, `gbdt`, `mlp` or an estimator's `module:Class`")
+    classes: int | None = doc("number of classes, or of labels for multi-label (null for regression)")
     train: int = doc("keys in the training split")
     test: int = doc("keys in the test split")
     skipped_keys: int = doc("common keys without a label")
@@ -294,6 +363,8 @@ class DownstreamSection:
         "labeled keys (empty for regression)",
         default_factory=dict,
     )
+    model_params: dict[str, Any] = doc("the `--model-param` values (a non-literal's repr)", default_factory=dict)
+    labels_per_key: float | None = doc("multi-label: mean labels per labeled key (else null)", default=None)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DownstreamSection:
@@ -310,8 +381,76 @@ class DownstreamSection:
             extra = sorted(set(entry) - variant_keys)
             if extra:
                 raise AssertionError(f"variant keys {extra} are not declared in VariantResult")
+            flips = entry.get("flips")
+            if flips is not None:
+                entry = {
+                    **entry,
+                    "flips": FlipsSummary(
+                        **{
+                            **flips,
+                            "most_unstable": [FlipKey(**k) for k in flips["most_unstable"]],
+                            "by_frequency": None
+                            if flips["by_frequency"] is None
+                            else [FlipBand(**b) for b in flips["by_frequency"]],
+                        }
+                    ),
+                }
             variants[name] = VariantResult(task=task, **entry)
         return cls(**{**data, "variants": variants, "recommendation": Recommendation(**data["recommendation"])})
+
+
+@dataclass(frozen=True)
+class NextItemAtK:
+    recall_mean: float = doc("Recall@K: share of users whose held-out item is in the top K, mean over runs")
+    recall_std: float | None = doc("its std over runs (ddof=1; null for one run)")
+    recall_by_run: list[float] = doc("per run")
+    ndcg_mean: float = doc("NDCG@K: mean of 1/log2(1 + rank) of the held-out item (0 outside the top K)")
+    ndcg_std: float | None = doc("its std over runs (ddof=1; null for one run)")
+    ndcg_by_run: list[float] = doc("per run")
+    jaccard: float | None = doc(
+        "list churn: Jaccard overlap of a user's two top-K lists, mean over users and run pairs"
+    )
+    rbo: float | None = doc("rank-biased overlap (p = rbo_p) of the same lists, truncated at K and normalized")
+    jaccard_chance: float = doc("the Jaccard overlap of two unrelated top-K lists (hypergeometric)")
+    rbo_chance: float = doc("the rank-biased overlap of two unrelated rankings")
+    stale_recall_raw: float | None = doc(
+        "h only: the reference run's user profiles against the other runs' raw item vectors, mean Recall@K"
+    )
+    stale_recall_aligned: float | None = doc("the same against item vectors rotated into the reference frame")
+    stale_ndcg_raw: float | None = doc("h only: the same in NDCG@K, raw")
+    stale_ndcg_aligned: float | None = doc("the same in NDCG@K, aligned")
+
+
+@dataclass(frozen=True)
+class NextItemSection:
+    interactions: str = doc("the `--interactions` file")
+    corpus: dict[str, Any] = doc("how it was read (pretrain's corpus summary: format, delimiter, columns, …)")
+    users: int = doc("users in the file")
+    evaluable_users: int = doc("users with a held-out item and a history that have vectors")
+    evaluated_users: int = doc("users scored (a seeded sample of `--users` when more are evaluable)")
+    sampled: bool = doc("whether the evaluated users are a sample")
+    user_seed: int = doc("seed of the user sample")
+    skipped_users: dict[str, int] = doc(
+        "users left out: `one_interaction`, `no_vector` (held-out or every history item), `repeat` (held-out "
+        "item already in the history)"
+    )
+    items: int = doc("items ranked (the runs' common keys)")
+    history_mean: float = doc("mean history length of the evaluated users")
+    k_list: list[int] = doc("`--k-list`")
+    rbo_p: float = doc("persistence p of the rank-biased overlap")
+    reference: str = doc("the run whose user profiles are used stale")
+    variants: dict[str, dict[str, dict[str, NextItemAtK]]] = doc(
+        "variant → profile (`mean`, `last`) → K → metrics, e.g. `next_item.variants.h.mean.10.recall_mean`"
+    )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NextItemSection:
+        """The section from ``nextitem.next_item_report``'s dict."""
+        variants = {
+            name: {kind: {k: NextItemAtK(**m) for k, m in per_k.items()} for kind, per_k in by_kind.items()}
+            for name, by_kind in data["variants"].items()
+        }
+        return cls(**{**data, "variants": variants})
 
 
 @dataclass(frozen=True)
@@ -321,8 +460,17 @@ class AuditReport(JsonReport):
     representation: RepresentationSection = doc("stability of the vectors themselves")
     training: TrainingSection = doc("training losses and per-epoch stability (run sets only)")
     downstream: DownstreamSection | None = doc("downstream fluctuation across runs; null without `--labels`")
+    next_item: NextItemSection | None = doc(
+        "next-item recommendation across runs; null without `--interactions`", default=None
+    )
     checks: list[Check] = doc("the `--check` results, in the order given", default_factory=list)
     passed: bool = doc("true when every check passed (true without checks)", default=True)
+    downstream_keys: Any = doc(
+        "every test key's flip rate per variant for --per-key (stabcli.measure.downstream.flips.PerKeyFlips); "
+        "not in the JSON",
+        default=None,
+        json=False,
+    )
     key_stats: Any = doc(
         "every key's numbers for --per-key (stabcli.commands.audit.KeyStats); not in the JSON", default=None, json=False
     )

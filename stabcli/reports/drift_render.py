@@ -4,7 +4,6 @@ are checked and written by ``stabcli.fs.outputs.OutputPlan``, as for every comma
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -12,7 +11,14 @@ from rich.table import Table
 
 from stabcli.commands.drift import DriftReport, PerKey
 from stabcli.environment import describe
-from stabcli.reports.audit_render import _num, _pct, require_plots
+from stabcli.reports import html
+from stabcli.reports.audit_render import _json_number, _num, _pct
+from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
+from stabcli.reports.figures import save as save_figures
+from stabcli.reports.html import Cell, Figure
+from stabcli.reports.layout import print_table
+from stabcli.reports.schema import dumps, to_json
+from stabcli.reports.summary import cut_note
 from stabcli.reports.text import literal, md_code, md_text
 
 PLOT_NAMES = ("drift_vs_noise.png", "drift_distribution.png")
@@ -60,65 +66,89 @@ def notes(report: DriftReport) -> list[str]:
     return ([sentence] if sentence else []) + warnings
 
 
-def summary_rows(report: DriftReport) -> list[tuple[str, str, str]]:
-    """(measure, value, how to read it) rows shared by the terminal and Markdown views."""
+def summary_rows(report: DriftReport) -> list[tuple[str, str, str, str | None]]:
+    """(measure, value, how to read it, JSON path of the value or None) rows shared by the
+    terminal, Markdown and HTML views."""
     d, noise, inp = report.drift, report.noise, report.input
     knn_how = f"{d.knn_keys:,} keys" + (" (seeded sample)" if d.knn_sampled else " (every key)")
-    rows = [
+    rows: list[tuple[str, str, str, str | None]] = [
         (
             "keys compared / added / removed",
             f"{inp.keys_compared:,} / {inp.keys_added:,} / {inp.keys_removed:,}",
             "keys in both, only in AFTER, only in BEFORE",
+            "input.keys_compared",
         ),
         (
             "median distance",
             _num(d.distance_median, 4),
             f"‖before − after‖; p90 {_num(d.distance_p90, 4)}, p99 {_num(d.distance_p99, 4)}",
+            "drift.distance_median",
         ),
-        ("median cosine distance", _num(d.cosine_distance_median, 4), f"1 − cos; p90 {_num(d.cosine_distance_p90, 4)}"),
+        (
+            "median cosine distance",
+            _num(d.cosine_distance_median, 4),
+            f"1 − cos; p90 {_num(d.cosine_distance_p90, 4)}",
+            "drift.cosine_distance_median",
+        ),
         (
             "median norm change",
             _num(d.norm_change_median, 3),
             f"‖after‖ − ‖before‖; relative {_num(d.relative_norm_change_median, 3)}",
+            "drift.norm_change_median",
         ),
         (
             f"k-NN overlap@{d.knn_k}",
             _num(d.knn_overlap, 3),
             f"shared neighbours BEFORE vs AFTER, {knn_how}, chance {d.knn_chance:.2g}",
+            "drift.knn_overlap",
         ),
     ]
     if inp.aligned:
         rows.append(
-            ("alignment residual", _num(inp.alignment_residual, 3), "‖AFTER·Q − BEFORE‖ / ‖BEFORE‖ after Procrustes")
+            (
+                "alignment residual",
+                _num(inp.alignment_residual, 3),
+                "‖AFTER·Q − BEFORE‖ / ‖BEFORE‖ after Procrustes",
+                "input.alignment_residual",
+            )
         )
     else:
-        rows.append(("alignment", "none", "--no-align: coordinates compared raw"))
+        rows.append(("alignment", "none", "--no-align: coordinates compared raw", None))
     if noise is not None:
         rows += [
             (
                 "median noise",
                 _num(noise.noise_median, 4),
                 f"a key's RMS {noise.measure} change between two noise runs ({noise.runs} runs, {noise.pairs} pairs)",
+                "noise.noise_median",
             ),
-            ("drift / noise", f"{noise.drift_to_noise:.3g}×", f"median {noise.measure} change over median noise"),
+            (
+                "drift / noise",
+                f"{noise.drift_to_noise:.3g}×",
+                f"median {noise.measure} change over median noise",
+                "noise.drift_to_noise",
+            ),
             (
                 "global ratio",
                 f"{noise.global_ratio:.3g}",
                 f"this refresh's typical ratio vs a noise pair's; "
                 f"level applied {noise.level_factor:.3g} "
                 f"(noise pairs {noise.level_range_low:.3g}–{noise.level_range_high:.3g})",
+                "noise.global_ratio",
             ),
             (
                 "moved",
                 f"{d.moved_count:,} ({_pct(d.moved_share)})",
                 f"p < {noise.alpha:g}; {d.expected_false_positives:.3g} expected by chance",
+                "drift.moved_count",
             ),
-            ("listed at FDR", f"{d.discoveries:,}", f"Benjamini–Hochberg q ≤ {noise.alpha:g}"),
+            ("listed at FDR", f"{d.discoveries:,}", f"Benjamini–Hochberg q ≤ {noise.alpha:g}", "drift.discoveries"),
             (
                 "beyond the global change",
                 f"{d.moved_beyond_global:,}",
                 "discoveries once the typical key's change is divided out"
                 + (" (the whole embedding moved)" if d.global_moved else " (equal to FDR: no global move)"),
+                "drift.moved_beyond_global",
             ),
         ]
         for name, test in (d.by_measure or {}).items():
@@ -129,6 +159,7 @@ def summary_rows(report: DriftReport) -> list[tuple[str, str, str]]:
                     f"moved / at FDR; global ratio {test.global_ratio:.3g} (noise pairs "
                     f"{test.level_range_low:.3g}–{test.level_range_high:.3g})"
                     + (" · decides moved" if name == noise.measure else ""),
+                    None,
                 )
             )
         rows.append(
@@ -136,6 +167,7 @@ def summary_rows(report: DriftReport) -> list[tuple[str, str, str]]:
                 "smallest p",
                 f"{noise.smallest_empirical_p:.2g}",
                 f"1/(1 + {noise.null_samples:,} null samples): smaller p-values come from the fitted tail",
+                "noise.smallest_empirical_p",
             )
         )
     return rows
@@ -234,41 +266,41 @@ def render_terminal(report: DriftReport, console: Console) -> None:
         console.print(literal(environment, "yellow"), soft_wrap=True)
     for note in notes(report):
         console.print(literal(note, "yellow" if note.startswith("warning") else "bold"), soft_wrap=True)
-    table = Table(title="Drift", title_justify="left")
-    table.add_column("measure")
+    table = Table()
+    table.add_column("measure", no_wrap=True)
     table.add_column("value", justify="right", no_wrap=True)
     table.add_column("reading", style="dim")
     for row in summary_rows(report):
-        table.add_row(*map(literal, row))
-    console.print(table)
+        table.add_row(*map(literal, row[:3]))
+    print_table(console, table, literal("Drift", "italic"))
     if report.drift.top:
-        top = Table(title=_top_title(report), title_justify="left")
+        top = Table()
         for header in _top_headers(report):
-            top.add_column(header, justify="left" if header in ("key", "name") else "right")
+            top.add_column(header, justify="left" if header in ("key", "name") else "right", no_wrap=True)
         for top_row in _top_rows(report):
             top.add_row(*map(literal, top_row))  # keys and names are data, not markup or emoji codes
-        console.print(top)
+        print_table(console, top, literal(_top_title(report), "italic"))
     elif report.noise is not None:
         console.print(literal(f"no key moved beyond its noise band at FDR {report.noise.alpha:g}"))
     if report.downstream is not None:
         ds = report.downstream
-        table = Table(
-            title=literal(
-                f"Downstream: {ds.model} on {Path(ds.labels).name} ({ds.task}, {ds.train:,} train / {ds.test:,} test keys)"
-            ),
-            title_justify="left",
+        title = (
+            f"Downstream: {ds.model} on {Path(ds.labels).name} ({ds.task}, {ds.train:,} train / {ds.test:,} test keys)"
         )
-        table.add_column("model")
-        table.add_column("value", justify="right")
+        table = Table()
+        table.add_column("model", no_wrap=True)
+        table.add_column("value", justify="right", no_wrap=True)
         for name, value in downstream_rows(report):
             table.add_row(literal(name), literal(value))
-        console.print(table)
+        print_table(console, table, literal(title, "italic"))
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
         mark = literal("PASS", "green") if check.passed else literal("FAIL", "bold red")
         console.print(mark + literal(f" {check.name} (value {_num(check.value)})"), soft_wrap=True)
 
 
-def render_markdown(report: DriftReport) -> str:
+def render_markdown(report: DriftReport, key_rows: int | None = None) -> str:
+    """The report in Markdown; ``key_rows`` cuts the list of moved keys to that many rows, with
+    a note (for GITHUB_STEP_SUMMARY's size limit, ``stabcli.reports.summary``)."""
     inp = report.input
     lines = [
         "## stabcli drift",
@@ -283,7 +315,7 @@ def render_markdown(report: DriftReport) -> str:
         "| measure | value | reading |",
         "| --- | ---: | --- |",
     ]
-    lines += [f"| {md_text(a)} | {md_text(b)} | {md_text(c)} |" for a, b, c in summary_rows(report)]
+    lines += [f"| {md_text(a)} | {md_text(b)} | {md_text(c)} |" for a, b, c, _ in summary_rows(report)]
     if report.drift.top:
         headers = _top_headers(report)
         lines += [
@@ -295,8 +327,10 @@ def render_markdown(report: DriftReport) -> str:
         ]
         lines += [
             "| " + " | ".join(md_code(c) if i == 0 else md_text(c) for i, c in enumerate(row)) + " |"
-            for row in _top_rows(report)
+            for row in _top_rows(report)[:key_rows]
         ]
+        if key_rows is not None and key_rows < len(report.drift.top):
+            lines += ["", cut_note(key_rows, len(report.drift.top))]
     if report.downstream is not None:
         lines += ["", "| downstream | value |", "| --- | ---: |"]
         lines += [f"| {md_text(a)} | {md_text(b)} |" for a, b in downstream_rows(report)]
@@ -308,27 +342,73 @@ def render_markdown(report: DriftReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_plots(report: DriftReport, per_key: PerKey, directory: Path) -> list[Path]:
-    """PNG figures into ``directory`` (the output plan's staging directory): drift against
-    noise per key (log scale, moved keys in red) and the distribution of drift and of noise.
-    Returns the files written."""
-    require_plots()
-    import matplotlib
+def render_html(
+    report: DriftReport,
+    per_key: PerKey | None = None,
+    figures: list[Figure] | None = None,
+    report_json: str | None = None,
+) -> str:
+    """The report as one self-contained HTML page: the terminal view's tables (each number of
+    the summary carrying its JSON path), the figures (``plot_figures``; None: matplotlib is
+    missing and the page says so), every key's measures (``per_key``: moved keys first,
+    sortable and searchable) and the JSON text."""
+    inp = report.input
+    data = to_json(report)
+    body = [
+        html.paragraph(
+            f"{inp.before} → {inp.after}: {inp.keys_compared:,} keys × {inp.dim} dims"
+            + (f"; noise: {inp.noise} ({inp.noise_runs} runs)" if inp.noise else "")
+            + ("; rows matched by position (keyless arrays)" if inp.keyless else "")
+        ),
+        html.paragraph(describe(inp.environment) or "", "note"),
+        *[html.paragraph(note, "fail" if note.startswith("warning") else None) for note in notes(report)],
+    ]
+    rows: list[list[str | Cell]] = [
+        [name, Cell(value, _json_number(data, path), path) if path else value, reading]
+        for name, value, reading, path in summary_rows(report)
+    ]
+    body.append(html.section("Drift", html.table(["measure", "value", "reading"], rows, reading_column=2)))
+    if report.drift.top:
+        headers = _top_headers(report)
+        body.append(
+            html.section(
+                _top_title(report),
+                html.table(headers, _top_rows(report), right_from=2 if "name" in headers else 1),
+            )
+        )
+    elif report.noise is not None:
+        body.append(html.paragraph(f"No key moved beyond its noise band at FDR {report.noise.alpha:g}."))
+    if report.downstream is not None:
+        ds = report.downstream
+        body.append(
+            html.section(
+                f"Downstream: {ds.model} on {Path(ds.labels).name} ({ds.task}, {ds.train:,} train / {ds.test:,} test keys)",
+                html.table(["model", "value"], [list(row) for row in downstream_rows(report)]),
+            )
+        )
+    if report.checks:
+        body.append(html.section("Checks", html.checks_table(report.checks, _num)))
+    body.append(html.section("Figures", html.figures(figures, PLOTS_INSTALL)))
+    if per_key is not None:
+        frame = per_key.frame()
+        if "p_value" in frame:
+            order = np.lexsort((-frame["ratio"].to_numpy(dtype=float), frame["p_value"].to_numpy(dtype=float)))
+            what = "smallest p-value (then largest ratio) first"
+        else:
+            order = np.argsort(-frame["distance"].to_numpy(dtype=float), kind="stable")
+            what = "largest distance first"
+        body.append(html.section("Every key", html.key_table(frame, table_id="keys", order=order, fmt=_num, what=what)))
+    return html.page("stabcli drift", verdict(report), body, report_json or dumps(report), report.stabcli_version)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def plot_figures(report: DriftReport, per_key: PerKey) -> list[Figure]:
+    """Drift against noise per key (log scale, moved keys in red) and the distribution of
+    drift and of noise, as PNG; UsageError without matplotlib."""
+    plt = pyplot()
     cols = per_key.columns
     measure = report.noise.measure if report.noise is not None else "distance"
     distance = np.asarray(cols["statistic"] if "statistic" in cols else cols["distance"])
-    directory.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-
-    def save(fig: Any, name: str) -> None:
-        fig.tight_layout()
-        fig.savefig(directory / name, format="png", dpi=110)
-        plt.close(fig)
-        written.append(directory / name)
+    drawn: list[Figure] = []
 
     floor = max(float(distance[distance > 0].min()) if (distance > 0).any() else 1e-12, 1e-12)
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
@@ -367,7 +447,7 @@ def write_plots(report: DriftReport, per_key: PerKey, directory: Path) -> list[P
             ylabel="drift (distance)",
             title="Drift per key (no noise band: --noise RUNSET)",
         )
-    save(fig, PLOT_NAMES[0])
+    drawn.append(png(fig, PLOT_NAMES[0]))
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     positive = distance[distance > 0]
@@ -383,5 +463,11 @@ def write_plots(report: DriftReport, per_key: PerKey, directory: Path) -> list[P
         )
     ax.set(xscale="log", xlabel=measure, ylabel="keys", title="Distribution of drift and of noise")
     ax.legend(fontsize=8)
-    save(fig, PLOT_NAMES[1])
-    return written
+    drawn.append(png(fig, PLOT_NAMES[1]))
+    return drawn
+
+
+def write_plots(report: DriftReport, per_key: PerKey, directory: Path) -> list[Path]:
+    """PNG figures (``plot_figures``) into ``directory`` (the output plan's staging
+    directory). Returns the files written."""
+    return save_figures(plot_figures(report, per_key), directory)

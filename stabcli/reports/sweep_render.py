@@ -8,7 +8,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from stabcli.reports import html
 from stabcli.reports.audit_render import require_plots
+from stabcli.reports.html import Figure
+from stabcli.reports.layout import print_table
 from stabcli.reports.sweep_report import PowerLaw, SweepCell, SweepReport
 from stabcli.reports.text import literal, md_code, md_text
 
@@ -89,17 +92,17 @@ def summary_lines(report: SweepReport) -> list[str]:
 def render_terminal(report: SweepReport, console: Console) -> None:
     table = Table(title="Sweep: cells × stability and quality", title_justify="left")
     for i, column in enumerate(COLUMNS):
-        table.add_column(column, justify="left" if i == 0 else "right")
+        table.add_column(column, justify="left" if i == 0 else "right", no_wrap=True)
     for name, cell in report.cells.items():
         table.add_row(*[literal(text) for text in cell_cells(name, cell)])
-    console.print(table)
+    print_table(console, table)
     if report.data_size or report.swap_one is not None:
         fits = Table(title="Data size: instability g(m) = a·m^b, m in sequences", title_justify="left")
         for i, column in enumerate(FIT_HEADERS):
-            fits.add_column(column, justify="left" if i in (0, 6) else "right")
+            fits.add_column(column, justify="left" if i in (0, 6) else "right", no_wrap=i != 6)
         for row in fit_rows(report):
             fits.add_row(*[literal(text) for text in row])
-        console.print(fits)
+        print_table(console, fits)
     for line in summary_lines(report):
         console.print(literal(line), soft_wrap=True)
     for warning in report.warnings:
@@ -129,6 +132,46 @@ def render_markdown(report: SweepReport) -> str:
     if report.checks:
         lines += ["", *[f"- {'PASS' if c.passed else 'FAIL'} {md_code(c.name, cell=False)}" for c in report.checks]]
     return "\n".join(lines) + "\n"
+
+
+def render_html(report: SweepReport, figures: list[Figure] | None, report_json: str) -> str:
+    """The sweep as one self-contained page: the cells table (sortable), the data-size fits,
+    the Pareto front and target lines, warnings, checks, the figures and the JSON."""
+    from stabcli.reports.figures import PLOTS_INSTALL
+
+    lines = summary_lines(report)
+    body = [html.bullets(lines[1:]) if len(lines) > 1 else ""]
+    rows = [cell_cells(name, cell) for name, cell in report.cells.items()]
+    body.append(
+        html.section(
+            "Cells × stability and quality (* on the Pareto front; click a header to sort)",
+            html.table(list(COLUMNS), rows, sortable=True, table_id="cells"),
+        )
+    )
+    if report.data_size or report.swap_one is not None:
+        body.append(
+            html.section(
+                "Data size: instability g(m) = a·m^b, m in sequences", html.table(FIT_HEADERS, fit_rows(report))
+            )
+        )
+    if report.warnings:
+        body.append(html.section("Warnings", html.bullets(report.warnings)))
+    if report.checks:
+        body.append(html.section("Checks", html.checks_table(report.checks, lambda v: _num(v, 4))))
+    body.append(html.section("Figures", html.figures(figures, PLOTS_INSTALL)))
+    from stabcli import __version__
+
+    return html.page("stabcli sweep", lines[0], body, report_json, __version__)
+
+
+def plot_figures(report: SweepReport) -> list[Figure]:
+    """The figures of ``write_plots`` as PNG bytes (drawn once for ``--plots`` and the page)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="stabcli-sweep-") as tmp:
+        return [
+            Figure(path.name, path.stem.replace("_", " "), path.read_bytes()) for path in write_plots(report, Path(tmp))
+        ]
 
 
 def write_plots(report: SweepReport, directory: Path) -> list[Path]:

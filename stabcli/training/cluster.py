@@ -47,7 +47,152 @@ def scheduler_address(option: str | None) -> str | None:
     local = _LOCAL_RE.match(value)
     if value.startswith("local") and (local is None or not 1 <= int(local.group(1)) <= 256):
         raise OptionError("scheduler", f"{value!r}: expected local:N with N from 1 to 256 worker processes")
+    if local is not None:
+        most, why = local_worker_limit()
+        if int(local.group(1)) > most:
+            raise OptionError("scheduler", f"{value!r}: this machine has {why}; use local:N with N at most {most}")
+    else:
+        check_transport(value)
     return value
+
+
+# a LocalCluster worker process (Python, numpy, gensim imported) needs about this much memory
+LOCAL_WORKER_BYTES = 300 * 2**20
+
+
+def local_worker_limit() -> tuple[int, str]:
+    """(most worker processes ``local:N`` may start here, why): one per CPU this process may
+    use, and no more than the available memory holds at about 300 MB each."""
+    from stabcli.fs.resources import available_memory, human_bytes
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    memory = available_memory()
+    by_memory = max(1, memory // LOCAL_WORKER_BYTES) if memory is not None else cpus
+    if by_memory < cpus:
+        return int(by_memory), f"{human_bytes(memory or 0)} of available memory (about 300 MB per worker)"
+    return cpus, f"{cpus} CPU(s) for this process"
+
+
+def check_transport(address: str) -> None:
+    """OptionError unless ``address`` is a plain TCP address (``tcp://host:port`` or
+    ``host:port``): TLS needs certificates stabcli does not take, UCX and the others extra
+    libraries; Dask failed on them with tracebacks."""
+    scheme = address.split("://", 1)[0].lower() if "://" in address else "tcp"
+    if scheme != "tcp":
+        raise OptionError(
+            "scheduler",
+            f"{address!r}: stabcli connects to Dask schedulers over tcp:// (tcp://host:8786) or starts local:N; "
+            f"{scheme}:// is not supported",
+        )
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    """(host, port) of a tcp address; port 8786 (Dask's) when none is given."""
+    location = address.split("://", 1)[1] if "://" in address else address
+    if location.startswith("["):  # [::1]:8786
+        host, _, rest = location[1:].partition("]")
+        port = rest.lstrip(":")
+    else:
+        host, _, port = location.rpartition(":") if location.count(":") == 1 else (location, "", "")
+    if not host:
+        raise OptionError("scheduler", f"{address!r}: expected tcp://HOST:PORT")
+    if not port:
+        return host, 8786
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise OptionError("scheduler", f"{address!r}: the port must be a number from 1 to 65535")
+    return host, int(port)
+
+
+# the first 8 bytes a Dask scheduler sends on a new connection: the length of its handshake
+# message (little-endian uint64; a few hundred bytes). Anything else is another service.
+_HANDSHAKE_MAX = 1 << 24
+
+
+def probe_scheduler(address: str, deadline: float) -> None:
+    """OptionError unless something at ``address`` answers like a Dask scheduler before
+    ``deadline`` (``time.monotonic()``): a scheduler sends its handshake as soon as a client
+    connects; an HTTP server, a silent port or a garbage server do not. Never more than the
+    time left, never reads more than 8 bytes."""
+    import socket
+    import struct
+    import time
+
+    host, port = _host_port(address)
+
+    def failed(reason: str) -> OptionError:
+        return OptionError("scheduler", f"cannot reach the Dask scheduler at {address} ({reason})")
+
+    left = max(0.1, deadline - time.monotonic())
+    try:
+        sock = socket.create_connection((host, port), timeout=left)
+    except socket.gaierror as exc:
+        raise failed(f"unknown host: {exc.strerror}") from None
+    except TimeoutError:
+        raise failed(f"no connection within {CONNECT_TIMEOUT_S} s") from None
+    except OSError as exc:
+        raise failed(exc.strerror or type(exc).__name__) from None
+    with sock:
+        head = b""
+        try:
+            while len(head) < 8:
+                sock.settimeout(max(0.05, deadline - time.monotonic()))
+                chunk = sock.recv(8 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+        except TimeoutError:
+            raise failed(
+                f"connected, but nothing answered within {CONNECT_TIMEOUT_S} s; not a Dask scheduler "
+                "(an HTTP server or another service?)"
+            ) from None
+        except OSError as exc:
+            raise failed(exc.strerror or type(exc).__name__) from None
+    if len(head) < 8:
+        raise failed("it closed the connection; not a Dask scheduler")
+    if head.startswith((b"HTTP", b"SSH-", b"220 ", b"+OK", b"-ERR")):
+        raise failed(f"it answers like another service ({_shown_bytes(head)}…); not a Dask scheduler")
+    (length,) = struct.unpack("<Q", head)
+    if not 0 < length <= _HANDSHAKE_MAX:
+        raise failed(f"it answered {_shown_bytes(head)}, which is not Dask's protocol; not a Dask scheduler")
+
+
+def _shown_bytes(data: bytes) -> str:
+    text = data.decode("ascii", errors="replace")
+    return repr(text) if text.isprintable() else data.hex(" ")
+
+
+def _client_within(distributed: Any, address: str, deadline: float) -> Any:
+    """``distributed.Client(address)``, or OptionError when it does not connect before
+    ``deadline``: Dask's own timeout does not cover a peer that stops answering mid-handshake.
+    Whatever the peer sends, the failure is one message (a server answering garbage made
+    Dask try to allocate exabytes)."""
+    import threading
+    import time
+
+    box: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            box["client"] = distributed.Client(address, timeout=f"{max(1.0, deadline - time.monotonic()):.1f}s")
+        except BaseException as exc:  # a foreign server: any failure is "not a Dask scheduler"
+            box["error"] = exc
+
+    thread = threading.Thread(target=connect, name="stabcli-dask-connect", daemon=True)
+    thread.start()
+    thread.join(max(0.1, deadline - time.monotonic()) + 2.0)
+    if thread.is_alive():
+        raise OptionError(
+            "scheduler",
+            f"cannot reach the Dask scheduler at {address} (no Dask handshake within {CONNECT_TIMEOUT_S} s)",
+        )
+    if "error" in box:
+        exc = box["error"]
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise OptionError("scheduler", f"cannot reach the Dask scheduler at {address} ({reason[:200]})")
+    return box["client"]
 
 
 def _distributed() -> Any:
@@ -141,7 +286,11 @@ class Cluster:
                 )
                 self.client = distributed.Client(self._cluster, timeout=f"{CONNECT_TIMEOUT_S}s")
             else:
-                self.client = distributed.Client(self.address, timeout=f"{CONNECT_TIMEOUT_S}s")
+                import time
+
+                deadline = time.monotonic() + CONNECT_TIMEOUT_S  # the documented bound, whatever answers
+                probe_scheduler(self.address, deadline)
+                self.client = _client_within(distributed, self.address, deadline)
         except (OSError, TimeoutError, ValueError) as exc:
             self.__exit__(None, None, None)
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -252,6 +401,25 @@ def pretrain_backend(cluster: Cluster) -> Callable[[Sequence[RunTask], int], Ite
                 read.append((path, file_sha256(path)))
         cluster.preflight(Preflight(read=sorted(read), write=sorted({t.work.parent for t in tasks})))
         yield from cluster.map_unordered(run_on_worker, tasks)
+
+    return backend
+
+
+def cluster_backend(
+    address: str, on_connect: Callable[[Cluster], None] | None = None
+) -> Callable[[Sequence[RunTask], int], Iterator[RunResult]]:
+    """A pretrain execution backend that connects to ``address`` (for ``local:N``: starts its
+    workers) only when the runs are ready to go, after every input was checked. A missing
+    ``stabcli[dask]`` is reported at once."""
+    _distributed()
+
+    def backend(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunResult]:
+        if not tasks:
+            return
+        with Cluster(address) as cluster:
+            if on_connect is not None:
+                on_connect(cluster)
+            yield from pretrain_backend(cluster)(tasks, jobs)
 
     return backend
 

@@ -347,6 +347,12 @@ def pretrain(
     summary = None
     if corpus_path is not None:
         corpus = read_corpus(corpus_path, config.model, corpus_options)
+        if config.model == "doc2vec" and corpus.tags is None and config.script is None:
+            raise InputError(
+                f"{corpus_path}: read as {corpus.format}, which has no document tags; doc2vec learns one vector "
+                "per tag: give a tagged corpus (tag<TAB>text per line, --corpus-format tagged, e.g. the line "
+                "number as the tag), or use --model word2vec"
+            )
         key_counts = _key_counts(corpus)
         summary = {**corpus.summary(), "distinct_keys": len(key_counts), "description": corpus.describe()}
         if config.script is None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -71,12 +72,31 @@ def read(source: Source) -> Embedding:
         vectors = _as_float64(path, vectors)
     keys_file = keys_path_for(path)
     read_as = source.described(".npy") if source.compression else ""
+    if not keys_file.is_file():
+        keys_file = runset_keys_for(path) or keys_file
     if keys_file.is_file():
         keys = read_keys(keys_file)
         if len(keys) != vectors.shape[0]:
             raise InputError(f"{keys_file}: {len(keys)} keys for {vectors.shape[0]} rows in {path.name}")
         return Embedding(keys, vectors, path, read_as=read_as)
     return Embedding([str(i) for i in range(vectors.shape[0])], vectors, path, keyless=True, read_as=read_as)
+
+
+def runset_keys_for(path: Path) -> Path | None:
+    """The keys of a run file taken from inside a run set: ``R/run-000/vectors.npy`` (and its
+    ``epochs/NNN.npy``) has the run's own ``keys.txt``, else the run set's ``R/keys.txt``
+    (``docs/formats.md``, run set). None for a file outside a run set."""
+    from stabcli.runset.layout import EPOCHS, KEYS, MANIFEST, VECTORS
+
+    run = path.parent.parent if path.parent.name == EPOCHS else path.parent
+    if not re.fullmatch(r"run-\d{3,}", run.name) or not (run.parent / MANIFEST).is_file():
+        return None
+    if path.parent.name != EPOCHS and path.name != VECTORS:
+        return None
+    for keys in (run / KEYS, run.parent / KEYS):
+        if keys.is_file():
+            return keys
+    return None
 
 
 def _as_float64(path: Path, vectors: np.ndarray) -> np.ndarray:

@@ -1,0 +1,101 @@
+"""Bad inputs of the report outputs and of ``stabcli compare``: one ``error:`` line, exit 2,
+nothing written (the bad-input catalogue, marker ``bad_input``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import assert_bad_input, files_state, make_runset
+from stabcli.cli.app import app
+
+pytestmark = pytest.mark.bad_input
+runner = CliRunner()
+FAST = ["--knn-k", "3", "--knn-queries", "10", "--pairs", "200"]
+
+
+def run(tmp_path, *args):
+    before = files_state(tmp_path)
+    return runner.invoke(app, [str(a) for a in args]), before
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("{not json", "r.json: not a JSON audit report"),
+        ('{"input": {"before": "a", "after": "b"}, "drift": {}}', "r.json: not a stabcli audit report (input.runs"),
+        ('{"input": {"runs": 2, "keys": 5, "dim": 3}}', "r.json: not a stabcli audit report (no 'representation'"),
+        ("[]", "r.json: not a stabcli audit report (the JSON is not an object)"),
+        ('{"input": {"runs": true, "keys": 5, "dim": 3}}', "not a stabcli audit report (input.runs is not a number)"),
+    ],
+)
+def test_compare_a_json_that_is_not_an_audit(tmp_path, content, fragment):
+    (tmp_path / "r.json").write_text(content)
+    (tmp_path / "ok.json").write_text(
+        json.dumps({"input": {"runs": 2, "keys": 5, "dim": 3}, "representation": {"noise_share": 0.5}})
+    )
+    result, before = run(tmp_path, "compare", tmp_path / "ok.json", tmp_path / "r.json", "--json", tmp_path / "c.json")
+    assert_bad_input(result, fragment, tmp_path, before)
+
+
+def test_compare_a_missing_side(tmp_path):
+    make_runset(tmp_path / "runs", runs=2, n=30, dim=3)
+    result, before = run(tmp_path, "compare", tmp_path / "runs", tmp_path / "gone.json")
+    assert_bad_input(result, "gone.json: no such run set or JSON report", tmp_path, before)
+
+
+def test_compare_a_directory_that_is_not_a_run_set(tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "ok.json").write_text(
+        json.dumps({"input": {"runs": 2, "keys": 5, "dim": 3}, "representation": {"noise_share": 0.5}})
+    )
+    result, before = run(tmp_path, "compare", tmp_path / "plain", tmp_path / "ok.json")
+    assert_bad_input(result, "plain: a directory but not a run set", tmp_path, before)
+
+
+def test_compare_check_on_an_unknown_path(tmp_path):
+    (tmp_path / "ok.json").write_text(
+        json.dumps({"input": {"runs": 2, "keys": 5, "dim": 3}, "representation": {"noise_share": 0.5}})
+    )
+    result, before = run(tmp_path, "compare", tmp_path / "ok.json", tmp_path / "ok.json", "--check", "knn>0")
+    assert_bad_input(result, "--check: no 'knn' in the report", tmp_path, before)
+
+
+def test_compare_output_that_is_an_input(tmp_path):
+    (tmp_path / "ok.json").write_text(
+        json.dumps({"input": {"runs": 2, "keys": 5, "dim": 3}, "representation": {"noise_share": 0.5}})
+    )
+    result, before = run(
+        tmp_path, "compare", tmp_path / "ok.json", tmp_path / "ok.json", "--html", tmp_path / "ok.json"
+    )
+    assert_bad_input(result, "is the input", tmp_path, before)
+
+
+def test_html_output_that_is_a_directory(tmp_path):
+    make_runset(tmp_path / "runs", runs=2, n=10, dim=3)
+    (tmp_path / "page").mkdir()
+    result, before = run(tmp_path, "audit", tmp_path / "runs", *FAST, "--html", tmp_path / "page")
+    assert_bad_input(result, "--html", tmp_path, before)
+
+
+def test_html_output_in_a_missing_directory(tmp_path):
+    make_runset(tmp_path / "runs", runs=2, n=10, dim=3)
+    result, before = run(tmp_path, "audit", tmp_path / "runs", *FAST, "--html", tmp_path / "no" / "a.html")
+    assert_bad_input(result, "does not exist", tmp_path, before)
+
+
+def test_mlflow_experiment_without_mlflow(tmp_path):
+    make_runset(tmp_path / "runs", runs=2, n=10, dim=3)
+    result, before = run(tmp_path, "audit", tmp_path / "runs", *FAST, "--mlflow-experiment", "x")
+    assert_bad_input(result, "--mlflow-experiment only applies with --mlflow", tmp_path, before)
+
+
+def test_mlflow_without_the_extra(tmp_path, monkeypatch):
+    make_runset(tmp_path / "runs", runs=2, n=10, dim=3)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    result, before = run(tmp_path, "drift", tmp_path / "runs", tmp_path / "runs", "--mlflow")
+    assert_bad_input(result, "--mlflow needs MLflow: pip install 'stabcli[mlflow]'", tmp_path, before)

@@ -1,0 +1,152 @@
+"""The next-item recommendation task: metrics against a brute-force loop, list churn, stale lists."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import ortho_group
+
+from stabcli.errors import InputError, OptionError
+from stabcli.measure.align import generalized_procrustes
+from stabcli.measure.downstream.nextitem import (
+    NextItemOptions,
+    chance_overlap,
+    hit_metrics,
+    holdout,
+    list_overlap,
+    next_item_report,
+    profiles,
+    top_k,
+)
+from stabcli.measure.metrics import gram_blocks, unit_rows
+
+
+def brute_force(items, history, target, kind, k):
+    """Recall@k and NDCG@k straight from the definition: cosine to every item, history excluded."""
+    unit = items / np.linalg.norm(items, axis=1, keepdims=True)
+    recall = ndcg = 0.0
+    for past, held in zip(history, target, strict=True):
+        profile = unit[list(past)].mean(axis=0) if kind == "mean" else unit[past[-1]]
+        profile = profile / np.linalg.norm(profile)
+        scores = {j: float(unit[j] @ profile) for j in range(len(items)) if j not in past}
+        ranked = sorted(scores, key=lambda j: (-scores[j], j))[:k]
+        if held in ranked:
+            recall += 1
+            ndcg += 1 / math.log2(ranked.index(held) + 2)
+    return recall / len(target), ndcg / len(target)
+
+
+def sessions(n_users, n_items, rng, length=(2, 7)):
+    return [[f"i{j}" for j in rng.choice(n_items, size=rng.integers(*length), replace=False)] for _ in range(n_users)]
+
+
+@pytest.mark.parametrize("kind", ["mean", "last"])
+def test_recall_and_ndcg_equal_a_brute_force_computation(kind):
+    rng = np.random.default_rng(0)
+    items = rng.standard_normal((40, 6))
+    keys = [f"i{j}" for j in range(40)]
+    split = holdout(sessions(60, 40, rng), keys, 0, 0)
+    history = [list(split.history(u)) for u in range(split.users)]
+    unit = unit_rows(items.astype(np.float32))
+    lists = top_k(unit, profiles(unit, split, kind), split, 7, block_bytes=4 * 40 * 7)  # blocks of 7 users
+    got = hit_metrics(lists, split.target, [1, 3, 7])
+    for k in (1, 3, 7):
+        assert got[k] == pytest.approx(brute_force(items, history, split.target, kind, k), abs=1e-9), k
+    assert not any(set(lists[u]) & set(history[u]) for u in range(split.users))  # history excluded
+    assert got[7][0] > 0  # the small case has hits to compare
+
+
+def test_holdout_keeps_order_skips_and_samples():
+    keys = ["a", "b", "c", "d"]
+    split = holdout([["a", "b", "c"], ["a"], ["x", "a"], ["a", "b", "a"], ["b", "zz", "d"]], keys, 0, 0)
+    assert split.skipped == {"one_interaction": 1, "no_vector": 1, "repeat": 1}
+    assert split.target.tolist() == [2, 3] and split.last.tolist() == [1, 1]
+    assert [list(split.history(u)) for u in range(2)] == [[0, 1], [1]]
+    sampled = holdout([["a", "b"], ["b", "c"], ["c", "d"], ["d", "a"]], keys, 2, 0)
+    assert sampled.users == 2 and sampled.evaluable == 4
+
+
+def test_list_overlap_is_one_for_identical_lists_and_chance_for_unrelated_ones():
+    rng = np.random.default_rng(1)
+    n, k, users = 200, 10, 4000
+    a = np.array([rng.choice(n, size=k, replace=False) for _ in range(users)])
+    assert list_overlap(a, a.copy(), k, 0.9) == pytest.approx((1.0, 1.0))
+    b = np.array([rng.choice(n, size=k, replace=False) for _ in range(users)])
+    jaccard, rbo = list_overlap(a, b, k, 0.9)
+    expected_j, expected_rbo = chance_overlap(k, n, 0.9)
+    assert jaccard == pytest.approx(expected_j, rel=0.08) and rbo == pytest.approx(expected_rbo, rel=0.1)
+    # same items in reverse order: Jaccard 1; RBO from |A_d ∩ B_d| = max(0, 2d − k)
+    j_rev, rbo_rev = list_overlap(a, a[:, ::-1], k, 0.9)
+    d = np.arange(1, k + 1)
+    expected = sum(0.1 * 0.9 ** (i - 1) * max(0, 2 * i - k) / i for i in d) / (1 - 0.9**k)
+    assert j_rev == 1.0 and rbo_rev == pytest.approx(expected, abs=1e-12) and rbo_rev < 0.3
+
+
+def write_interactions(path, users, n_items, rng, clusters=None):
+    """A user-item-timestamp log in shuffled file order; with ``clusters`` (item → cluster)
+    every user stays in one cluster, so the next item is predictable from the history."""
+    rows = []
+    for u in range(users):
+        pool = np.arange(n_items)
+        if clusters is not None:
+            pool = np.flatnonzero(clusters == rng.integers(clusters.max() + 1))
+        seq = rng.choice(pool, size=rng.integers(3, 8), replace=False)
+        rows += [f"u{u},i{j},{1000 + 10 * t + (u % 3)}" for t, j in enumerate(seq)]
+    order = rng.permutation(len(rows))  # time order, not file order, decides the held-out item
+    path.write_text("user,item,timestamp\n" + "\n".join(rows[i] for i in order) + "\n")
+    return path
+
+
+def runs_report(arrays, path, **options):
+    keys = [f"i{j}" for j in range(len(arrays[0]))]
+    rotations, _ = generalized_procrustes(gram_blocks(arrays))
+    names = [f"run-{r:03d}" for r in range(len(arrays))]
+    return next_item_report(arrays, keys, rotations, NextItemOptions(path, **options), names)
+
+
+def test_identical_runs_have_no_list_churn_and_rotated_runs_need_alignment_when_stale(tmp_path):
+    rng = np.random.default_rng(2)
+    n_items = 300
+    clusters = np.arange(n_items) % 10
+    base = (3 * rng.standard_normal((10, 8))[clusters] + rng.standard_normal((n_items, 8))).astype(np.float32)
+    path = write_interactions(tmp_path / "log.csv", 400, n_items, rng, clusters)
+    same = runs_report([base, base.copy(), base.copy()], path, k_list=[5, 10])
+    h = same["variants"]["h"]["mean"]["10"]
+    assert h["jaccard"] == 1.0 and h["rbo"] == pytest.approx(1.0) and h["recall_std"] == 0
+    assert h["stale_recall_raw"] == pytest.approx(h["recall_mean"], abs=1e-12)
+    assert h["stale_recall_aligned"] == pytest.approx(h["recall_mean"], abs=0.005)  # GPA's rotations are ≈ I
+    assert same["evaluated_users"] == 400 and same["sampled"] is False
+    rotated = [base, base @ ortho_group.rvs(8, random_state=1).astype(np.float32)]
+    turned = runs_report(rotated, path, k_list=[10], profiles=["last"])["variants"]["h"]["last"]["10"]
+    # cosine rankings ignore a rotation: fresh lists agree; stale profiles need the aligned item table
+    assert turned["jaccard"] == pytest.approx(1.0, abs=0.01)
+    assert turned["stale_recall_aligned"] == pytest.approx(turned["recall_mean"], abs=0.01)
+    assert turned["recall_mean"] > 0.25 and turned["stale_recall_raw"] < 0.5 * turned["recall_mean"]
+
+
+def test_unrelated_runs_churn_at_chance_and_users_are_sampled(tmp_path):
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((500, 8)).astype(np.float32) for _ in range(3)]
+    path = write_interactions(tmp_path / "log.csv", 600, 500, rng)
+    report = runs_report(arrays, path, k_list=[10], users=300, variants=["h"])
+    entry = report["variants"]["h"]["mean"]["10"]
+    assert report["evaluated_users"] == 300 and report["sampled"] is True
+    assert entry["jaccard"] == pytest.approx(entry["jaccard_chance"], rel=0.35)
+    assert entry["jaccard"] < 0.05
+
+
+def test_next_item_options_and_inputs_are_checked(tmp_path):
+    for kwargs, param in [
+        ({"k_list": [0]}, "k_list"),
+        ({"profiles": ["median"]}, "profiles"),
+        ({"users": -1}, "users"),
+        ({"rbo_p": 1.0}, "rbo_p"),
+        ({"variants": ["aligned"]}, "variants"),
+    ]:
+        with pytest.raises(OptionError) as info:
+            NextItemOptions(tmp_path / "x.csv", **kwargs)
+        assert info.value.param == param
+    path = tmp_path / "log.csv"
+    path.write_text("user,item\nu1,zz\nu1,yy\n")
+    with pytest.raises(InputError, match="no user can be evaluated"):
+        runs_report([np.eye(4, dtype=np.float32)] * 2, path)

@@ -16,7 +16,13 @@ from stabcli import constraints as c
 from stabcli.constraints import Constraint, ranged
 
 # library parameter names whose flag is not simply ``--`` + the name with dashes
-FLAG_NAMES: dict[str, str] = {"fmt": "--format", "out": "--out", "output": "--out", "out_dir": "--out"}
+FLAG_NAMES: dict[str, str] = {
+    "model_params": "--model-param",
+    "fmt": "--format",
+    "out": "--out",
+    "output": "--out",
+    "out_dir": "--out",
+}
 
 
 def flag_for(param: str) -> str:

@@ -174,7 +174,7 @@ CASES = [
     (
         "negative sigma",
         lambda t: ["featurize", good(t), "--out", t / "o.npy", "--sigma", "-1"],
-        "--sigma: -1.0 must be a positive",
+        "--sigma: must be greater than 0, got -1",
     ),
     ("output in a missing directory", lambda t: ["featurize", good(t), "--out", t / "missing" / "o.npy"], "o.npy"),
     ("output under a file", lambda t: ["featurize", good(t), "--out", text(t, "f", "x") / "o.npy"], "o.npy"),

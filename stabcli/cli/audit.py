@@ -64,183 +64,246 @@ def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
     return parsed
 
 
-def audit_cmd(
-    inputs: Annotated[
-        list[Path], typer.Argument(metavar="INPUTS...", help="A run set directory, or two or more embedding files.")
-    ],
-    normalize: Annotated[bool, typer.Option("--normalize", help="L2-normalize every row first.")] = False,
-    pairs: Annotated[
-        int,
-        typer.Option(
-            "--pairs",
-            metavar="N",
-            help=ranged("Key pairs sampled for the inner-product noise share.", c.AUDIT_OPTIONS["pairs"]),
+_Inputs = Annotated[
+    list[Path], typer.Argument(metavar="INPUTS...", help="A run set directory, or two or more embedding files.")
+]
+
+
+_Pairs = Annotated[
+    int,
+    typer.Option(
+        "--pairs",
+        metavar="N",
+        help=ranged("Key pairs sampled for the inner-product noise share.", c.AUDIT_OPTIONS["pairs"]),
+    ),
+]
+
+
+_KnnQueries = Annotated[
+    int | None,
+    knn_queries_option("Sampled query keys for k-NN overlap [default: every key up to 10,000 keys, else 1,000]."),
+]
+
+
+_MinFrequency = Annotated[
+    int | None,
+    typer.Option(
+        "--min-frequency",
+        metavar="N",
+        help=ranged(
+            "List only keys that occur at least N times in the training corpus (needs frequencies).",
+            c.AUDIT_OPTIONS["min_frequency"],
         ),
-    ] = 10_000,
+    ),
+]
+
+
+_Frequencies = Annotated[
+    Path | None,
+    typer.Option(
+        "--frequencies",
+        metavar="FILE",
+        help="Key and count per line (tab, comma or space separated) for the stability-by-frequency table "
+        "[default: the counts the run set recorded].",
+    ),
+]
+
+
+_EisAnchor = Annotated[
+    Path | None,
+    typer.Option(
+        "--eis-anchor",
+        metavar="FILE",
+        help="Anchor embedding for EIS (any embedding file with keys; read by its suffix) [default: the runs' "
+        "consensus after Procrustes].",
+    ),
+]
+
+
+_EisAlpha = Annotated[
+    float,
+    typer.Option(
+        "--eis-alpha",
+        metavar="ALPHA",
+        help=ranged("Exponent of the anchor's spectrum in EIS.", c.AUDIT_OPTIONS["eis_alpha"]),
+    ),
+]
+
+
+_Plots = Annotated[
+    Path | None,
+    plots_option("Write PNG figures (paper Fig. 1a-1d; with --labels also the downstream spread) into this directory."),
+]
+
+
+_Labels = Annotated[
+    Path | None,
+    labels_option(
+        "Key→label file (CSV/TSV key,label; MovieLens u.item, movies.dat or movies.csv): adds the downstream audit."
+    ),
+]
+
+
+_Variants = Annotated[
+    str | None,
+    typer.Option(
+        "--variants",
+        metavar="LIST",
+        help="Comma list of h, avg, aligned, phi:M, phi:M@SIGMA, aligned+phi:M [default: h,avg,aligned,phi:d,phi:2d].",
+    ),
+]
+
+
+_FeaturizeDims = Annotated[
+    str | None,
+    typer.Option(
+        "--featurize-dims",
+        metavar="M,M,...",
+        help="Sweep M of every phi variant, e.g. 16,32,64,128 (paper Fig. A.3).",
+    ),
+]
+
+
+_Sigmas = Annotated[
+    str | None,
+    typer.Option(
+        "--sigmas",
+        metavar="SIGMA,SIGMA,...",
+        help="Sweep sigma of every phi variant, e.g. 0.5,1,2 (paper Fig. A.4).",
+    ),
+]
+
+
+_Jobs = Annotated[
+    int | None, jobs_option("Downstream fits in parallel [default: available cores].", c.DOWNSTREAM_OPTIONS["jobs"])
+]
+
+
+_Scheduler = Annotated[
+    str | None,
+    scheduler_option(
+        "Send the downstream fits to this Dask scheduler (tcp://host:8786), or local:N; "
+        "default $STABCLI_SCHEDULER. Needs stabcli[dask]."
+    ),
+]
+
+
+_Encoding = Annotated[
+    str | None,
+    encoding_option(
+        "Text encoding of the label and --key-names files [default: utf-8; MovieLens u.item and "
+        "movies.dat: latin-1; a byte-order mark decides]."
+    ),
+]
+
+
+_Prefer = Annotated[
+    Literal["stability", "balanced", "accuracy"],
+    typer.Option(
+        "--prefer",
+        metavar="stability|balanced|accuracy",
+        help="With --labels: a variant with more churn or std than the input is recommended never (stability), "
+        "for a gain beyond 2× the noise (balanced) or beyond 1× (accuracy).",
+    ),
+]
+
+
+_MinClassSize = Annotated[
+    int,
+    typer.Option(
+        "--min-class-size",
+        metavar="N",
+        help=ranged(
+            "Drop label classes with fewer labeled keys, with a warning (5 = one expected test key at the "
+            "default --test-size 0.2).",
+            c.DOWNSTREAM_OPTIONS["min_class_size"],
+        ),
+    ),
+]
+
+
+_PerKey = Annotated[
+    Path | None,
+    per_key_option(
+        "Write every key's frequency, norm, aligned variance, relative instability, displacement and "
+        "k-NN overlap (.csv, .tsv or .parquet)."
+    ),
+]
+
+
+_Interactions = Annotated[
+    Path | None,
+    typer.Option(
+        "--interactions",
+        metavar="FILE",
+        help="User-item interactions (pretrain's corpus formats and column options): adds the next-item "
+        "recommendation task, each user's last item held out.",
+    ),
+]
+
+
+_KList = Annotated[
+    str, typer.Option("--k-list", metavar="K,K,...", help="With --interactions: list lengths for Recall/NDCG@K.")
+]
+
+
+_Profiles = Annotated[
+    str,
+    typer.Option(
+        "--profiles",
+        metavar="mean,last",
+        help="With --interactions: a user is the mean of her history's unit vectors, or her last item.",
+    ),
+]
+
+
+_Users = Annotated[
+    int,
+    typer.Option(
+        "--users", min=0, metavar="N", help="With --interactions: score a seeded sample of N users (0: every user)."
+    ),
+]
+
+
+def audit_cmd(
+    inputs: _Inputs,
+    normalize: Annotated[bool, typer.Option("--normalize", help="L2-normalize every row first.")] = False,
+    pairs: _Pairs = 10_000,
     knn_k: KnnK = 10,
-    knn_queries: Annotated[
-        int | None,
-        knn_queries_option("Sampled query keys for k-NN overlap [default: every key up to 10,000 keys, else 1,000]."),
-    ] = None,
+    knn_queries: _KnnQueries = None,
     seed: Annotated[int, seed_option("Seed for the sampled pairs and queries.")] = 0,
     top: Annotated[int, top_option("Least stable keys to list (lowest k-NN overlap first).")] = 20,
-    min_frequency: Annotated[
-        int | None,
-        typer.Option(
-            "--min-frequency",
-            metavar="N",
-            help=ranged(
-                "List only keys that occur at least N times in the training corpus (needs frequencies).",
-                c.AUDIT_OPTIONS["min_frequency"],
-            ),
-        ),
-    ] = None,
-    frequencies: Annotated[
-        Path | None,
-        typer.Option(
-            "--frequencies",
-            metavar="FILE",
-            help="Key and count per line (tab, comma or space separated) for the stability-by-frequency table "
-            "[default: the counts the run set recorded].",
-        ),
-    ] = None,
-    eis_anchor: Annotated[
-        Path | None,
-        typer.Option(
-            "--eis-anchor",
-            metavar="FILE",
-            help="Anchor embedding for EIS (any embedding file with keys; read by its suffix) [default: the runs' "
-            "consensus after Procrustes].",
-        ),
-    ] = None,
-    eis_alpha: Annotated[
-        float,
-        typer.Option(
-            "--eis-alpha",
-            metavar="ALPHA",
-            help=ranged("Exponent of the anchor's spectrum in EIS.", c.AUDIT_OPTIONS["eis_alpha"]),
-        ),
-    ] = 3.0,
+    min_frequency: _MinFrequency = None,
+    frequencies: _Frequencies = None,
+    eis_anchor: _EisAnchor = None,
+    eis_alpha: _EisAlpha = 3.0,
     check: Annotated[list[str], check_option("representation.knn_overlap>=0.6")] = [],  # noqa: B006
     fmt: ReportFormat = "table",
     json_path: JsonPath = None,
     markdown_path: MarkdownPath = None,
     html_path: HtmlPath = None,
-    plots: Annotated[
-        Path | None,
-        plots_option(
-            "Write PNG figures (paper Fig. 1a-1d; with --labels also the downstream spread) into this directory."
-        ),
-    ] = None,
-    labels: Annotated[
-        Path | None,
-        labels_option(
-            "Key→label file (CSV/TSV key,label; MovieLens u.item, movies.dat or movies.csv): adds the downstream audit."
-        ),
-    ] = None,
+    plots: _Plots = None,
+    labels: _Labels = None,
     task: Task = "auto",
     model: DownstreamModel = None,
     model_param: ModelParam = [],  # noqa: B006
     test_size: TestSize = 0.2,
     split_seed: SplitSeed = 0,
-    variants: Annotated[
-        str | None,
-        typer.Option(
-            "--variants",
-            metavar="LIST",
-            help="Comma list of h, avg, aligned, phi:M, phi:M@SIGMA, aligned+phi:M "
-            "[default: h,avg,aligned,phi:d,phi:2d].",
-        ),
-    ] = None,
-    featurize_dims: Annotated[
-        str | None,
-        typer.Option(
-            "--featurize-dims",
-            metavar="M,M,...",
-            help="Sweep M of every phi variant, e.g. 16,32,64,128 (paper Fig. A.3).",
-        ),
-    ] = None,
-    sigmas: Annotated[
-        str | None,
-        typer.Option(
-            "--sigmas",
-            metavar="SIGMA,SIGMA,...",
-            help="Sweep sigma of every phi variant, e.g. 0.5,1,2 (paper Fig. A.4).",
-        ),
-    ] = None,
+    variants: _Variants = None,
+    featurize_dims: _FeaturizeDims = None,
+    sigmas: _Sigmas = None,
     reference: Annotated[int, reference_option("Position of the run whose model is reused stale on the others.")] = 0,
-    jobs: Annotated[
-        int | None, jobs_option("Downstream fits in parallel [default: available cores].", c.DOWNSTREAM_OPTIONS["jobs"])
-    ] = None,
-    scheduler: Annotated[
-        str | None,
-        scheduler_option(
-            "Send the downstream fits to this Dask scheduler (tcp://host:8786), or local:N; "
-            "default $STABCLI_SCHEDULER. Needs stabcli[dask]."
-        ),
-    ] = None,
-    encoding: Annotated[
-        str | None,
-        encoding_option(
-            "Text encoding of the label and --key-names files [default: utf-8; MovieLens u.item and "
-            "movies.dat: latin-1; a byte-order mark decides]."
-        ),
-    ] = None,
-    prefer: Annotated[
-        Literal["stability", "balanced", "accuracy"],
-        typer.Option(
-            "--prefer",
-            metavar="stability|balanced|accuracy",
-            help="With --labels: a variant with more churn or std than the input is recommended never (stability), "
-            "for a gain beyond 2× the noise (balanced) or beyond 1× (accuracy).",
-        ),
-    ] = "balanced",
-    min_class_size: Annotated[
-        int,
-        typer.Option(
-            "--min-class-size",
-            metavar="N",
-            help=ranged(
-                "Drop label classes with fewer labeled keys, with a warning (5 = one expected test key at the "
-                "default --test-size 0.2).",
-                c.DOWNSTREAM_OPTIONS["min_class_size"],
-            ),
-        ),
-    ] = 5,
+    jobs: _Jobs = None,
+    scheduler: _Scheduler = None,
+    encoding: _Encoding = None,
+    prefer: _Prefer = "balanced",
+    min_class_size: _MinClassSize = 5,
     key_names: KeyNames = None,
-    per_key: Annotated[
-        Path | None,
-        per_key_option(
-            "Write every key's frequency, norm, aligned variance, relative instability, displacement and "
-            "k-NN overlap (.csv, .tsv or .parquet)."
-        ),
-    ] = None,
-    interactions: Annotated[
-        Path | None,
-        typer.Option(
-            "--interactions",
-            metavar="FILE",
-            help="User-item interactions (pretrain's corpus formats and column options): adds the next-item "
-            "recommendation task, each user's last item held out.",
-        ),
-    ] = None,
-    k_list: Annotated[
-        str, typer.Option("--k-list", metavar="K,K,...", help="With --interactions: list lengths for Recall/NDCG@K.")
-    ] = "5,10,20",
-    profiles: Annotated[
-        str,
-        typer.Option(
-            "--profiles",
-            metavar="mean,last",
-            help="With --interactions: a user is the mean of her history's unit vectors, or her last item.",
-        ),
-    ] = "mean,last",
-    users: Annotated[
-        int,
-        typer.Option(
-            "--users", min=0, metavar="N", help="With --interactions: score a seeded sample of N users (0: every user)."
-        ),
-    ] = 10_000,
+    per_key: _PerKey = None,
+    interactions: _Interactions = None,
+    k_list: _KList = "5,10,20",
+    profiles: _Profiles = "mean,last",
+    users: _Users = 10_000,
     corpus_format: CorpusFormat = "auto",
     user_col: UserCol = None,
     item_col: ItemCol = None,

@@ -40,84 +40,112 @@ from stabcli.cli.options import (
 from stabcli.cli.output import render_report, report_files, set_quiet, spinner, warn, wrote
 from stabcli.constraints import ranged
 
+_Before = Annotated[
+    Path, typer.Argument(metavar="BEFORE", help="An embedding file, or a run set (its --reference run).")
+]
+
+
+_After = Annotated[Path, typer.Argument(metavar="AFTER", help="An embedding file, or a run set (its --reference run).")]
+
+
+_Noise = Annotated[
+    Path | None,
+    typer.Option(
+        "--noise",
+        metavar="RUN_SET",
+        help="Run set of seeded runs on BEFORE's data and configuration (stabcli pretrain): each key's noise band.",
+    ),
+]
+
+
+_Align = Annotated[
+    bool,
+    typer.Option(
+        "--align/--no-align",
+        help="Rotate AFTER onto BEFORE (orthogonal Procrustes on the common keys); --no-align compares raw "
+        "coordinates.",
+    ),
+]
+
+
+_KnnQueries = Annotated[
+    int, knn_queries_option("Sampled keys for the k-NN overlap above 10,000 keys (below: every key).")
+]
+
+
+_Alpha = Annotated[
+    float,
+    typer.Option(
+        "--alpha",
+        metavar="LEVEL",
+        help=ranged("Level of the per-key test and of the FDR of the listed keys.", c.DRIFT_OPTIONS["alpha"]),
+    ),
+]
+
+
+_Measure = Annotated[
+    Literal["direction", "length", "distance"],
+    typer.Option(
+        "--measure",
+        metavar="direction|length|distance",
+        help="What decides moved: the cosine distance (direction, what neighbours and similarities see), "
+        "the change of norm (length) or the Euclidean distance (both).",
+    ),
+]
+
+
+_AllowNoiseMismatch = Annotated[
+    bool,
+    typer.Option(
+        "--allow-noise-mismatch",
+        help="Use a --noise run set whose corpus or training configuration differs from BEFORE's (a warning "
+        "in the report).",
+    ),
+]
+
+
+_Labels = Annotated[
+    Path | None,
+    labels_option("Key→label file: BEFORE's model applied to AFTER (raw and aligned) against a model refit on AFTER."),
+]
+
+
+_Encoding = Annotated[
+    str | None,
+    encoding_option(
+        "Text encoding of --labels and --key-names [default: utf-8; latin-1 for MovieLens u.item and "
+        "movies.dat; a byte-order mark decides]."
+    ),
+]
+
+
+_PerKey = Annotated[
+    Path | None, per_key_option("Every key's measures, noise band and verdict (.csv, .tsv or .parquet).")
+]
+
 
 def drift_cmd(
-    before: Annotated[
-        Path, typer.Argument(metavar="BEFORE", help="An embedding file, or a run set (its --reference run).")
-    ],
-    after: Annotated[
-        Path, typer.Argument(metavar="AFTER", help="An embedding file, or a run set (its --reference run).")
-    ],
-    noise: Annotated[
-        Path | None,
-        typer.Option(
-            "--noise",
-            metavar="RUN_SET",
-            help="Run set of seeded runs on BEFORE's data and configuration (stabcli pretrain): each key's noise band.",
-        ),
-    ] = None,
+    before: _Before,
+    after: _After,
+    noise: _Noise = None,
     reference: Annotated[int, reference_option("Run position used when BEFORE or AFTER is a run set.")] = 0,
-    align: Annotated[
-        bool,
-        typer.Option(
-            "--align/--no-align",
-            help="Rotate AFTER onto BEFORE (orthogonal Procrustes on the common keys); --no-align compares raw "
-            "coordinates.",
-        ),
-    ] = True,
+    align: _Align = True,
     knn_k: KnnK = 10,
-    knn_queries: Annotated[
-        int, knn_queries_option("Sampled keys for the k-NN overlap above 10,000 keys (below: every key).")
-    ] = 1_000,
-    alpha: Annotated[
-        float,
-        typer.Option(
-            "--alpha",
-            metavar="LEVEL",
-            help=ranged("Level of the per-key test and of the FDR of the listed keys.", c.DRIFT_OPTIONS["alpha"]),
-        ),
-    ] = 0.01,
-    measure: Annotated[
-        Literal["direction", "length", "distance"],
-        typer.Option(
-            "--measure",
-            metavar="direction|length|distance",
-            help="What decides moved: the cosine distance (direction, what neighbours and similarities see), "
-            "the change of norm (length) or the Euclidean distance (both).",
-        ),
-    ] = "direction",
-    allow_noise_mismatch: Annotated[
-        bool,
-        typer.Option(
-            "--allow-noise-mismatch",
-            help="Use a --noise run set whose corpus or training configuration differs from BEFORE's (a warning "
-            "in the report).",
-        ),
-    ] = False,
+    knn_queries: _KnnQueries = 1_000,
+    alpha: _Alpha = 0.01,
+    measure: _Measure = "direction",
+    allow_noise_mismatch: _AllowNoiseMismatch = False,
     top: Annotated[int, top_option("Moved keys to list (largest changes without --noise).")] = 20,
     seed: Annotated[int, seed_option("Seed of the k-NN sample.")] = 0,
     key_names: KeyNames = None,
-    labels: Annotated[
-        Path | None,
-        labels_option(
-            "Key→label file: BEFORE's model applied to AFTER (raw and aligned) against a model refit on AFTER."
-        ),
-    ] = None,
+    labels: _Labels = None,
     task: Task = "auto",
     model: DownstreamModel = None,
     model_param: ModelParam = [],  # noqa: B006
     test_size: TestSize = 0.2,
     split_seed: SplitSeed = 0,
-    encoding: Annotated[
-        str | None,
-        encoding_option(
-            "Text encoding of --labels and --key-names [default: utf-8; latin-1 for MovieLens u.item and "
-            "movies.dat; a byte-order mark decides]."
-        ),
-    ] = None,
-    per_key: Annotated[
-        Path | None, per_key_option("Every key's measures, noise band and verdict (.csv, .tsv or .parquet).")
-    ] = None,
+    encoding: _Encoding = None,
+    per_key: _PerKey = None,
     check: Annotated[list[str], check_option("drift.discoveries<=20")] = [],  # noqa: B006
     fmt: ReportFormat = "table",
     json_path: JsonPath = None,

@@ -22,49 +22,61 @@ from stabcli.constraints import FEATURIZE_OPTIONS, ranged
 from stabcli.reports.schema import dumps
 from stabcli.reports.text import literal
 
+_Dim = Annotated[
+    int | None,
+    typer.Option("--dim", min=0, metavar="M", help="Output dimension M (even); 0 = only align [default: 128]."),
+]
 
-def featurize_cmd(
-    input_path: Path = typer.Argument(..., metavar="INPUT", help="An embedding file or a run set."),
-    output: Path = typer.Option(
-        ..., "--out", "-o", metavar="PATH", help="Output file, or a new run-set directory for a run set."
-    ),
-    dim: int | None = typer.Option(
-        None, "--dim", min=0, metavar="M", help="Output dimension M (even); 0 = only align [default: 128]."
-    ),
-    epsilon: float | None = typer.Option(
-        None,
+
+_Epsilon = Annotated[
+    float | None,
+    typer.Option(
         "--epsilon",
         metavar="ERROR",
         help="Choose the smallest M whose measured mean kernel error is <= this (instead of --dim).",
     ),
-    sigma: float = typer.Option(
-        1.0,
+]
+
+
+_Sigma = Annotated[
+    float,
+    typer.Option(
         "--sigma",
         metavar="SIGMA",
         help=ranged("Direction scale: kernel exp(-sigma^2 |h-h'|^2 / 2).", FEATURIZE_OPTIONS["sigma"]),
     ),
-    seed: Annotated[int, seed_option("Seed of the random directions U.")] = 0,
-    normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="L2-normalize rows first."),
-    align_to: Path | None = typer.Option(
-        None,
+]
+
+
+_AlignTo = Annotated[
+    Path | None,
+    typer.Option(
         "--align-to",
         metavar="PATH",
         help="Rotate onto this reference first (shared keys): an embedding file, or a run set's run --reference.",
     ),
-    reference: Annotated[int, reference_option("With --align-to RUN_SET: position of its reference run.")] = 0,
-    output_format: Annotated[
-        Literal["npy", "word2vec", "word2vec-bin", "kv", "parquet"] | None,
-        typer.Option(
-            "--output-format",
-            metavar="FORMAT",
-            help="npy, word2vec, word2vec-bin, kv or parquet [default: from the suffix of --out].",
-        ),
-    ] = None,
-    save_transform: Path | None = typer.Option(
-        None, "--save-transform", metavar="FILE", help="Write U (and the rotation) with a serving recipe (.npz)."
+]
+
+
+_OutputFormat = Annotated[
+    Literal["npy", "word2vec", "word2vec-bin", "kv", "parquet"] | None,
+    typer.Option(
+        "--output-format",
+        metavar="FORMAT",
+        help="npy, word2vec, word2vec-bin, kv or parquet [default: from the suffix of --out].",
     ),
-    chunk_rows: int | None = typer.Option(
-        None,
+]
+
+
+_SaveTransform = Annotated[
+    Path | None,
+    typer.Option("--save-transform", metavar="FILE", help="Write U (and the rotation) with a serving recipe (.npz)."),
+]
+
+
+_ChunkRows = Annotated[
+    int | None,
+    typer.Option(
         "--chunk-rows",
         metavar="N",
         help=ranged(
@@ -72,12 +84,35 @@ def featurize_cmd(
             FEATURIZE_OPTIONS["chunk_rows"],
         ),
     ),
-    force: bool = typer.Option(
-        False,
+]
+
+
+_Force = Annotated[
+    bool,
+    typer.Option(
         "--force",
         help="Replace existing outputs (a directory only if it holds nothing but "
         "a run set stabcli wrote; never an input).",
     ),
+]
+
+
+def featurize_cmd(
+    input_path: Path = typer.Argument(..., metavar="INPUT", help="An embedding file or a run set."),
+    output: Path = typer.Option(
+        ..., "--out", "-o", metavar="PATH", help="Output file, or a new run-set directory for a run set."
+    ),
+    dim: _Dim = None,
+    epsilon: _Epsilon = None,
+    sigma: _Sigma = 1.0,
+    seed: Annotated[int, seed_option("Seed of the random directions U.")] = 0,
+    normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="L2-normalize rows first."),
+    align_to: _AlignTo = None,
+    reference: Annotated[int, reference_option("With --align-to RUN_SET: position of its reference run.")] = 0,
+    output_format: _OutputFormat = None,
+    save_transform: _SaveTransform = None,
+    chunk_rows: _ChunkRows = None,
+    force: _Force = False,
     fmt: ReportFormat = "table",
     input_format: InputFormat = None,
     trust_pickle: TrustPickle = False,

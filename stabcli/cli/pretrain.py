@@ -110,6 +110,63 @@ def exit_on_failures(result: PretrainResult) -> None:
         raise typer.Exit(EXIT_BAD_INPUT)
 
 
+_Scheduler = Annotated[
+    str | None,
+    scheduler_option(
+        "Run every run as a task on this Dask scheduler "
+        "(tcp://host:8786), or local:N for N local worker processes; default "
+        "$STABCLI_SCHEDULER. Needs stabcli[dask] and a filesystem every worker sees."
+    ),
+]
+
+
+_Checkpoints = Annotated[
+    bool, typer.Option("--checkpoints", show_default=True, help="Save vectors after every epoch (epochs/NNN.npy).")
+]
+
+
+_Vary = Annotated[
+    Literal["seed", "shuffle", "bootstrap"],
+    typer.Option(
+        "--vary",
+        metavar="seed|shuffle|bootstrap",
+        help="seed: only the seed changes; shuffle: also the "
+        "sequence order; bootstrap: sequences resampled with replacement.",
+    ),
+]
+
+
+_Force = Annotated[
+    bool, typer.Option("--force", show_default=True, help="Replace a run set made with another configuration.")
+]
+
+
+_Script = Annotated[
+    str | None,
+    typer.Option(
+        "--script",
+        metavar="COMMAND",
+        help="Train with your own command; placeholders {seed} {out} {run} {corpus}. Run without a shell.",
+    ),
+]
+
+
+_Tokenize = Annotated[
+    Literal["none", "simple"],
+    typer.Option(
+        "--tokenize",
+        metavar="HOW",
+        help="Text corpora (lines, tagged): none splits on whitespace; simple is gensim's simple_preprocess "
+        "(lower case, words of 2-15 letters, punctuation and digits dropped). Recorded in the manifest.",
+    ),
+]
+
+
+_Encoding = Annotated[
+    str, typer.Option("--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides).")
+]
+
+
 def pretrain_cmd(
     ctx: typer.Context,
     corpus: Path | None = typer.Argument(None, metavar="CORPUS", help="Training corpus (optional with --script)."),
@@ -124,46 +181,16 @@ def pretrain_cmd(
     min_count: MinCount = 1,
     seed: Annotated[int, seed_option("Run i uses seed SEED + i.", None)] = 0,
     jobs: Annotated[int | None, jobs_option("Runs in parallel [default: available cores].")] = None,
-    scheduler: Annotated[
-        str | None,
-        scheduler_option(
-            "Run every run as a task on this Dask scheduler "
-            "(tcp://host:8786), or local:N for N local worker processes; default "
-            "$STABCLI_SCHEDULER. Needs stabcli[dask] and a filesystem every worker sees."
-        ),
-    ] = None,
-    checkpoints: bool = typer.Option(
-        False, "--checkpoints", show_default=True, help="Save vectors after every epoch (epochs/NNN.npy)."
-    ),
-    vary: Literal["seed", "shuffle", "bootstrap"] = typer.Option(
-        "seed",
-        "--vary",
-        metavar="seed|shuffle|bootstrap",
-        help="seed: only the seed changes; shuffle: also the "
-        "sequence order; bootstrap: sequences resampled with replacement.",
-    ),
+    scheduler: _Scheduler = None,
+    checkpoints: _Checkpoints = False,
+    vary: _Vary = "seed",
     param: Params = [],  # noqa: B006 (typer reads the default)
-    force: bool = typer.Option(
-        False, "--force", show_default=True, help="Replace a run set made with another configuration."
-    ),
-    script: str | None = typer.Option(
-        None,
-        "--script",
-        metavar="COMMAND",
-        help="Train with your own command; placeholders {seed} {out} {run} {corpus}. Run without a shell.",
-    ),
+    force: _Force = False,
+    script: _Script = None,
     timeout: Timeout = None,
     corpus_format: CorpusFormat = "auto",
-    tokenize: Literal["none", "simple"] = typer.Option(
-        "none",
-        "--tokenize",
-        metavar="HOW",
-        help="Text corpora (lines, tagged): none splits on whitespace; simple is gensim's simple_preprocess "
-        "(lower case, words of 2-15 letters, punctuation and digits dropped). Recorded in the manifest.",
-    ),
-    encoding: str = typer.Option(
-        "utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides)."
-    ),
+    tokenize: _Tokenize = "none",
+    encoding: _Encoding = "utf-8",
     user_col: UserCol = None,
     item_col: ItemCol = None,
     time_col: TimeCol = None,

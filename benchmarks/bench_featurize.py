@@ -105,12 +105,13 @@ def throughput(rows: int, dim: int, out_dim: int, reps: int) -> dict:
 def chunk_loop(emb: Any, directions: np.ndarray, normalize: bool, rows: int) -> Callable[[], None]:
     """stabcli's chunk loop, everything featurize computes (normalization, finite check,
     scale) without file IO, as a callable to time."""
-    from stabcli.commands.featurize import FeaturizeOptions, _feature_chunks
+    from stabcli.commands.featurize import FeaturizeOptions
+    from stabcli.commands.featurize_stream import feature_chunks
 
     options = FeaturizeOptions(dim=2 * directions.shape[1], normalize=normalize, chunk_rows=rows)
 
     def run() -> None:
-        for _ in _feature_chunks(emb, None, directions, options):
+        for _ in feature_chunks(emb, None, directions, options):
             pass
 
     return run
@@ -133,14 +134,15 @@ def fastest(contenders: dict[Any, Callable[[], None]], reps: int) -> dict[Any, f
 
 def compute_floor(x: np.ndarray, out_dim: int, reps: int = 15) -> dict:
     """Minimum seconds over alternating repetitions of the floor, in two forms, and of stabcli."""
-    from stabcli.commands.featurize import FeaturizeOptions, _chunk_rows
+    from stabcli.commands.featurize import FeaturizeOptions
+    from stabcli.commands.featurize_stream import chunk_rows_for
     from stabcli.inputs.embeddings import Embedding
     from stabcli.measure.fourier import draw_directions
 
     spec = FeaturizeOptions(dim=out_dim)
     u = draw_directions(x.shape[1], out_dim, spec.sigma, spec.seed)
     u32 = u.astype(np.float32)
-    k, rows = u.shape[1], _chunk_rows(spec.chunk_rows, out_dim)
+    k, rows = u.shape[1], chunk_rows_for(spec.chunk_rows, out_dim)
     out = np.zeros((x.shape[0], out_dim), dtype=np.float32)
     projected = np.zeros((x.shape[0], k), dtype=np.float32)
     chunk_out, chunk_projected = np.empty((rows, out_dim), np.float32), np.empty((rows, k), np.float32)
@@ -179,7 +181,7 @@ def compute_floor(x: np.ndarray, out_dim: int, reps: int = 15) -> dict:
 def chunk_sweep(rows: int, dim: int, out_dims: tuple[int, ...] = (128, 512, 2048), reps: int = 7) -> list[dict]:
     """Seconds of stabcli's chunk loop (no IO, BLAS on one thread) per chunk size and output
     dimension, minimum over alternating repetitions; ``auto`` marks the default size."""
-    from stabcli.commands.featurize import _chunk_rows
+    from stabcli.commands.featurize_stream import chunk_rows_for
     from stabcli.inputs.embeddings import Embedding
     from stabcli.measure.fourier import draw_directions
 
@@ -191,7 +193,9 @@ def chunk_sweep(rows: int, dim: int, out_dims: tuple[int, ...] = (128, 512, 2048
         best = fastest(
             {size: chunk_loop(emb, u, True, size) for size in (256, 512, 1024, 2048, 4096, 8192, 16384)}, reps
         )
-        table.append({"M": m, "auto": _chunk_rows(None, m), "seconds": {str(k): round(v, 3) for k, v in best.items()}})
+        table.append(
+            {"M": m, "auto": chunk_rows_for(None, m), "seconds": {str(k): round(v, 3) for k, v in best.items()}}
+        )
         print(
             f"  M={m:5d} (auto {table[-1]['auto']:,} rows): "
             + ", ".join(f"{k}: {v:.3f}" for k, v in table[-1]["seconds"].items()),

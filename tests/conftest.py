@@ -9,10 +9,10 @@ import sys
 from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import Result
 from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,7 +22,7 @@ runner = CliRunner()
 """The one CliRunner of the tests (stdout and stderr apart: ``result.stderr``)."""
 
 
-def invoke(*args: object, env: dict[str, str] | None = None) -> Result:
+def invoke(*args: object, env: dict[str, str] | None = None) -> Any:
     """``stabcli ARGS`` run in-process by :data:`runner` (Paths and numbers are converted to str)."""
     from stabcli.cli.app import app
 
@@ -201,14 +201,14 @@ def wait_for(predicate, seconds: float = 120.0) -> bool:
 
 SLOW_FEATURIZE = (
     "import sys, time\n"
-    "from stabcli.commands import featurize\n"
+    "from stabcli.commands import featurize_stream\n"
     "from stabcli.cli.app import main\n"
-    "chunks = featurize._feature_chunks\n"
+    "chunks = featurize_stream.feature_chunks\n"
     "def slowly(*args, **kwargs):\n"
     "    for item in chunks(*args, **kwargs):\n"
     "        time.sleep(0.02)\n"
     "        yield item\n"
-    "featurize._feature_chunks = slowly\n"
+    "featurize_stream.feature_chunks = slowly\n"
     "sys.argv[0] = 'stabcli'\n"
     "main()\n"
 )

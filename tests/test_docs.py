@@ -190,3 +190,31 @@ def test_first_quick_start_command_needs_no_writable_system_python():
     assert all(not step.startswith(("pip ", "stabcli ")) for step in steps)
     assert ".venv/bin/pip install '.[plots]'" in steps
     assert steps[-1] == ".venv/bin/stabcli demo"
+
+
+def test_development_guide_draws_every_module_of_the_package():
+    """docs/development.md's package tree (after ``<!-- package-layout -->``) and ``ls -R stabcli``
+    list the same modules: a module added without its line in the tree fails here."""
+    text = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    block = text.split("<!-- package-layout -->", 1)[1].split("```", 2)[1]
+    drawn, folders = set(), []
+    for line in block.splitlines()[1:]:
+        if not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        name = line.split()[0]
+        folders = folders[: depth - 1]
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+        else:
+            drawn.add("/".join(["stabcli", *folders, name]))
+    package = REPO / "stabcli"
+    on_disk = {
+        path.relative_to(REPO).as_posix()
+        for path in package.rglob("*")
+        if (path.suffix == ".py" or path.name == "py.typed")
+        and not (path.name == "__init__.py" and path.parent != package)  # a folder's line stands for it
+    }
+    assert drawn == on_disk, (
+        f"missing from the tree: {sorted(on_disk - drawn)}; not in stabcli/: {sorted(drawn - on_disk)}"
+    )

@@ -63,7 +63,7 @@ def test_ctrl_c_exits_130_keeps_finished_runs_and_resumes(tmp_path, sessions_fil
 
 def test_ctrl_c_in_featurize_and_audit_exits_130_without_partial_output(tmp_path, monkeypatch):
     from stabcli.commands import audit as audit_module
-    from stabcli.commands import featurize as featurize_module
+    from stabcli.commands import featurize_stream as featurize_module
     from stabcli.inputs.embeddings import write_embedding
 
     for seed, name in enumerate(("a.npy", "b.npy")):  # two different runs: identical ones get a warning
@@ -72,7 +72,7 @@ def test_ctrl_c_in_featurize_and_audit_exits_130_without_partial_output(tmp_path
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(featurize_module, "_feature_chunks", interrupted)
+    monkeypatch.setattr(featurize_module, "feature_chunks", interrupted)
     monkeypatch.setattr(audit_module, "representation_report", interrupted)
     before = sorted(p.name for p in tmp_path.iterdir())
     for argv in (
@@ -151,7 +151,7 @@ def test_disk_full_while_saving_a_run(tmp_path, sessions_file, monkeypatch):
 
 
 def test_disk_full_while_featurizing_leaves_no_output(tmp_path, monkeypatch):
-    from stabcli.commands import featurize as featurize_module
+    from stabcli.commands import featurize_stream as featurize_module
     from stabcli.inputs.embeddings import write_embedding
 
     write_embedding(tmp_path / "in.npy", [f"k{i}" for i in range(20)], np.ones((20, 4), np.float32))
@@ -159,7 +159,7 @@ def test_disk_full_while_featurizing_leaves_no_output(tmp_path, monkeypatch):
     def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(featurize_module, "_feature_chunks", full_disk)
+    monkeypatch.setattr(featurize_module, "feature_chunks", full_disk)
     result = runner.invoke(
         app, ["featurize", str(tmp_path / "in.npy"), "--out", str(tmp_path / "out.npy"), "--dim", "8"]
     )

@@ -17,6 +17,14 @@ def test_py_typed_marker_exists_and_is_package_data():
     assert "py.typed" in pyproject()["tool"]["setuptools"]["package-data"]["stabcli"]
 
 
+def test_every_subpackage_is_in_the_distribution():
+    """setuptools ships only the packages listed: a new subpackage missing from the list
+    works in an editable install and is absent from ``pip install .``."""
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "stabcli").rglob("__init__.py")}
+    listed = set(pyproject()["tool"]["setuptools"]["packages"]) - {"stabcli.sample_data"}
+    assert found == listed
+
+
 def test_the_test_extra_installs_the_linters_ci_runs():
     names = {req.split(">")[0].split("=")[0].strip() for req in pyproject()["project"]["optional-dependencies"]["test"]}
     assert {"ruff", "mypy", "pytest"} <= names

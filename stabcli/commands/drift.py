@@ -585,13 +585,21 @@ def compute_drift(
         refresh = refresh_report(inputs.b, inputs.a, rotation, inputs.keys, downstream, step, plan)
         downstream_section = DownstreamSection(labels=str(downstream.labels), **refresh)
 
-    input_section = InputSection(
+    input_section = _input_section(inputs, options, residual, key_names_path)
+    report = DriftReport(__version__, input_section, drift_section, noise_section, downstream_section)
+    return report, PerKey(columns)
+
+
+def _input_section(
+    inputs: DriftInputs, options: DriftOptions, residual: float | None, key_names_path: str | None
+) -> InputSection:
+    return InputSection(
         before=inputs.before,
         after=inputs.after,
         noise=inputs.noise,
         noise_runs=len(inputs.noise_runs) if inputs.noise_runs is not None else None,
         before_in_noise=inputs.before_in_noise,
-        keys_compared=n,
+        keys_compared=len(inputs.keys),
         keys_added=len(inputs.added),
         keys_removed=len(inputs.removed),
         added=inputs.added[:ADDED_REMOVED_LISTED],
@@ -603,8 +611,6 @@ def compute_drift(
         key_names=key_names_path,
         environment=differences(inputs.environments),
     )
-    report = DriftReport(__version__, input_section, drift_section, noise_section, downstream_section)
-    return report, PerKey(columns)
 
 
 def _relative_norm_change(change: dm.KeyChange) -> np.ndarray:

@@ -12,8 +12,7 @@ import hashlib
 import io
 import json
 import math
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, BinaryIO, ClassVar
 import numpy as np
 
 from stabcli import __version__
+from stabcli.commands.featurize_stream import features_in_memory, memory_needed, write_npy
 from stabcli.constraints import FEATURIZE_OPTIONS, Constraint, validate_params
 from stabcli.environment import capture
 from stabcli.errors import InputError, OptionError, UsageError
@@ -33,25 +33,20 @@ from stabcli.inputs.embeddings import (
     Embedding,
     ReadOptions,
     check_keys_writable,
-    fits_float32,
     format_for,
     keys_path_for,
     keys_text,
     match_inputs,
-    require_finite,
     write_embedding,
 )
 from stabcli.inputs.embeddings.core import require_float32_range
 from stabcli.measure.align import alignment_residuals, match_keys, procrustes_rotation
 from stabcli.measure.fourier import (
-    blocked_matmul,
     check_output_dim,
     choose_dimension,
     draw_directions,
-    fourier_features,
     rahimi_recht_dimension,
 )
-from stabcli.measure.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
 from stabcli.reports.schema import JsonReport
 from stabcli.runset import VECTORS, RunSet, RunSetWriter, owned, run_name, write_run
 
@@ -161,162 +156,6 @@ def _alignment(emb: Embedding, reference: Embedding) -> tuple[np.ndarray, float,
     R = reference.vectors if theirs is None else reference.vectors[theirs]
     rotation = procrustes_rotation(X, R)
     return (rotation, *alignment_residuals(X, R, rotation))
-
-
-# Output bytes per chunk by default: the chunk's buffers stay in a core's L2 cache. On the
-# benchmark machine about 1 MB was fastest or within noise of it at M = 128, 512 and 2,048
-# (benchmarks/bench_featurize.py --chunk-sweep).
-CHUNK_BYTES = 1 << 20
-
-
-def _chunk_rows(chunk_rows: int | None, width: int) -> int:
-    return chunk_rows or max(256, CHUNK_BYTES // (4 * width))
-
-
-def _float32_carries(block: np.ndarray, norms: np.ndarray) -> bool:
-    """Whether normalizing and projecting ``block`` in float32 is exact to float32 precision:
-    no NaN, inf or overflowing squares, and no nonzero row so small its squares underflow."""
-    low, high = norms.min(), norms.max()  # NaN propagates
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return False
-    return low >= SMALLEST_RELIABLE_NORM32 or not block[norms < SMALLEST_RELIABLE_NORM32].any()
-
-
-def _feature_chunks(
-    emb: Embedding,
-    rotation: np.ndarray | None,
-    directions: np.ndarray | None,
-    options: FeaturizeOptions,
-    buffers: int = 1,
-) -> Iterator[tuple[int, np.ndarray]]:
-    """The output, chunk by chunk: (first row, float32 rows) after alignment and features.
-
-    Computed in float32 (in float64 for a block float32 cannot normalize or hold) into
-    ``buffers`` reused arrays that stay in cache: a yielded block is overwritten ``buffers``
-    chunks later. A block that is not finite is refused, never yielded.
-    """
-    n = emb.vectors.shape[0]
-    chunk_rows = _chunk_rows(options.chunk_rows, _width(emb, directions))
-    rotation32 = None if rotation is None else rotation.astype(np.float32)
-    if directions is not None:
-        # |x·u| <= ‖x‖‖u‖ (Cauchy–Schwarz): below this bound a float32 projection cannot overflow
-        # and the features are finite without a pass over them
-        with np.errstate(over="ignore"):
-            longest_direction = float(np.linalg.norm(directions, axis=0).max())
-        rows, k = min(chunk_rows, n), directions.shape[1]
-        work = np.empty((rows, k), np.float32)
-        outs = [np.empty((rows, 2 * k), np.float32) for _ in range(buffers)]
-    for chunk, start in enumerate(range(0, n, chunk_rows)):
-        raw = emb.vectors[start : start + chunk_rows]
-        with np.errstate(over="ignore"):  # float64 beyond float32's range: redone in float64 below
-            block = np.asarray(raw, dtype=np.float32)
-        inverse, finite = None, False
-        if directions is not None and options.normalize:
-            norms = row_norms(block)  # NaN/inf rows show up here: no separate pass over the block
-            carries = _float32_carries(block, norms)
-            if carries:
-                inverse = inverse_norms(block, norms)
-                finite = rotation is None and max(float(norms.max()), 1.0) * longest_direction < _SAFE_FLOAT32
-        else:
-            with np.errstate(over="ignore", invalid="ignore"):
-                carries = bool(np.isfinite(block.sum()))  # a sum that overflows only costs the float64 path
-        if carries and raw.dtype != np.float32 and not fits_float32(raw):
-            carries = False  # float32 would flush 1e-300 rows to zero (or 1e300 to inf): float64 path
-        if not carries:
-            require_finite(emb.source, emb.keys, raw, start)  # raises, unless float32 is the problem
-            block, inverse, finite = np.asarray(raw, dtype=np.float64), None, False
-            if directions is not None and options.normalize:
-                block = unit_rows(block)  # any magnitude (1e300 rows): ‖x‖² would overflow float64
-        if rotation is not None and rotation32 is not None:
-            block = blocked_matmul(block, rotation32 if block.dtype == np.float32 else rotation)
-        if directions is not None:
-            block = fourier_features(
-                block,
-                directions,
-                options.normalize,
-                out=outs[chunk % buffers][: block.shape[0]],
-                inverse=inverse,
-                work=work if block.dtype == np.float32 else None,
-            )
-        yield start, block if finite else _finite_float32(block, emb, start, options, directions is not None)
-
-
-_SAFE_FLOAT32 = 1e37  # an order of magnitude below float32's largest value
-
-
-def _finite_float32(
-    block: np.ndarray, emb: Embedding, start: int, options: FeaturizeOptions, featurized: bool
-) -> np.ndarray:
-    """``block`` as float32, or an error naming the first key whose output is not finite."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        block = np.asarray(block, dtype=np.float32)
-        if np.isfinite(block.sum()):  # one fast pass; a sum that overflows only costs the row check
-            return block
-    finite = np.isfinite(block).all(axis=1)
-    if finite.all():
-        return block
-    key = emb.keys[start + int(np.argmin(finite))]
-    if featurized:
-        raise OptionError(
-            "sigma",
-            f"{options.sigma:g} makes the features of key {key!r} in {emb.source} NaN "
-            f"(the projection h·U overflows); choose a smaller --sigma",
-        )
-    raise InputError(f"{emb.source}: key {key!r}: aligned values exceed the float32 range of the output")
-
-
-def _width(emb: Embedding, directions: np.ndarray | None) -> int:
-    return emb.dim if directions is None else 2 * directions.shape[1]
-
-
-def _write_npy(
-    emb: Embedding,
-    file: BinaryIO,
-    rotation: np.ndarray | None,
-    directions: np.ndarray | None,
-    options: FeaturizeOptions,
-) -> None:
-    """Stream ``emb`` as a float32 ``.npy`` into ``file``, a chunk in memory at a time; a
-    writer thread saves one chunk while the next is computed."""
-    header = {
-        "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
-        "fortran_order": False,
-        "shape": (emb.vectors.shape[0], _width(emb, directions)),
-    }
-
-    def save(data: Any) -> None:
-        file.write(data)
-
-    with ThreadPoolExecutor(1) as writer:
-        np.lib.format.write_array_header_1_0(file, header)
-        pending = None
-        for _, block in _feature_chunks(emb, rotation, directions, options, buffers=2):
-            if pending is not None:
-                pending.result()  # its buffer is the one the next chunk overwrites
-            pending = writer.submit(save, np.ascontiguousarray(block))
-        if pending is not None:
-            pending.result()
-
-
-def _features_in_memory(
-    emb: Embedding, rotation: np.ndarray | None, directions: np.ndarray | None, options: FeaturizeOptions
-) -> np.ndarray:
-    out = np.empty((emb.vectors.shape[0], _width(emb, directions)), dtype=np.float32)
-    for start, block in _feature_chunks(emb, rotation, directions, options):
-        out[start : start + block.shape[0]] = block
-    return out
-
-
-def memory_needed(rows: int, input_dim: int, dim: int, chunk_rows: int | None, fmt: str) -> int:
-    """Bytes featurize allocates: the directions (float64 and a float32 copy), one chunk's
-    buffers (input block, projection, two output buffers) and, for formats written from
-    memory (all but npy), the whole output."""
-    width = dim or input_dim
-    rows_per_chunk = min(_chunk_rows(chunk_rows, width), rows)
-    directions = input_dim * (dim // 2) * 12
-    chunk = rows_per_chunk * (input_dim * 8 + (dim // 2) * 4 + 2 * width * 4)
-    whole = 0 if fmt == "npy" else rows * width * 4
-    return directions + chunk + whole
 
 
 def _guard_memory(rows: int, input_dim: int, dim: int, options: FeaturizeOptions, fmt: str) -> None:
@@ -447,6 +286,58 @@ def featurize(
     read = read or ReadOptions()
     source, output = Path(input_path), Path(output)
     runset = _open_runset(source)
+    plan, sidecar_path, transform_path = _plan_outputs(source, output, options, read, runset, save_transform, force)
+    fmt = _output_format(output, options.output_format, runset is not None)
+    embeddings, reference, reference_file, notes = _read_inputs(source, runset, options, read)
+    first = embeddings[0]
+    check_keys_writable(output, fmt, first.keys)  # what the output's reader would reject is never written
+    alignments = [_alignment(e, reference) for e in embeddings] if reference else [(None, None, None)] * len(embeddings)
+    dim, measured, rr_dim = _dimension(first, options)
+    _guard_memory(len(first.keys), first.dim, dim, options, fmt)
+    directions = draw_directions(first.dim, dim, options.sigma, options.seed) if dim else None
+    sidecar = _sidecar(source, first, options, fmt, dim, measured, reference_file, directions)
+    with plan:
+        if runset is not None:
+            _featurize_runset(
+                runset, embeddings, plan.staging(output), alignments, directions, options, sidecar, on_run
+            )
+        elif fmt == "npy":
+            with open(plan.staging(output), "wb") as file:
+                write_npy(first, file, alignments[0][0], directions, options)
+            plan.write_text(keys_path_for(output), keys_text(first.keys))
+        else:
+            features = features_in_memory(first, alignments[0][0], directions, options)
+            write_embedding(plan.staging(output, nested=True), first.keys, features, fmt)
+        plan.write_json(sidecar_path, sidecar)
+        if transform_path is not None:
+            _save_transform(plan, transform_path, directions, [a[0] for a in alignments], sidecar)
+    residuals = [a for a in alignments if a[1] is not None]
+    return FeaturizeResult(
+        output,
+        sidecar_path,
+        len(first.keys),
+        first.dim,
+        dim or first.dim,
+        len(embeddings),
+        measured,
+        rr_dim,
+        float(np.mean([a[1] for a in residuals])) if residuals else None,
+        float(np.mean([a[2] for a in residuals])) if residuals else None,
+        notes,
+    )
+
+
+def _plan_outputs(
+    source: Path,
+    output: Path,
+    options: FeaturizeOptions,
+    read: ReadOptions,
+    runset: RunSet | None,
+    save_transform: str | Path | None,
+    force: bool,
+) -> tuple[OutputPlan, Path, Path | None]:
+    """The checked output plan: the output (a run-set directory, or a file and an .npy's keys
+    file), its sidecar and ``--save-transform``; returns (plan, sidecar, transform path)."""
     plan = OutputPlan(
         with_companions(source)
         + (with_companions(options.align_to) if options.align_to else [])
@@ -461,11 +352,17 @@ def featurize(
             plan.add(keys_path_for(output), "keys file")
     sidecar_path = output.with_name(output.name + SIDECAR_SUFFIX)  # once add() knows the output has a name
     plan.add(sidecar_path, "sidecar")
-    if save_transform is not None:
-        save_transform = plan.add(save_transform, "--save-transform")
+    transform_path = plan.add(save_transform, "--save-transform") if save_transform is not None else None
     plan.check()  # an output that is an input is named as such first, whatever else is wrong with it
-    fmt = _output_format(output, options.output_format, runset is not None)
+    return plan, sidecar_path, transform_path
 
+
+def _read_inputs(
+    source: Path, runset: RunSet | None, options: FeaturizeOptions, read: ReadOptions
+) -> tuple[list[Embedding], Embedding | None, Path | None, list[str]]:
+    """The embeddings to featurize (every run of a run set), of one dimension, the reference
+    of ``--align-to`` and the file its checksum is taken of, matched on keys
+    (``match_inputs``: keyless inputs, ``--keys``), and the notes that matching made."""
     embeddings = [runset.load(i) for i in runset.runs] if runset else [read.read(source)]
     first = embeddings[0]
     for emb in embeddings[1:]:
@@ -480,21 +377,34 @@ def featurize(
             embeddings + ([reference] if reference is not None else []), read.keys_file, notes.append
         )
         embeddings, reference = matched[: len(embeddings)], (matched[-1] if reference is not None else None)
-        first = embeddings[0]
-    check_keys_writable(output, fmt, first.keys)  # what the output's reader would reject is never written
-    alignments = [_alignment(e, reference) for e in embeddings] if reference else [(None, None, None)] * len(embeddings)
-    dim, measured, rr_dim = options.dim, None, None
-    if dim is None:
-        assert options.epsilon is not None
-        dim, measured = choose_dimension(first.vectors, options.sigma, options.epsilon, options.seed, options.normalize)
-        diameter = (
-            2.0 if options.normalize else 2.0 * float(np.linalg.norm(np.asarray(first.vectors[:10_000]), axis=1).max())
-        )
-        rr_dim = rahimi_recht_dimension(options.epsilon, options.sigma, first.dim, diameter)
-    _guard_memory(len(first.keys), first.dim, dim, options, fmt)
-    directions = draw_directions(first.dim, dim, options.sigma, options.seed) if dim else None
+    return embeddings, reference, reference_file, notes
 
-    sidecar = {
+
+def _dimension(first: Embedding, options: FeaturizeOptions) -> tuple[int, float | None, int | None]:
+    """(M, its measured kernel error, Rahimi & Recht's bound on M): ``--dim``, or the smallest
+    M meeting ``--epsilon``."""
+    if options.dim is not None:
+        return options.dim, None, None
+    assert options.epsilon is not None
+    dim, measured = choose_dimension(first.vectors, options.sigma, options.epsilon, options.seed, options.normalize)
+    diameter = (
+        2.0 if options.normalize else 2.0 * float(np.linalg.norm(np.asarray(first.vectors[:10_000]), axis=1).max())
+    )
+    return dim, measured, rahimi_recht_dimension(options.epsilon, options.sigma, first.dim, diameter)
+
+
+def _sidecar(
+    source: Path,
+    first: Embedding,
+    options: FeaturizeOptions,
+    fmt: str,
+    dim: int,
+    measured: float | None,
+    reference_file: Path | None,
+    directions: np.ndarray | None,
+) -> dict[str, Any]:
+    """``OUTPUT.featurize.json``: everything needed to reproduce the output bit for bit."""
+    return {
         "stabcli_version": __version__,
         "input": str(source.resolve()),
         "seed": options.seed,
@@ -511,35 +421,6 @@ def featurize(
         "format": fmt,
         "environment": capture(),
     }
-    with plan:
-        if runset is not None:
-            _featurize_runset(
-                runset, embeddings, plan.staging(output), alignments, directions, options, sidecar, on_run
-            )
-        elif fmt == "npy":
-            with open(plan.staging(output), "wb") as file:
-                _write_npy(first, file, alignments[0][0], directions, options)
-            plan.write_text(keys_path_for(output), keys_text(first.keys))
-        else:
-            features = _features_in_memory(first, alignments[0][0], directions, options)
-            write_embedding(plan.staging(output, nested=True), first.keys, features, fmt)
-        plan.write_json(sidecar_path, sidecar)
-        if save_transform is not None:
-            _save_transform(plan, save_transform, directions, [a[0] for a in alignments], sidecar)
-    residuals = [a for a in alignments if a[1] is not None]
-    return FeaturizeResult(
-        output,
-        sidecar_path,
-        len(first.keys),
-        first.dim,
-        dim or first.dim,
-        len(embeddings),
-        measured,
-        rr_dim,
-        float(np.mean([a[1] for a in residuals])) if residuals else None,
-        float(np.mean([a[2] for a in residuals])) if residuals else None,
-        notes,
-    )
 
 
 def _featurize_runset(
@@ -567,7 +448,7 @@ def _featurize_runset(
             partial = writer.new_partial(index)
 
             def stream(file: BinaryIO, emb: Embedding = emb, rotation: np.ndarray | None = rotation) -> None:
-                _write_npy(emb, file, rotation, directions, options)
+                write_npy(emb, file, rotation, directions, options)
 
             write_run(partial, stream, emb.keys, shared_keys=shared, losses=runset.losses(index), log=runset.log(index))
             writer.publish(index, partial)

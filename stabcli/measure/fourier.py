@@ -1,4 +1,4 @@
-"""Random Fourier features and Procrustes alignment: the math, free of IO.
+"""Random Fourier features: the math, free of IO (alignment is ``stabcli.measure.align``).
 
 ``phi(h) = sqrt(1/k) [cos(hU), sin(hU)]`` with k = M/2 directions ``U ~ N(0, σ²)`` drawn
 from ``numpy.random.default_rng(seed)``; ``⟨phi(h), phi(h')⟩`` approximates the Gaussian

@@ -291,6 +291,9 @@ class Cluster:
                 deadline = time.monotonic() + CONNECT_TIMEOUT_S  # the documented bound, whatever answers
                 probe_scheduler(self.address, deadline)
                 self.client = _client_within(distributed, self.address, deadline)
+        except OptionError:  # the probe's or the deadline's own message: already one line
+            self.__exit__(None, None, None)
+            raise
         except (OSError, TimeoutError, ValueError) as exc:
             self.__exit__(None, None, None)
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -396,8 +396,6 @@ def drift_argv(noise: Path) -> list:
         noise / "run-001" / "vectors.npy",
         "--noise",
         noise,
-        "--keys",
-        noise / "keys.txt",
         "--knn-k",
         "3",
     ]

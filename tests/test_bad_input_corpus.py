@@ -328,8 +328,8 @@ CASES = [
     ),
     (
         "labels conflicting",
-        labels(lambda t: put(t, "l.csv", good_labels(t) + "k0,b\n")),
-        "l.csv:31: key 'k0' has label 'b' here but 'a' on line 1",
+        labels(lambda t: put(t, "l.csv", good_labels(t) + "k0,b\n"), "--task", "classification"),
+        "l.csv: key 'k0' has the labels 'a', 'b'; --task classification needs one label per key",
     ),
     ("labels empty label", labels(lambda t: put(t, "l.csv", good_labels(t) + "k1,\n")), "l.csv:31: empty label"),
     ("labels empty file", labels(lambda t: put(t, "l.csv", "\n\n")), "l.csv: no labels found"),

@@ -13,7 +13,6 @@ import math
 from numbers import Integral, Real
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from stabcli.errors import OptionError
 from stabcli.measure.metrics import inverse_norms, unit_rows
@@ -45,35 +44,31 @@ def draw_directions(input_dim: int, n_components: int, sigma: float, seed: int |
     return np.random.default_rng(seed).normal(0.0, sigma, size=(input_dim, n_components // 2))
 
 
-MATMUL_BLOCK_ROWS = 256
-"""Rows per BLAS call in :func:`blocked_matmul`: a fixed GEMM shape, so a row's bits never
-depend on how many rows are streamed at once (docs/reproducibility.md)."""
+MATMUL_BLOCK_ROWS = 4096
+"""Rows per block in :func:`blocked_matmul` (memory only: a row's bits never depend on it)."""
 
 
 def blocked_matmul(X: np.ndarray, W: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``X @ W`` whose every row is computed the same way however many rows X has.
 
-    A GEMM's summation order depends on its shape, the kernel and the thread count (OpenBLAS
-    picks another micro-kernel path for a 7-row block than for a 100-row one). So the rows go
-    through BLAS in blocks of exactly :data:`MATMUL_BLOCK_ROWS` (the last one zero-padded),
-    copied to one contiguous buffer, on one BLAS thread: streaming a file in chunks of any
-    size, or all at once, gives the same bits on one machine.
+    A BLAS GEMM's summation order depends on its shape, the kernel, the thread count and, on
+    some kernels (OpenBLAS Haswell), on the other rows of the block. So the product is
+    accumulated here with elementwise numpy operations, ``Σ_j X[:, j] · W[j]`` in a fixed
+    order of j: each output row depends only on its own input row and W, so streaming a file
+    in chunks of any size, or all at once, gives the same bits on one machine whatever the
+    BLAS kernel or thread count (docs/reproducibility.md).
     """
     dtype = np.result_type(X.dtype, W.dtype)
-    n, rows = X.shape[0], MATMUL_BLOCK_ROWS
-    weights = np.ascontiguousarray(W, dtype=dtype)
+    n, d = X.shape
+    weights = np.asarray(W, dtype=dtype)
     if out is None:
         out = np.empty((n, weights.shape[1]), dtype=dtype)
-    block = np.zeros((rows, X.shape[1]), dtype=dtype)
-    product = np.empty((rows, weights.shape[1]), dtype=dtype)
-    with threadpool_limits(limits=1, user_api="blas"):
-        for start in range(0, n, rows):
-            m = min(rows, n - start)
-            block[:m] = X[start : start + m]
-            if m < rows:
-                block[m:] = 0
-            np.matmul(block, weights, out=product)
-            out[start : start + m] = product[:m]
+    for start in range(0, n, MATMUL_BLOCK_ROWS):
+        rows = np.asarray(X[start : start + MATMUL_BLOCK_ROWS], dtype=dtype)
+        target = out[start : start + rows.shape[0]]
+        target[...] = 0
+        for j in range(d):
+            target += rows[:, j, None] * weights[j]
     return out
 
 

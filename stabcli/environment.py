@@ -24,23 +24,27 @@ from stabcli.reports.schema import doc
 FIELDS = ("stabcli", "python", "numpy", "scipy", "gensim", "blas", "machine", "cpu")
 
 
-@functools.lru_cache(maxsize=1)
 def capture() -> dict[str, str]:
     """This process's environment: package versions, Python, the BLAS library with its
     version and the kernel (architecture) it runs, and the CPU.
 
-    The BLAS entry comes from threadpoolctl (installed with scikit-learn); it lists the
-    libraries loaded so far, so numpy's is always there and scipy's once scipy.linalg is in use.
+    The BLAS entry comes from threadpoolctl (installed with scikit-learn) and is read at each
+    call: it lists the libraries loaded so far (numpy's always, scipy's once scipy.linalg is in
+    use), which grows during a process's life. The rest cannot change and is read once.
     """
     import numpy  # noqa: F401  (loads numpy's BLAS, so threadpoolctl can see it)
 
+    return {**_fixed(), "blas": _blas()}
+
+
+@functools.lru_cache(maxsize=1)
+def _fixed() -> dict[str, str]:
     return {
         "stabcli": _version("stabcli"),
         "python": platform.python_version(),
         "numpy": _version("numpy"),
         "scipy": _version("scipy"),
         "gensim": _version("gensim"),
-        "blas": _blas(),
         "machine": platform.machine() or "unknown",
         "cpu": _cpu_model(),
     }

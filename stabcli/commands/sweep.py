@@ -34,7 +34,7 @@ import numpy as np
 
 from stabcli import __version__
 from stabcli.commands.audit import AuditOptions, build_report, load_runs
-from stabcli.errors import InputError, RunSetError, UsageError
+from stabcli.errors import InputError, RunSetError, UsageError, quote
 from stabcli.fs.atomic import atomic_path, file_sha256, write_json_atomic
 from stabcli.inputs.corpus import Corpus, CorpusOptions, read_corpus
 from stabcli.measure import curves
@@ -101,7 +101,7 @@ class SweepOptions:
         if not self.sizes or any(not (0 < s <= 1) for s in self.sizes):
             raise UsageError("--sizes: shares of the corpus in (0, 1]")
         if self.stability not in STABILITY:
-            raise UsageError(f"--stability {self.stability!r}: choose one of {', '.join(STABILITY)}")
+            raise UsageError(f"--stability {quote(self.stability)}: choose one of {', '.join(STABILITY)}")
         if self.target is not None:
             parse_target(self.target)
 
@@ -111,13 +111,13 @@ def parse_target(text: str) -> tuple[str, float]:
     name, sep, raw = text.partition("=")
     name = name.strip()
     if not sep or name not in TARGETS:
-        raise UsageError(f"--target {text!r}: expected MEASURE=VALUE with MEASURE one of {', '.join(TARGETS)}")
+        raise UsageError(f"--target {quote(text)}: expected MEASURE=VALUE with MEASURE one of {', '.join(TARGETS)}")
     try:
         value = float(raw)
     except ValueError:
-        raise UsageError(f"--target {text!r}: {raw.strip()!r} is not a number") from None
+        raise UsageError(f"--target {quote(text)}: {quote(raw.strip())} is not a number") from None
     if not math.isfinite(value) or value < 0 or (TARGETS[name] != name and value >= 1):
-        raise UsageError(f"--target {text!r}: the value must be finite, at least 0 and (overlaps, CKA) below 1")
+        raise UsageError(f"--target {quote(text)}: the value must be finite, at least 0 and (overlaps, CKA) below 1")
     return name, value
 
 

@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from stabcli.errors import InputError, OptionError
+from stabcli.errors import InputError, OptionError, quote
 from stabcli.inputs.compressed import inner_name
 from stabcli.inputs.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
@@ -148,10 +148,12 @@ class CorpusOptions:
 
     def __post_init__(self) -> None:
         if self.tokenize not in TOKENIZERS:
-            raise OptionError("tokenize", f"unknown tokenizer {self.tokenize!r}; choose one of {', '.join(TOKENIZERS)}")
+            raise OptionError(
+                "tokenize", f"unknown tokenizer {quote(self.tokenize)}; choose one of {', '.join(TOKENIZERS)}"
+            )
         if self.format not in FORMATS:
             raise OptionError(
-                "corpus_format", f"unknown corpus format {self.format!r}; choose one of {', '.join(FORMATS)}"
+                "corpus_format", f"unknown corpus format {quote(self.format)}; choose one of {', '.join(FORMATS)}"
             )
         check_encoding("encoding", self.encoding)
         for role in ("user", "item", "time", "rating"):
@@ -168,7 +170,7 @@ class CorpusOptions:
                 continue
             if spec in seen:
                 raise OptionError(
-                    f"{role}_col", f"{spec!r} is already the {seen[spec]} column ({ROLE_FLAGS[seen[spec]]})"
+                    f"{role}_col", f"{quote(spec)} is already the {seen[spec]} column ({ROLE_FLAGS[seen[spec]]})"
                 )
             seen[spec] = role
         if self.min_rating is not None and (
@@ -176,7 +178,7 @@ class CorpusOptions:
             or not isinstance(self.min_rating, (int, float))
             or not math.isfinite(self.min_rating)
         ):
-            raise OptionError("min_rating", f"expected a finite number, got {self.min_rating!r}")
+            raise OptionError("min_rating", f"expected a finite number, got {quote(self.min_rating)}")
         if self.format in ("lines", "tagged"):
             extra = [ROLE_FLAGS[r] for r, spec in given.items() if spec is not None]
             extra += ["--min-rating"] if self.min_rating is not None else []
@@ -198,7 +200,7 @@ def _column_spec(param: str, spec: object) -> str | int | None:
     if spec is None:
         return None
     if isinstance(spec, bool) or not isinstance(spec, (str, int)):
-        raise OptionError(param, f"expected a column name or a 0-based position, got {spec!r}")
+        raise OptionError(param, f"expected a column name or a 0-based position, got {quote(spec)}")
     if isinstance(spec, str):
         if not spec.strip():
             raise OptionError(param, "empty column name; give a header name or a 0-based position")
@@ -377,7 +379,7 @@ def _read_tagged(path: Path, encoding: str, split: Callable[[str], list[str]] = 
         if not tag.strip():
             raise InputError(f"{path}:{lineno}: empty tag before the tab")
         if len(tag.split()) != 1:
-            raise InputError(f"{path}:{lineno}: tag {tag.strip()!r} contains whitespace, which a key cannot")
+            raise InputError(f"{path}:{lineno}: tag {quote(tag.strip())} contains whitespace, which a key cannot")
         tags.append(tag.strip())
         sequences.append(split(text))
     return Corpus(path, "tagged", sequences, tags=tags)
@@ -396,13 +398,13 @@ def _check_reading(corpus: Corpus, auto: bool) -> None:
                 if corpus.table is None:
                     raise InputError(
                         f"{path}: read as lines, {len(holding):,} of {len(keys):,} distinct keys contain "
-                        f"{delim!r} (e.g. {holding[0]!r}), so each key would be a whole table row; pass "
+                        f"{quote(delim)} (e.g. {quote(holding[0])}), so each key would be a whole table row; pass "
                         f"--corpus-format interactions (with --user-col and --item-col) if it is a table, or "
                         f"separate the tokens with spaces if each line is one sequence"
                     )
                 raise InputError(
-                    f"{path}: {len(holding):,} of {len(keys):,} distinct items contain {delim!r} (e.g. "
-                    f"{holding[0]!r}); the table's delimiter or the item column looks wrong: check --item-col"
+                    f"{path}: {len(holding):,} of {len(keys):,} distinct items contain {quote(delim)} (e.g. "
+                    f"{quote(holding[0])}); the table's delimiter or the item column looks wrong: check --item-col"
                 )
     single = sum(1 for seq in corpus.sequences if len(seq) == 1)
     if single * 2 > n:
@@ -535,7 +537,7 @@ def _layout_for(path: Path, options: CorpusOptions, fmt: str) -> TableLayout:
             raise InputError(f"{path}: empty corpus (no rows)")
         raise InputError(
             f"{path}: not a delimited table: its first lines do not all split into the same number "
-            f"(two or more) of fields on ',', tab, ';', '::' or '|' (first line {first_line[:80]!r})"
+            f"(two or more) of fields on ',', tab, ';', '::' or '|' (first line {quote(first_line[:80])})"
         )
     if (
         any(
@@ -571,7 +573,9 @@ def _choose_columns(
             exact = [j for j, name in enumerate(header) if name == spec]
             loose = [j for j, name in enumerate(header) if name.lower() == spec.lower()]
             if not (exact or loose):
-                raise InputError(f"{path}: no column {spec!r} for {ROLE_FLAGS[role]}; columns are {', '.join(header)}")
+                raise InputError(
+                    f"{path}: no column {quote(spec)} for {ROLE_FLAGS[role]}; columns are {', '.join(header)}"
+                )
             chosen[role] = (exact or loose)[0]
         elif header is not None:
             names = [_normal(name) for name in header]
@@ -623,7 +627,7 @@ def _refuse_shared_columns(path: Path, layout: TableLayout, chosen: dict[str, in
 
 
 def _column_label(layout: TableLayout, index: int) -> str:
-    return repr(layout.header[index]) if layout.header is not None else f"column {index}"
+    return quote(layout.header[index]) if layout.header is not None else f"column {index}"
 
 
 def _time_value(text: str) -> float | None:
@@ -694,7 +698,9 @@ def _read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Corpus:
             except ValueError:
                 rating = math.nan
             if not math.isfinite(rating):
-                raise InputError(f"{path}:{lineno}: rating {fields[r]!r} ({_column_label(layout, r)}) is not a number")
+                raise InputError(
+                    f"{path}:{lineno}: rating {quote(fields[r])} ({_column_label(layout, r)}) is not a number"
+                )
             if rating < min_rating:
                 skipped += 1
                 continue
@@ -703,7 +709,7 @@ def _read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Corpus:
             value = _time_value(fields[t])
             if value is None:
                 raise InputError(
-                    f"{path}:{lineno}: timestamp {fields[t]!r} ({_column_label(layout, t)}) is not a "
+                    f"{path}:{lineno}: timestamp {quote(fields[t])} ({_column_label(layout, t)}) is not a "
                     f"number or an ISO date (--time-col none keeps file order)"
                 )
             stamp = value
@@ -711,7 +717,7 @@ def _read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Corpus:
         if known is None:
             if len(item.split()) != 1:
                 raise InputError(
-                    f"{path}:{lineno}: item {item!r} contains whitespace, which a key cannot; check --item-col"
+                    f"{path}:{lineno}: item {quote(item)} contains whitespace, which a key cannot; check --item-col"
                 )
             known = interned[item] = item
         items = items_by_user.get(user)

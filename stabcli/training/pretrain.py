@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from stabcli import __version__
 from stabcli.constraints import TRAIN_CONFIG, Constraint, validate_params
-from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.errors import InputError, OptionError, UsageError, quote
 from stabcli.fs.atomic import file_sha256
 from stabcli.fs.resources import require_disk, require_memory
 from stabcli.inputs.corpus import Corpus, CorpusOptions, read_corpus
@@ -104,9 +104,9 @@ class TrainConfig:
             script_argv(self.script, seed=0, out=Path("out"), run=0, corpus=None)  # fails early on bad quoting
             return
         if self.model not in MODELS:
-            raise OptionError("model", f"{self.model!r}: choose one of {', '.join(MODELS)}")
+            raise OptionError("model", f"{quote(self.model)}: choose one of {', '.join(MODELS)}")
         if self.vary not in VARY:
-            raise OptionError("vary", f"{self.vary!r}: choose one of {', '.join(VARY)}")
+            raise OptionError("vary", f"{quote(self.vary)}: choose one of {', '.join(VARY)}")
         validate_params(self)
         for name in TRAIN_CONFIG:
             value = getattr(self, name)
@@ -248,7 +248,7 @@ def parse_params(model: str, pairs: Iterable[str]) -> dict[str, Any]:
         name, sep, raw = pair.partition("=")
         name = name.strip()
         if not sep or not name:
-            raise UsageError(f"--param {pair!r}: expected key=value")
+            raise UsageError(f"--param {quote(pair)}: expected key=value")
         try:
             params[name] = ast.literal_eval(raw.strip())
         except (ValueError, SyntaxError, MemoryError, RecursionError):

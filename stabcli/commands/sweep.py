@@ -37,6 +37,7 @@ from stabcli.commands.audit import AuditOptions, build_report, load_runs
 from stabcli.errors import InputError, RunSetError, UsageError, quote
 from stabcli.fs.atomic import atomic_path, file_sha256, write_json_atomic
 from stabcli.inputs.corpus import Corpus, CorpusOptions, read_corpus
+from stabcli.inputs.labels import read_label_sets
 from stabcli.measure import curves
 from stabcli.measure import metrics as m
 from stabcli.measure.align import match_keys, matched_vectors
@@ -201,10 +202,10 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
     address = scheduler_address(scheduler)
     extra: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
-        if address is not None:
-            from stabcli.training.cluster import Cluster, pretrain_backend
+        if address is not None:  # local:N starts its workers once the inputs are checked, at the first cell
+            from stabcli.training.cluster import training_backend
 
-            extra["backend"] = pretrain_backend(stack.enter_context(Cluster(address)))
+            extra["backend"] = stack.enter_context(training_backend(address))
         report = run_sweep(
             corpus,
             out,
@@ -272,6 +273,9 @@ def run_sweep(
     if config.vary != "seed":
         raise UsageError("--vary: a sweep varies the seed only (the data sizes vary the data)")
     corpus = read_corpus(corpus_path, config.model, corpus_options)
+    if downstream is not None:  # a bad label file fails now, not after every cell is trained
+        keys = set(corpus.tags) if corpus.tags is not None else {t for s in corpus.sequences for t in s}
+        read_label_sets(downstream.labels, keys, downstream.encoding)
     n = len(corpus.sequences)
     identity = {
         "schema_version": SCHEMA_VERSION,

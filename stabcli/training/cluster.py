@@ -17,7 +17,7 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -408,23 +408,38 @@ def pretrain_backend(cluster: Cluster) -> Callable[[Sequence[RunTask], int], Ite
     return backend
 
 
-def cluster_backend(
+@contextmanager
+def training_backend(
     address: str, on_connect: Callable[[Cluster], None] | None = None
-) -> Callable[[Sequence[RunTask], int], Iterator[RunResult]]:
-    """A pretrain execution backend that connects to ``address`` (for ``local:N``: starts its
-    workers) only when the runs are ready to go, after every input was checked. A missing
-    ``stabcli[dask]`` is reported at once."""
+) -> Iterator[Callable[[Sequence[RunTask], int], Iterator[RunResult]]]:
+    """The pretrain execution backend on ``address`` for the block, however many batches of
+    runs it trains (pretrain's one, or a sweep's cells): the one place a command's cluster
+    starts.
+
+    A scheduler address is connected to at once, so a wrong address fails before anything
+    is written. ``local:N`` starts its workers only when the first runs are ready to go,
+    after every input and option was checked, and keeps them for the later batches; a block
+    with nothing to train starts none. A missing ``stabcli[dask]`` is reported at once.
+    """
     _distributed()
+    with ExitStack() as stack:
+        clusters: list[Cluster] = []
 
-    def backend(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunResult]:
-        if not tasks:
-            return
-        with Cluster(address) as cluster:
-            if on_connect is not None:
-                on_connect(cluster)
-            yield from pretrain_backend(cluster)(tasks, jobs)
+        def connect() -> Cluster:
+            if not clusters:
+                clusters.append(stack.enter_context(Cluster(address)))
+                if on_connect is not None:
+                    on_connect(clusters[0])
+            return clusters[0]
 
-    return backend
+        if not address.startswith("local:"):
+            connect()
+
+        def backend(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunResult]:
+            if tasks:
+                yield from pretrain_backend(connect())(tasks, jobs)
+
+        yield backend
 
 
 @contextmanager

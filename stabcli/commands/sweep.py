@@ -12,18 +12,15 @@ read off what makes the embedding stable (docs/commands.md, stabcli sweep).
       swap/size-0.4/pair-000.txt, pair-000/   the sample with one sequence swapped, one run
 
 Every cell is an ordinary run set written through :func:`stabcli.training.pretrain.pretrain`
-(same lock, manifest, resume and backends), so a killed sweep resumes where it stopped and
+(same lock, manifest, resume and backends; the directory and the training are
+:mod:`stabcli.training.sweep_dir`), so a killed sweep resumes where it stopped and
 ``stabcli audit OUT/cells/NAME`` reads any cell. Cells share nothing but the sample files.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
-import os
-import re
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -34,27 +31,34 @@ import numpy as np
 
 from stabcli import __version__
 from stabcli.commands.audit import AuditOptions, build_report, load_runs
-from stabcli.errors import InputError, RunSetError, UsageError
-from stabcli.fs.atomic import atomic_path, file_sha256, write_json_atomic
-from stabcli.inputs.corpus import Corpus, CorpusOptions, read_corpus
+from stabcli.errors import InputError, UsageError
+from stabcli.fs.atomic import file_sha256
+from stabcli.inputs.corpus import CorpusOptions, read_corpus
 from stabcli.measure import curves
 from stabcli.measure import metrics as m
 from stabcli.measure.align import match_keys, matched_vectors
 from stabcli.reports import schema
 from stabcli.reports.audit_report import AuditReport
 from stabcli.reports.sweep_report import Pareto, PowerLaw, SizePoint, SwapOne, SweepCell, SweepReport, Target
-from stabcli.runset.layout import check_removable_runset, is_runset, remove_stabcli_entries
-from stabcli.runset.manifest import load_json
 from stabcli.runset.reader import RunSet
-from stabcli.runset.writer import RunSetLock
 from stabcli.training import sweep_plan as plan
-from stabcli.training.pretrain import Backend, TrainConfig, _prepared_corpus, local_backend, parse_params, pretrain
+from stabcli.training.pretrain import Backend, TrainConfig, local_backend, parse_params
+from stabcli.training.sweep_dir import (
+    CELLS,
+    SweepDir,
+    Trained,
+    check_outputs,
+    prepared_lines,
+    train_cells,
+    train_one,
+    train_swap_one,
+)
 
 if TYPE_CHECKING:
+    from stabcli.commands.common import ReportFiles
+    from stabcli.fs.outputs import OutputPlan
     from stabcli.measure.downstream import DownstreamOptions
 
-MANIFEST = "sweep.json"
-CORPORA, CELLS, SWAP = "corpora", "cells", "swap"
 SCHEMA_VERSION = 1
 
 # instability measures of the data-size curves: name → (cell field, flip: 1 − value)
@@ -161,8 +165,7 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
     >>> report = stabcli.sweep("sessions.txt", "sweeps/s1", grid="window=2,5", sizes="0.5,1", runs=3)  # doctest: +SKIP
     >>> report.data_size["knn_instability"].b  # doctest: +SKIP
     """
-    from stabcli.commands.common import Renderings, ReportFiles, refuse_unknown, take, warn
-    from stabcli.reports import sweep_render
+    from stabcli.commands.common import ReportFiles, warn
 
     options = dict(options)
     on_warning = options.pop("on_warning", None) or warn
@@ -170,27 +173,7 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
     checks, scheduler = list(options.pop("checks", ())), options.pop("scheduler", None)
     jobs, force, timeout = options.pop("jobs", None), options.get("force", False), options.pop("timeout", None)
     files = ReportFiles.take(options)
-    params = options.pop("params", None) or {}
-    model = options.get("model", "word2vec")
-    if not isinstance(params, dict):
-        params = parse_params(model, params)
-    config = TrainConfig(**take(TrainConfig, options), params=params)
-    corpus_options = CorpusOptions(**take(CorpusOptions, options, {"corpus_format": "format"}))
-    grid = options.pop("grid", None) or {}
-    sizes = options.pop("sizes", None) or [1.0]
-    settings = SweepOptions(
-        grid=plan.parse_grid(grid, model, config.script) if isinstance(grid, str) else dict(grid),
-        sizes=plan.parse_sizes(sizes) if isinstance(sizes, str) else sorted(float(v) for v in sizes),
-        **{name: options.pop(name) for name in SWEEP_KEYWORDS if name in options},
-    )
-    audit = AuditOptions(**{name: options.pop(name) for name in ("knn_k", "knn_queries") if name in options})
-    labelled = {field: options.pop(name) for name, field in DOWNSTREAM_KEYWORDS.items() if name in options}
-    refuse_unknown("sweep", options)
-    downstream = None
-    if labelled.get("labels") is not None:
-        from stabcli.measure.downstream import DownstreamOptions
-
-        downstream = DownstreamOptions(**{k: v for k, v in labelled.items() if v is not None}, jobs=jobs)
+    config, corpus_options, settings, audit, downstream = _options(options, jobs)
     validate_checks(checks, labels=downstream is not None, target=settings.target is not None)
     files.check_formats()
     inputs = [Path(corpus), *([downstream.labels] if downstream else [])]
@@ -221,6 +204,50 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
             on_warning=on_warning,
             **extra,
         )
+    for figure in _write_reports(report, files, report_plan, on_warning):
+        if on_figure is not None:
+            on_figure(figure)
+    return report
+
+
+def _options(
+    options: dict[str, Any], jobs: int | None
+) -> tuple[TrainConfig, CorpusOptions, SweepOptions, AuditOptions, DownstreamOptions | None]:
+    """The keyword options split into the options types (each checked on construction); an
+    unknown keyword is a ``TypeError``."""
+    from stabcli.commands.common import refuse_unknown, take
+
+    params = options.pop("params", None) or {}
+    model = options.get("model", "word2vec")
+    if not isinstance(params, dict):
+        params = parse_params(model, params)
+    config = TrainConfig(**take(TrainConfig, options), params=params)
+    corpus_options = CorpusOptions(**take(CorpusOptions, options, {"corpus_format": "format"}))
+    grid = options.pop("grid", None) or {}
+    sizes = options.pop("sizes", None) or [1.0]
+    settings = SweepOptions(
+        grid=plan.parse_grid(grid, model, config.script) if isinstance(grid, str) else dict(grid),
+        sizes=plan.parse_sizes(sizes) if isinstance(sizes, str) else sorted(float(v) for v in sizes),
+        **{name: options.pop(name) for name in SWEEP_KEYWORDS if name in options},
+    )
+    audit = AuditOptions(**{name: options.pop(name) for name in ("knn_k", "knn_queries") if name in options})
+    labelled = {field: options.pop(name) for name, field in DOWNSTREAM_KEYWORDS.items() if name in options}
+    refuse_unknown("sweep", options)
+    downstream = None
+    if labelled.get("labels") is not None:
+        from stabcli.measure.downstream import DownstreamOptions
+
+        downstream = DownstreamOptions(**{k: v for k, v in labelled.items() if v is not None}, jobs=jobs)
+    return config, corpus_options, settings, audit, downstream
+
+
+def _write_reports(
+    report: SweepReport, files: ReportFiles, report_plan: OutputPlan, on_warning: Callable[[str], None]
+) -> list[Path]:
+    """The JSON, Markdown, plot and HTML files asked for, all or none; the figures' and the page's paths."""
+    from stabcli.commands.common import Renderings
+    from stabcli.reports import sweep_render
+
     text = schema.dumps(report)
     renderings = Renderings(
         text,
@@ -228,16 +255,7 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
         lambda: sweep_render.plot_figures(report),
         page=lambda figures, _: sweep_render.render_html(report, figures, text),
     )
-    figures = files.write(report_plan, text, renderings=renderings, on_warning=on_warning)
-    for figure in figures:
-        if on_figure is not None:
-            on_figure(figure)
-    return report
-
-
-@dataclass
-class _Trained:
-    seconds: float | None
+    return files.write(report_plan, text, renderings=renderings, on_warning=on_warning)
 
 
 def run_sweep(
@@ -283,36 +301,15 @@ def run_sweep(
     order = plan.nested_order(n, options.seed)
     if plan.sample_indices(order, options.sizes[0]).size < 2:
         raise UsageError(f"--sizes {options.sizes[0]:g}: {n} sequences give a sample of 1; use larger sizes")
-    trained: dict[str, _Trained] = {}
-    train = partial(_train, jobs=jobs, force=force, tagged=corpus.tags is not None, backend=backend, timeout=timeout)
-    with _SweepDir(root, identity, force) as directory:
-        prepared = _prepared_lines(corpus)
-        for size in options.sizes:
-            directory.write_corpus(plan.size_label(size), _sample(prepared, plan.sample_indices(order, size)))
-        for i, cell in enumerate(cells, 1):
-            step(f"training cell {i}/{len(cells)}: {cell.name}")
-            corpus_file = directory.corpus(plan.size_label(cell.size))
-            trained[cell.name] = train(
-                directory.cell(cell.name), corpus_file, cell.config, options.runs, options.seed, cell.name
-            )
-        swap_sets: dict[float, tuple[Path, list[Path]]] = {}
+    train = partial(train_one, jobs=jobs, force=force, tagged=corpus.tags is not None, backend=backend, timeout=timeout)
+    swap_sets: dict[float, tuple[Path, list[Path]]] = {}
+    with SweepDir(root, identity, force) as directory:
+        prepared = prepared_lines(corpus)
+        trained = train_cells(directory, prepared, order, cells, options.sizes, options.runs, options.seed, train, step)
         if options.swap_one:
-            swap_config = plan.cells({}, [1.0], config)[0].config
-            for size in options.sizes:
-                label = plan.size_label(size)
-                inside = plan.sample_indices(order, size)
-                base = directory.swap(label) / "base"
-                step(f"swap-one {label}: base run")
-                train(base, directory.corpus(label), swap_config, 1, options.seed, f"swap {label} base")
-                pairs = []
-                for j, swap in enumerate(plan.swaps(order, size, options.swap_one, options.seed)):
-                    text = directory.swap(label) / f"pair-{j:03d}.txt"
-                    directory.write_file(text, _sample(prepared, plan.swapped(inside, swap)))
-                    step(f"swap-one {label}: pair {j + 1}/{options.swap_one}")
-                    pair = directory.swap(label) / f"pair-{j:03d}"
-                    train(pair, text, swap_config, 1, options.seed, f"swap {label} pair {j}")
-                    pairs.append(pair)
-                swap_sets[size] = (base, pairs)
+            swap_sets = train_swap_one(
+                directory, prepared, order, options.sizes, options.swap_one, options.seed, config, train, step
+            )
     audits: dict[str, AuditReport] = {}
     cell_downstream = replace(downstream, variants=["h"]) if downstream is not None else None
     for i, cell in enumerate(cells, 1):
@@ -340,152 +337,6 @@ def validate_checks(expressions: Sequence[str], labels: bool, target: bool) -> N
     schema.validate_checks(SweepReport, expressions, needs)
 
 
-def check_outputs(out: str | Path, inputs: Sequence[str | Path], outputs: Sequence[str | Path]) -> None:
-    """UsageError when an input or a report output lies where the sweep writes (its samples,
-    cells, swap-one runs, manifest): training would overwrite or delete it. Anything else
-    inside ``out`` is fine (``--json OUT/report.json``)."""
-    real = Path(os.path.realpath(out))
-    for kind, paths in (("input", inputs), ("output", outputs)):
-        for path in paths:
-            try:
-                relative = Path(os.path.realpath(path)).relative_to(real)
-            except ValueError:
-                continue
-            if not relative.parts or _OWNED_TOP.match(relative.parts[0]):
-                raise UsageError(
-                    f"{path}: the {kind} lies where the sweep writes in --out {out}; move it or choose another --out"
-                )
-
-
-# ---------------------------------------------------------------- training
-
-
-def _train(
-    root: Path,
-    corpus: Path,
-    config: TrainConfig,
-    runs: int,
-    seed: int,
-    what: str,
-    *,
-    jobs: int | None,
-    force: bool,
-    tagged: bool,
-    backend: Backend,
-    timeout: float | None,
-) -> _Trained:
-    """One cell (or swap-one run) through pretrain: resumed, or replaced with ``force``."""
-    result = pretrain(
-        root,
-        corpus,
-        config,
-        runs=runs,
-        seed=seed,
-        jobs=jobs,
-        force=force,
-        corpus_options=CorpusOptions(format="tagged" if tagged else "lines"),
-        timeout=timeout,
-        backend=backend,
-    )
-    if result.failed:
-        first = result.failed[0]
-        raise RunSetError(f"{what}: {len(result.failed)} run(s) failed; {first.error}")
-    seconds = [r.seconds for r in result.runs]
-    return _Trained(None if any(s is None for s in seconds) else float(sum(s for s in seconds if s is not None)))
-
-
-def _prepared_lines(corpus: Corpus) -> list[bytes]:
-    return _prepared_corpus(corpus).splitlines(keepends=True)
-
-
-def _sample(lines: list[bytes], indices: Sequence[int] | np.ndarray) -> bytes:
-    return b"".join(lines[int(i)] for i in indices)
-
-
-_OWNED_TOP = re.compile(rf"^({CORPORA}|{CELLS}|{SWAP}|{re.escape(MANIFEST)}|stabcli\.lock)$")
-
-
-class _SweepDir:
-    """The sweep directory: created or resumed under its lock; refuses a directory that is
-    not a sweep (unless empty) and, without ``force``, a sweep of another corpus or seed."""
-
-    def __init__(self, root: Path, identity: dict[str, Any], force: bool):
-        self.root, self.identity, self.force = root, identity, force
-        self.lock = RunSetLock(root)
-
-    def __enter__(self) -> _SweepDir:
-        root = self.root
-        if root.exists() and not root.is_dir():
-            raise UsageError(f"--out {root}: exists and is not a directory")
-        if root.is_dir() and not (root / MANIFEST).is_file():
-            foreign = sorted(p.name for p in root.iterdir() if not _OWNED_TOP.match(p.name))
-            if foreign:
-                raise RunSetError(f"--out {root}: not a sweep directory (it holds {foreign[0]}); choose another --out")
-        root.mkdir(parents=True, exist_ok=True)
-        self.lock.__enter__()
-        try:
-            self._open()
-        except BaseException:
-            self.lock.__exit__(None, None, None)
-            raise
-        return self
-
-    def _open(self) -> None:
-        path = self.root / MANIFEST
-        if path.is_file():
-            try:
-                old = load_json(path)
-            except (OSError, ValueError) as exc:
-                raise RunSetError(f"{path}: unreadable sweep manifest ({exc})") from None
-            if old != self.identity:
-                if not self.force:
-                    changed = [k for k in self.identity if not isinstance(old, dict) or old.get(k) != self.identity[k]]
-                    raise RunSetError(
-                        f"--out {self.root}: a sweep of another {' and '.join(changed) or 'kind'}; "
-                        "use --force to replace it, or another --out"
-                    )
-                self._remove_old()
-        write_json_atomic(path, self.identity)
-
-    def _remove_old(self) -> None:
-        """Everything an earlier sweep wrote here, refusing a run set holding a user's file."""
-        for group in (CELLS, SWAP):
-            for runset in sorted(p for p in (self.root / group).rglob("*") if is_runset(p)):
-                check_removable_runset(runset)  # a user's file inside: refused, nothing removed
-                remove_stabcli_entries(runset)
-                runset.rmdir()
-        for sample in sorted((self.root / SWAP).glob("size-*/pair-*.txt")):
-            sample.unlink()
-        if (self.root / CORPORA).is_dir():
-            shutil.rmtree(self.root / CORPORA)  # only the samples this command writes live there
-
-    def __exit__(self, *exc: object) -> None:
-        self.lock.__exit__(*exc)
-
-    def corpus(self, label: str) -> Path:
-        return self.root / CORPORA / f"{label}.txt"
-
-    def cell(self, name: str) -> Path:
-        (self.root / CELLS).mkdir(exist_ok=True)
-        return self.root / CELLS / name
-
-    def swap(self, label: str) -> Path:
-        path = self.root / SWAP / label
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def write_corpus(self, label: str, data: bytes) -> None:
-        (self.root / CORPORA).mkdir(exist_ok=True)
-        self.write_file(self.corpus(label), data)
-
-    def write_file(self, path: Path, data: bytes) -> None:
-        """Written atomically, and only when its bytes change (a resumed cell keeps its input)."""
-        if path.is_file() and file_sha256(path) == hashlib.sha256(data).hexdigest():
-            return
-        with atomic_path(path) as tmp:
-            tmp.write_bytes(data)
-
-
 # ---------------------------------------------------------------- the report
 
 
@@ -497,7 +348,7 @@ def _value(cell: SweepCell, name: str) -> float | None:
     return 1.0 - value if flip else float(value)
 
 
-def _cell(cell: plan.Cell, report: AuditReport, trained: _Trained, sequences: int, root: Path) -> SweepCell:
+def _cell(cell: plan.Cell, report: AuditReport, trained: Trained, sequences: int, root: Path) -> SweepCell:
     rep = report.representation
     ds = report.downstream
     metric = mean = std = churn = None
@@ -608,7 +459,7 @@ def _report(
     options: SweepOptions,
     cells: list[plan.Cell],
     audits: dict[str, AuditReport],
-    trained: dict[str, _Trained],
+    trained: dict[str, Trained],
     sizes_m: dict[float, int],
     n: int,
     swap_sets: dict[float, tuple[Path, list[Path]]],

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from stabcli.errors import OptionError, UsageError
-from stabcli.training.pretrain import DOC2VEC_PARAMS, GENSIM_PARAMS, PLACEHOLDERS, TrainConfig, check_params
+from stabcli.training.config import DOC2VEC_PARAMS, GENSIM_PARAMS, TrainConfig, check_params
+from stabcli.training.trainers import PLACEHOLDERS
 
 CONFIG_FIELDS = ("dim", "window", "negative", "epochs", "sg", "min_count")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

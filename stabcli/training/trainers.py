@@ -37,7 +37,7 @@ from stabcli.training.processes import (
 )
 
 if TYPE_CHECKING:
-    from stabcli.training.pretrain import TrainConfig
+    from stabcli.training.config import TrainConfig
 
 PLACEHOLDERS = ("{seed}", "{out}", "{run}", "{corpus}")
 LOG_LIMIT = 10 * 2**20  # bytes of a script's output kept in log.txt; the rest is counted and dropped

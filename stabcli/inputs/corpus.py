@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stabcli.errors import InputError, OptionError
+from stabcli.errors import InputError, OptionError, quote
 from stabcli.inputs.compressed import inner_name
 from stabcli.inputs.interactions import (
     DELIMITER_NAMES,
@@ -72,10 +72,12 @@ class CorpusOptions:
 
     def __post_init__(self) -> None:
         if self.tokenize not in TOKENIZERS:
-            raise OptionError("tokenize", f"unknown tokenizer {self.tokenize!r}; choose one of {', '.join(TOKENIZERS)}")
+            raise OptionError(
+                "tokenize", f"unknown tokenizer {quote(self.tokenize)}; choose one of {', '.join(TOKENIZERS)}"
+            )
         if self.format not in FORMATS:
             raise OptionError(
-                "corpus_format", f"unknown corpus format {self.format!r}; choose one of {', '.join(FORMATS)}"
+                "corpus_format", f"unknown corpus format {quote(self.format)}; choose one of {', '.join(FORMATS)}"
             )
         check_encoding("encoding", self.encoding)
         for role in ("user", "item", "time", "rating"):
@@ -92,7 +94,7 @@ class CorpusOptions:
                 continue
             if spec in seen:
                 raise OptionError(
-                    f"{role}_col", f"{spec!r} is already the {seen[spec]} column ({ROLE_FLAGS[seen[spec]]})"
+                    f"{role}_col", f"{quote(spec)} is already the {seen[spec]} column ({ROLE_FLAGS[seen[spec]]})"
                 )
             seen[spec] = role
         if self.min_rating is not None and (
@@ -100,7 +102,7 @@ class CorpusOptions:
             or not isinstance(self.min_rating, (int, float))
             or not math.isfinite(self.min_rating)
         ):
-            raise OptionError("min_rating", f"expected a finite number, got {self.min_rating!r}")
+            raise OptionError("min_rating", f"expected a finite number, got {quote(self.min_rating)}")
         if self.format in ("lines", "tagged"):
             extra = [ROLE_FLAGS[r] for r, spec in given.items() if spec is not None]
             extra += ["--min-rating"] if self.min_rating is not None else []
@@ -122,7 +124,7 @@ def _column_spec(param: str, spec: object) -> str | int | None:
     if spec is None:
         return None
     if isinstance(spec, bool) or not isinstance(spec, (str, int)):
-        raise OptionError(param, f"expected a column name or a 0-based position, got {spec!r}")
+        raise OptionError(param, f"expected a column name or a 0-based position, got {quote(spec)}")
     if isinstance(spec, str):
         if not spec.strip():
             raise OptionError(param, "empty column name; give a header name or a 0-based position")
@@ -301,7 +303,7 @@ def _read_tagged(path: Path, encoding: str, split: Callable[[str], list[str]] = 
         if not tag.strip():
             raise InputError(f"{path}:{lineno}: empty tag before the tab")
         if len(tag.split()) != 1:
-            raise InputError(f"{path}:{lineno}: tag {tag.strip()!r} contains whitespace, which a key cannot")
+            raise InputError(f"{path}:{lineno}: tag {quote(tag.strip())} contains whitespace, which a key cannot")
         tags.append(tag.strip())
         sequences.append(split(text))
     return Corpus(path, "tagged", sequences, tags=tags)
@@ -320,13 +322,13 @@ def _check_reading(corpus: Corpus, auto: bool) -> None:
                 if corpus.table is None:
                     raise InputError(
                         f"{path}: read as lines, {len(holding):,} of {len(keys):,} distinct keys contain "
-                        f"{delim!r} (e.g. {holding[0]!r}), so each key would be a whole table row; pass "
+                        f"{quote(delim)} (e.g. {quote(holding[0])}), so each key would be a whole table row; pass "
                         f"--corpus-format interactions (with --user-col and --item-col) if it is a table, or "
                         f"separate the tokens with spaces if each line is one sequence"
                     )
                 raise InputError(
-                    f"{path}: {len(holding):,} of {len(keys):,} distinct items contain {delim!r} (e.g. "
-                    f"{holding[0]!r}); the table's delimiter or the item column looks wrong: check --item-col"
+                    f"{path}: {len(holding):,} of {len(keys):,} distinct items contain {quote(delim)} (e.g. "
+                    f"{quote(holding[0])}); the table's delimiter or the item column looks wrong: check --item-col"
                 )
     single = sum(1 for seq in corpus.sequences if len(seq) == 1)
     if single * 2 > n:

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stabcli.errors import InputError
+from stabcli.errors import InputError, quote
 from stabcli.inputs.compressed import inner_name
 from stabcli.inputs.textfile import sniff_encoding, text_lines
 
@@ -240,7 +240,7 @@ def _layout_for(path: Path, options: CorpusOptions, fmt: str) -> TableLayout:
             raise InputError(f"{path}: empty corpus (no rows)")
         raise InputError(
             f"{path}: not a delimited table: its first lines do not all split into the same number "
-            f"(two or more) of fields on ',', tab, ';', '::' or '|' (first line {first_line[:80]!r})"
+            f"(two or more) of fields on ',', tab, ';', '::' or '|' (first line {quote(first_line[:80])})"
         )
     if (
         any(
@@ -276,7 +276,9 @@ def _choose_columns(
             exact = [j for j, name in enumerate(header) if name == spec]
             loose = [j for j, name in enumerate(header) if name.lower() == spec.lower()]
             if not (exact or loose):
-                raise InputError(f"{path}: no column {spec!r} for {ROLE_FLAGS[role]}; columns are {', '.join(header)}")
+                raise InputError(
+                    f"{path}: no column {quote(spec)} for {ROLE_FLAGS[role]}; columns are {', '.join(header)}"
+                )
             chosen[role] = (exact or loose)[0]
         elif header is not None:
             names = [_normal(name) for name in header]
@@ -328,7 +330,7 @@ def _refuse_shared_columns(path: Path, layout: TableLayout, chosen: dict[str, in
 
 
 def _column_label(layout: TableLayout, index: int) -> str:
-    return repr(layout.header[index]) if layout.header is not None else f"column {index}"
+    return quote(layout.header[index]) if layout.header is not None else f"column {index}"
 
 
 def _time_value(text: str) -> float | None:
@@ -399,7 +401,9 @@ def read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Interacti
             except ValueError:
                 rating = math.nan
             if not math.isfinite(rating):
-                raise InputError(f"{path}:{lineno}: rating {fields[r]!r} ({_column_label(layout, r)}) is not a number")
+                raise InputError(
+                    f"{path}:{lineno}: rating {quote(fields[r])} ({_column_label(layout, r)}) is not a number"
+                )
             if rating < min_rating:
                 skipped += 1
                 continue
@@ -408,7 +412,7 @@ def read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Interacti
             value = _time_value(fields[t])
             if value is None:
                 raise InputError(
-                    f"{path}:{lineno}: timestamp {fields[t]!r} ({_column_label(layout, t)}) is not a "
+                    f"{path}:{lineno}: timestamp {quote(fields[t])} ({_column_label(layout, t)}) is not a "
                     f"number or an ISO date (--time-col none keeps file order)"
                 )
             stamp = value
@@ -416,7 +420,7 @@ def read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Interacti
         if known is None:
             if len(item.split()) != 1:
                 raise InputError(
-                    f"{path}:{lineno}: item {item!r} contains whitespace, which a key cannot; check --item-col"
+                    f"{path}:{lineno}: item {quote(item)} contains whitespace, which a key cannot; check --item-col"
                 )
             known = interned[item] = item
         items = items_by_user.get(user)

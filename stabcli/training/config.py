@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from stabcli.constraints import TRAIN_CONFIG, Constraint, validate_params
-from stabcli.errors import OptionError, UsageError
+from stabcli.errors import OptionError, UsageError, quote
 from stabcli.training.trainers import script_argv
 
 MODELS = ("word2vec", "doc2vec")
@@ -61,9 +61,9 @@ class TrainConfig:
             script_argv(self.script, seed=0, out=Path("out"), run=0, corpus=None)  # fails early on bad quoting
             return
         if self.model not in MODELS:
-            raise OptionError("model", f"{self.model!r}: choose one of {', '.join(MODELS)}")
+            raise OptionError("model", f"{quote(self.model)}: choose one of {', '.join(MODELS)}")
         if self.vary not in VARY:
-            raise OptionError("vary", f"{self.vary!r}: choose one of {', '.join(VARY)}")
+            raise OptionError("vary", f"{quote(self.vary)}: choose one of {', '.join(VARY)}")
         validate_params(self)
         for name in TRAIN_CONFIG:
             value = getattr(self, name)
@@ -170,7 +170,7 @@ def parse_params(model: str, pairs: Iterable[str]) -> dict[str, Any]:
         name, sep, raw = pair.partition("=")
         name = name.strip()
         if not sep or not name:
-            raise UsageError(f"--param {pair!r}: expected key=value")
+            raise UsageError(f"--param {quote(pair)}: expected key=value")
         try:
             params[name] = ast.literal_eval(raw.strip())
         except (ValueError, SyntaxError, MemoryError, RecursionError):

@@ -472,5 +472,7 @@ class AuditReport(JsonReport):
         json=False,
     )
     key_stats: Any = doc(
-        "every key's numbers for --per-key (stabcli.commands.audit.KeyStats); not in the JSON", default=None, json=False
+        "every key's numbers for --per-key (stabcli.commands.audit_compute.KeyStats); not in the JSON",
+        default=None,
+        json=False,
     )

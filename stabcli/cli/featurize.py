@@ -80,7 +80,7 @@ _ChunkRows = Annotated[
         "--chunk-rows",
         metavar="N",
         help=ranged(
-            "Rows per streamed chunk [default: about 1 MB of output, which stays in cache].",
+            "Rows per streamed chunk, rounded up to a multiple of 256 [default: about 1 MB of output, which stays in cache].",
             FEATURIZE_OPTIONS["chunk_rows"],
         ),
     ),

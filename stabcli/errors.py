@@ -29,11 +29,6 @@ def shorten(text: str, limit: int = QUOTE_LIMIT) -> str:
     return f"{text[:head]}…[{len(text) - head - tail:,} characters]…{text[len(text) - tail :] if tail else ''}"
 
 
-def quoted(text: str, limit: int = QUOTE_LIMIT) -> str:
-    """Data for a message: one line, shortened to about ``limit`` characters."""
-    return shorten(one_line(text), limit)
-
-
 class StabcliError(ValueError):
     """Base class: something the user can fix (bad input, bad options, bad files)."""
 

@@ -12,7 +12,7 @@ from stabcli.reports.audit_render import _num, _pct
 from stabcli.reports.html import Cell
 from stabcli.reports.layout import print_table
 from stabcli.reports.schema import dumps
-from stabcli.reports.text import literal, md_code, md_text
+from stabcli.reports.text import literal, md_checks, md_text
 
 HEADERS = ["measure", "A", "B", "B − A", "spread A", "spread B", "beyond spread"]
 
@@ -123,11 +123,7 @@ def render_markdown(report: CompareReport) -> str:
         "| --- " + "| ---: " * (len(HEADERS) - 1) + "|",
     ]
     lines += ["| " + " | ".join(md_text(c) for c in cells) + " |" for _, _, cells in rows(report)]
-    if report.checks:
-        lines += ["", "| check | value | result |", "| --- | ---: | --- |"]
-        lines += [
-            f"| {md_code(c.name)} | {_num(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in report.checks
-        ]
+    lines += md_checks(report.checks, _num)
     return "\n".join(lines) + "\n"
 
 

@@ -10,12 +10,16 @@ on a console made elsewhere too.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.text import Text
 
 from stabcli.errors import one_line
+
+if TYPE_CHECKING:
+    from stabcli.reports.schema import Check
 
 
 def plain_console(console_class: type[Console] = Console, **kwargs: Any) -> Console:
@@ -49,3 +53,12 @@ def md_code(text: str, cell: bool = True) -> str:
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_checks(checks: Sequence[Check], number: Callable[[Any], str]) -> list[str]:
+    """The ``--check`` results as Markdown lines: a blank line, then a table of check, value
+    (``number``) and result; no lines without checks."""
+    if not checks:
+        return []
+    lines = ["", "| check | value | result |", "| --- | ---: | --- |"]
+    return lines + [f"| {md_code(c.name)} | {number(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in checks]

@@ -32,7 +32,7 @@ _LAZY = {
     "PretrainResult": "stabcli.training.pretrain",
     "AuditReport": "stabcli.reports.audit_report",
     "FeaturizeResult": "stabcli.commands.featurize",
-    "DriftReport": "stabcli.reports.drift_report",
+    "DriftReport": "stabcli.commands.drift",
     "DemoResult": "stabcli.commands.demo",
     "SweepReport": "stabcli.reports.sweep_report",
     "CompareReport": "stabcli.commands.compare",

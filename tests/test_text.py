@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import invoke
-from stabcli.errors import one_line, shorten
+from stabcli.errors import quoted, shorten
 from stabcli.inputs.embeddings import write_embedding
 from stabcli.reports.text import literal, md_code, md_text, plain_console
 
@@ -136,10 +136,10 @@ def test_plain_console_and_literal_print_text_as_it_is():
 
 def test_quoted_data_is_shortened_in_the_middle():
     text = "a" * 1000 + "END"
-    short = shorten(one_line(text), 100)
+    short = quoted(text, 100)
     assert len(short) < 140 and short.startswith("a" * 66) and short.endswith("END") and "characters]" in short
     assert shorten("short", 100) == "short"
-    assert one_line("a\nb") == "a\\nb"
+    assert quoted("a\nb") == "a\\nb"
 
 
 def test_an_error_quoting_a_huge_class_name_stays_short(tmp_path):

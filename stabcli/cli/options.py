@@ -15,7 +15,7 @@ import typer
 
 from stabcli import constraints as c
 from stabcli.constraints import Constraint, ranged
-from stabcli.errors import UsageError
+from stabcli.errors import UsageError, quote
 
 # library parameter names whose flag is not simply ``--`` + the name with dashes
 FLAG_NAMES: dict[str, str] = {
@@ -83,7 +83,9 @@ def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
     try:
         parsed = [kind(item) for item in items]
     except ValueError:
-        raise UsageError(f"{option} {value!r}: expected a comma-separated list of {kind.__name__} values") from None
+        raise UsageError(
+            f"{option} {quote(value)}: expected a comma-separated list of {kind.__name__} values"
+        ) from None
     if not parsed:
         raise UsageError(f"{option}: empty list")
     return parsed

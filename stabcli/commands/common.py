@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stabcli.errors import StabcliWarning, UsageError
+from stabcli.errors import StabcliWarning, UsageError, quote
 
 if TYPE_CHECKING:
     from stabcli.fs.outputs import OutputPlan
@@ -44,7 +44,7 @@ def warn(message: str) -> None:
 def refuse_unknown(command: str, options: Mapping[str, Any]) -> None:
     """``TypeError`` for keywords no options type took, as Python reports a bad keyword."""
     if options:
-        raise TypeError(f"{command}() got an unexpected keyword argument {next(iter(options))!r}")
+        raise TypeError(f"{command}() got an unexpected keyword argument {quote(next(iter(options)))}")
 
 
 # options of the downstream protocol and their defaults: given with another value without

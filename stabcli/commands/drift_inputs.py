@@ -14,7 +14,7 @@ import numpy as np
 from stabcli.commands.featurize import SIDECAR_SUFFIX
 from stabcli.constraints import DRIFT_OPTIONS, Constraint, validate_params
 from stabcli.environment import read_recorded
-from stabcli.errors import InputError, OptionError
+from stabcli.errors import InputError, OptionError, quote
 from stabcli.inputs.embeddings import Embedding, ReadOptions, match_inputs
 from stabcli.inputs.embeddings.core import require_float32_range
 from stabcli.measure.align import match_keys, matched_vectors, rows_of
@@ -243,7 +243,7 @@ def _cover(emb: Embedding, keys: list[str], noise: Path) -> np.ndarray | None:
     if missing:
         raise InputError(
             f"{noise}: {len(missing):,} of the {len(keys):,} compared keys are not in its run "
-            f"{emb.source.parent.name} (e.g. {missing[0]!r}); the noise run set must be trained on "
+            f"{emb.source.parent.name} (e.g. {quote(missing[0])}); the noise run set must be trained on "
             "BEFORE's data"
         )
     return rows
@@ -262,5 +262,5 @@ def read_key_names(path: str | Path, known: set[str], encoding: str | None = Non
     if not names:
         raise InputError(f"{path}: no key names found")
     if not known & names.keys():
-        raise InputError(f"{path}: none of its {len(names):,} keys is a compared key (e.g. {next(iter(names))!r})")
+        raise InputError(f"{path}: none of its {len(names):,} keys is a compared key (e.g. {quote(next(iter(names)))})")
     return names

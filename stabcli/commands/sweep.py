@@ -31,9 +31,10 @@ import numpy as np
 
 from stabcli import __version__
 from stabcli.commands.audit import AuditOptions, build_report, load_runs
-from stabcli.errors import InputError, UsageError
+from stabcli.errors import InputError, UsageError, quote
 from stabcli.fs.atomic import file_sha256
 from stabcli.inputs.corpus import CorpusOptions, read_corpus
+from stabcli.inputs.labels import read_label_sets
 from stabcli.measure import curves
 from stabcli.measure import metrics as m
 from stabcli.measure.align import match_keys, matched_vectors
@@ -105,7 +106,7 @@ class SweepOptions:
         if not self.sizes or any(not (0 < s <= 1) for s in self.sizes):
             raise UsageError("--sizes: shares of the corpus in (0, 1]")
         if self.stability not in STABILITY:
-            raise UsageError(f"--stability {self.stability!r}: choose one of {', '.join(STABILITY)}")
+            raise UsageError(f"--stability {quote(self.stability)}: choose one of {', '.join(STABILITY)}")
         if self.target is not None:
             parse_target(self.target)
 
@@ -115,13 +116,13 @@ def parse_target(text: str) -> tuple[str, float]:
     name, sep, raw = text.partition("=")
     name = name.strip()
     if not sep or name not in TARGETS:
-        raise UsageError(f"--target {text!r}: expected MEASURE=VALUE with MEASURE one of {', '.join(TARGETS)}")
+        raise UsageError(f"--target {quote(text)}: expected MEASURE=VALUE with MEASURE one of {', '.join(TARGETS)}")
     try:
         value = float(raw)
     except ValueError:
-        raise UsageError(f"--target {text!r}: {raw.strip()!r} is not a number") from None
+        raise UsageError(f"--target {quote(text)}: {quote(raw.strip())} is not a number") from None
     if not math.isfinite(value) or value < 0 or (TARGETS[name] != name and value >= 1):
-        raise UsageError(f"--target {text!r}: the value must be finite, at least 0 and (overlaps, CKA) below 1")
+        raise UsageError(f"--target {quote(text)}: the value must be finite, at least 0 and (overlaps, CKA) below 1")
     return name, value
 
 
@@ -185,9 +186,9 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
     extra: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
         if address is not None:
-            from stabcli.training.cluster import Cluster, pretrain_backend
+            from stabcli.training.cluster import training_backend
 
-            extra["backend"] = pretrain_backend(stack.enter_context(Cluster(address)))
+            extra["backend"] = stack.enter_context(training_backend(address))
         report = run_sweep(
             corpus,
             out,
@@ -290,6 +291,9 @@ def run_sweep(
     if config.vary != "seed":
         raise UsageError("--vary: a sweep varies the seed only (the data sizes vary the data)")
     corpus = read_corpus(corpus_path, config.model, corpus_options)
+    if downstream is not None:  # a bad label file fails now, not after every cell is trained
+        keys = set(corpus.tags) if corpus.tags is not None else {t for s in corpus.sequences for t in s}
+        read_label_sets(downstream.labels, keys, downstream.encoding)
     n = len(corpus.sequences)
     identity = {
         "schema_version": SCHEMA_VERSION,

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from stabcli.errors import InputError, OptionError
+from stabcli.errors import InputError, OptionError, quote
 from stabcli.inputs.corpus import CorpusOptions, read_corpus
 from stabcli.measure.downstream.options import SEED_MAX, Variant, parse_variants
 from stabcli.measure.downstream.protocol import mean_std
@@ -93,7 +93,7 @@ class NextItemOptions:
         if self.reference < 0:
             raise OptionError("reference", f"{self.reference} must be a run position (0 or more)")
         if not (isinstance(self.rbo_p, (int, float)) and 0 < self.rbo_p < 1):
-            raise OptionError("rbo_p", f"{self.rbo_p!r} must be strictly between 0 and 1")
+            raise OptionError("rbo_p", f"{quote(self.rbo_p)} must be strictly between 0 and 1")
         if self.block_bytes < 1:
             raise OptionError("block_bytes", f"{self.block_bytes} must be positive")
         for source in self.variants or ():

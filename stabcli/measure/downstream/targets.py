@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sklearn.model_selection import train_test_split
 
-from stabcli.errors import InputError
+from stabcli.errors import InputError, quote
 from stabcli.inputs.labels import LabelSets, read_label_sets
 from stabcli.measure.metrics import peak, power_of_two_scale
 
@@ -63,7 +63,7 @@ def targets_for(
     if multiple and labels.format == "delimited":
         key, several = next((keys[i], s) for i, s in zip(rows, sets, strict=True) if len(s) > 1)
         raise InputError(
-            f"{labels.source}: key {key!r} has the labels {', '.join(map(repr, several))}; "
+            f"{labels.source}: key {quote(key)} has the labels {', '.join(map(quote, several))}; "
             f"--task {task} needs one label per key (--task multilabel keeps every label)"
         )
     raw = [s[0] for s in sets]
@@ -75,7 +75,7 @@ def targets_for(
     if task == "regression":
         if numbers is None:
             bad = next(v for v in raw if _as_numbers([v]) is None)
-            raise InputError(f"{labels.source}: --task regression needs finite numeric labels, found {bad!r}")
+            raise InputError(f"{labels.source}: --task regression needs finite numeric labels, found {quote(bad)}")
         scale = power_of_two_scale(peak(numbers))
         return Targets(task, rows, numbers / scale, skipped, [], [], scale)
     y = np.array(raw, dtype=object)
@@ -89,7 +89,7 @@ def _labeled_rows(keys: Sequence[str], labels: LabelSets) -> np.ndarray:
         sample = next(iter(labels.by_key))
         raise InputError(
             f"{labels.source}: none of its {len(labels.by_key):,} keys is an embedding key "
-            f"(label key {sample!r}, embedding key {keys[0]!r})"
+            f"(label key {quote(sample)}, embedding key {quote(keys[0])})"
         )
     return rows
 
@@ -107,21 +107,21 @@ def _classification(
     rare = counts < min_size
     dropped = [{"label": str(c), "count": int(n)} for c, n in zip(classes, counts, strict=False) if n < min_size]
     shown = sorted(dropped, key=lambda d: (d["count"], d["label"]))[:DROPPED_SHOWN]  # the rarest first
-    listed = ", ".join(f"{d['label']!r} ({d['count']})" for d in shown)
+    listed = ", ".join(f"{quote(d['label'])} ({d['count']})" for d in shown)
     listed += f" and {len(dropped) - len(shown)} more (all in the JSON)" if len(dropped) > len(shown) else ""
     if dropped:
         kept = ~np.isin(y, classes[rare])
         rows, y = rows[kept], y[kept]
         classes, counts = classes[~rare], counts[~rare]
     if len(classes) < 2 and dropped:
-        found = f"only one class ({classes[0]!r}) has" if len(classes) else "no class has"
+        found = f"only one class ({quote(classes[0])}) has" if len(classes) else "no class has"
         raise InputError(
             f"{source}: {found} at least {min_size} labeled keys (--min-class-size "
             f"{min_size} dropped {listed}); classification needs at least 2 classes"
         )
     if len(classes) < 2:
         raise InputError(
-            f"{source}: only one class ({classes[0]!r}) among the {len(rows):,} labeled keys; "
+            f"{source}: only one class ({quote(classes[0])}) among the {len(rows):,} labeled keys; "
             "classification needs at least 2"
         )
     if dropped and on_warning:  # one line, and only when the audit goes on
@@ -132,7 +132,7 @@ def _classification(
     if counts.min() < 2:
         rare_class = classes[int(np.argmin(counts))]
         raise InputError(
-            f"{source}: class {rare_class!r} has only 1 labeled key; a stratified split needs at "
+            f"{source}: class {quote(rare_class)} has only 1 labeled key; a stratified split needs at "
             "least 2 per class (--min-class-size 2 or more drops it)"
         )
     return Targets("classification", rows, y, skipped, [str(c) for c in classes], dropped)
@@ -185,7 +185,7 @@ def _multilabel(
     if kept.sum() < 1:
         raise InputError(f"{source}: no label is on at least {min_size} keys (--min-class-size)")
     if dropped and on_warning:
-        shown = ", ".join(f"{d['label']!r} ({d['count']})" for d in dropped[:DROPPED_SHOWN])
+        shown = ", ".join(f"{quote(d['label'])} ({d['count']})" for d in dropped[:DROPPED_SHOWN])
         on_warning(
             f"{source}: dropped {len(dropped)} label(s) on fewer than {min_size} keys (--min-class-size): {shown}"
         )

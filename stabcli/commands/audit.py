@@ -128,6 +128,7 @@ def _input_section(runs: Runs, options: AuditOptions) -> InputSection:
         seed=options.seed,
         featurized=featurized(runs),
         environment=environment_differences(runs),
+        degenerate=runs.degenerate,
     )
 
 

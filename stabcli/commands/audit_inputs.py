@@ -19,6 +19,7 @@ from stabcli.inputs.embeddings import ReadOptions, match_inputs
 from stabcli.measure import metrics as m
 from stabcli.measure.align import match_keys, matched_vectors
 from stabcli.measure.anchor import DEFAULT_EIS_ALPHA
+from stabcli.measure.degenerate import DegenerateRuns, degenerate_runs
 from stabcli.runset import RunSet, is_runset
 
 
@@ -57,6 +58,7 @@ class Runs:
     dropped: int
     runset: RunSet | None = None
     run_indices: list[int] = field(default_factory=list)
+    degenerate: DegenerateRuns | None = None  # runs identical or exact rotations of each other
 
     @property
     def dim(self) -> int:
@@ -111,22 +113,8 @@ def load_runs(
     arrays = [matched_vectors(emb, idx, keys) for emb, idx in zip(embeddings, rows, strict=True)]
     if dropped and on_warning:  # after the checks: a bad input is one error line, not a warning and an error
         on_warning(f"{dropped} keys are not in every run and were left out; comparing {len(keys)} common keys")
-    if on_warning:
-        warn_same_runs(names, arrays, on_warning)
-    return Runs(names, keys, arrays, rows, dropped, runset, list(indices))
-
-
-def warn_same_runs(names: list[str], arrays: list[np.ndarray], on_warning: Callable[[str], None]) -> None:
-    """Say so when runs are identical or exact rotations of each other: their noise is zero by
-    construction (a --script that ignores {seed}), not a property of the training."""
-    from stabcli.measure.degenerate import describe_same, same_runs
-
-    pairs = same_runs(arrays)
-    if pairs:
-        on_warning(
-            f"{describe_same(pairs, names, len(arrays))}: the noise measured between them is zero by "
-            "construction; were they trained with the same seed? (a --script must use {seed})"
-        )
+    degenerate = degenerate_runs(names, arrays)  # reported in input.degenerate, the terminal and Markdown
+    return Runs(names, keys, arrays, rows, dropped, runset, list(indices), degenerate)
 
 
 def pairs_memory(pairs: int, runs: int, dim: int) -> int:

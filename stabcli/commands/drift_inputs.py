@@ -177,16 +177,14 @@ def recorded_environment(path: Path, runset: RunSet | None, index: int | None) -
 
 
 def refuse_same_noise_runs(noise: Path, names: list[str], arrays: list[np.ndarray]) -> None:
-    """InputError when two noise runs are identical or exact rotations of each other: their
-    noise band has zero width, and every key would look moved."""
-    from stabcli.measure.degenerate import describe_same, same_runs
+    """InputError when two noise runs are identical or exact rotations of each other (the
+    finding and its reason are audit's ``input.degenerate``): their noise band has zero width,
+    and every key would look moved."""
+    from stabcli.measure.degenerate import degenerate_runs
 
-    pairs = same_runs(arrays)
-    if pairs:
-        raise InputError(
-            f"{noise}: {describe_same(pairs, names, len(arrays))}, so the noise band has zero width and "
-            "every key would look moved; train the noise runs with different seeds (a --script must use {seed})"
-        )
+    degenerate = degenerate_runs(names, arrays)
+    if degenerate is not None:
+        raise InputError(f"{noise}: a noise band of zero width would flag every key as moved: {degenerate.reason}")
 
 
 def noise_mismatches(before: dict[str, Any], noise: dict[str, Any]) -> list[tuple[str, Any, Any]]:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from stabcli.environment import describe
 from stabcli.reports import html
-from stabcli.reports.audit_render import _json_number, _num, _pct
+from stabcli.reports.checks import md_checks, print_checks
 from stabcli.reports.drift_report import DriftReport, NoiseSection, PerKey
 from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
 from stabcli.reports.figures import save as save_figures
@@ -19,7 +19,10 @@ from stabcli.reports.html import Cell, Figure
 from stabcli.reports.layout import print_table
 from stabcli.reports.schema import dumps, to_json
 from stabcli.reports.summary import cut_note
-from stabcli.reports.text import literal, md_checks, md_code, md_text
+from stabcli.reports.text import json_number as _json_number
+from stabcli.reports.text import literal, md_code, md_text
+from stabcli.reports.text import num as _num
+from stabcli.reports.text import pct as _pct
 
 PLOT_NAMES = ("drift_vs_noise.png", "drift_distribution.png")
 
@@ -304,9 +307,7 @@ def render_terminal(report: DriftReport, console: Console) -> None:
         for name, value in downstream_rows(report):
             table.add_row(literal(name), literal(value))
         print_table(console, table, literal(title, "italic"))
-    for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
-        mark = literal("PASS", "green") if check.passed else literal("FAIL", "bold red")
-        console.print(mark + literal(f" {check.name} (value {_num(check.value)})"), soft_wrap=True)
+    print_checks(report.checks, console)
 
 
 def render_markdown(report: DriftReport, key_rows: int | None = None) -> str:
@@ -345,7 +346,7 @@ def render_markdown(report: DriftReport, key_rows: int | None = None) -> str:
     if report.downstream is not None:
         lines += ["", "| downstream | value |", "| --- | ---: |"]
         lines += [f"| {md_text(a)} | {md_text(b)} |" for a, b in downstream_rows(report)]
-    lines += md_checks(report.checks, _num)
+    lines += md_checks(report.checks)
     return "\n".join(lines) + "\n"
 
 

@@ -10,16 +10,12 @@ on a console made elsewhere too.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
 from stabcli.errors import one_line
-
-if TYPE_CHECKING:
-    from stabcli.reports.schema import Check
 
 
 def plain_console(console_class: type[Console] = Console, **kwargs: Any) -> Console:
@@ -55,10 +51,25 @@ def md_code(text: str, cell: bool = True) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def md_checks(checks: Sequence[Check], number: Callable[[Any], str]) -> list[str]:
-    """The ``--check`` results as Markdown lines: a blank line, then a table of check, value
-    (``number``) and result; no lines without checks."""
-    if not checks:
-        return []
-    lines = ["", "| check | value | result |", "| --- | ---: | --- |"]
-    return lines + [f"| {md_code(c.name)} | {number(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in checks]
+def pct(value: float | None) -> str:
+    """A share as a percentage, with more digits below 10% and 0.1%; ``n/a`` for None."""
+    if value is None:
+        return "n/a"
+    return f"{value:.0%}" if value >= 0.1 or value == 0 else f"{value:.1%}" if value >= 0.001 else f"{value:.2%}"
+
+
+def num(value: Any, digits: int = 4) -> str:
+    """An int with thousands separators, a float to ``digits`` significant digits; ``—`` for None."""
+    if value is None:
+        return "—"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.{digits}g}"
+
+
+def json_number(data: Any, path: str) -> float | None:
+    """The number at dotted ``path`` of a report's JSON (no dots inside keys on these paths)."""
+    node = data
+    for part in path.split("."):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node

@@ -236,7 +236,11 @@ _Profiles = Annotated[
 _Users = Annotated[
     int,
     typer.Option(
-        "--users", min=0, metavar="N", help="With --interactions: score a seeded sample of N users (0: every user)."
+        "--users",
+        metavar="N",
+        help=ranged(
+            "With --interactions: score a seeded sample of N users (0: every user).", c.NEXT_ITEM_OPTIONS["users"]
+        ),
     ),
 ]
 

@@ -235,12 +235,8 @@ _Profiles = Annotated[
 
 _Users = Annotated[
     int,
-    typer.Option(
-        "--users",
-        metavar="N",
-        help=ranged(
-            "With --interactions: score a seeded sample of N users (0: every user).", c.NEXT_ITEM_OPTIONS["users"]
-        ),
+    constrained(
+        c.NEXT_ITEM_OPTIONS, "users", "N", "With --interactions: score a seeded sample of N users (0: every user)."
     ),
 ]
 

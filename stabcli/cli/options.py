@@ -287,6 +287,9 @@ def scheduler_option(help: str) -> Any:
 
 
 # -- interaction tables (pretrain's corpus, audit --task next-item: corpus.CorpusOptions) ----
+CorpusEncoding = Annotated[
+    str, typer.Option("--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides).")
+]
 CorpusFormat = Annotated[
     Literal["auto", "lines", "tagged", "movielens", "interactions"],
     typer.Option(

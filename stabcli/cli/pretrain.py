@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from stabcli.cli.options import (
+    CorpusEncoding,
     CorpusFormat,
     Dim,
     EmbeddingModel,
@@ -166,11 +167,6 @@ _Tokenize = Annotated[
 ]
 
 
-_Encoding = Annotated[
-    str, typer.Option("--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides).")
-]
-
-
 def pretrain_cmd(
     ctx: typer.Context,
     corpus: Path | None = typer.Argument(None, metavar="CORPUS", help="Training corpus (optional with --script)."),
@@ -194,7 +190,7 @@ def pretrain_cmd(
     timeout: Timeout = None,
     corpus_format: CorpusFormat = "auto",
     tokenize: _Tokenize = "none",
-    encoding: _Encoding = "utf-8",
+    encoding: CorpusEncoding = "utf-8",
     user_col: UserCol = None,
     item_col: ItemCol = None,
     time_col: TimeCol = None,

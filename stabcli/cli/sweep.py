@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 import typer
 
 from stabcli.cli.options import (
+    CorpusEncoding,
+    CorpusFormat,
     Dim,
     EmbeddingModel,
     Epochs,
@@ -82,11 +84,6 @@ _Script = Annotated[
         help="Train with your own command: {seed} {out} {run} {corpus} (a token-lines sample) and the --grid fields.",
     ),
 ]
-_CorpusFormat = Annotated[
-    Literal["auto", "lines", "tagged", "movielens", "interactions"],
-    typer.Option("--corpus-format", metavar="FORMAT", help="How to read CORPUS (as pretrain)."),
-]
-_Encoding = Annotated[str, typer.Option("--encoding", metavar="ENCODING", help="Text encoding of the corpus.")]
 _Seed = Annotated[int, seed_option("Run i of every cell uses SEED + i; the samples are drawn from it.", None)]
 _Jobs = Annotated[int | None, jobs_option("Runs in parallel [default: available cores].")]
 _Scheduler = Annotated[
@@ -125,8 +122,8 @@ def sweep_cmd(
     param: Params = [],  # noqa: B006 (typer reads the default)
     script: _Script = None,
     timeout: Timeout = None,
-    corpus_format: _CorpusFormat = "auto",
-    encoding: _Encoding = "utf-8",
+    corpus_format: CorpusFormat = "auto",
+    encoding: CorpusEncoding = "utf-8",
     seed: _Seed = 0,
     jobs: _Jobs = None,
     scheduler: _Scheduler = None,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
-from stabcli.errors import OptionError
+from stabcli.errors import OptionError, quote
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def shown(value: Any) -> str:
     """A value as an error message quotes it: numbers as the command line reads them (``2``
     and ``2.0`` alike), anything else as its repr."""
     if isinstance(value, bool) or not isinstance(value, Real):
-        return repr(value)
+        return quote(value)
     if isinstance(value, Integral):
         return str(int(value))
     number = float(value)

@@ -34,8 +34,23 @@ def quoted(text: str, limit: int = QUOTE_LIMIT) -> str:
     return shorten(one_line(text), limit)
 
 
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` for a message, shortened to about ``limit`` characters: how every
+    message quotes a user's value (a label, a key, a class name, an option value), so a
+    300,000-character label is never copied whole into an error or a warning."""
+    return repr(shorten(value, limit)) if isinstance(value, str) else shorten(repr(value), limit)
+
+
 class StabcliError(ValueError):
-    """Base class: something the user can fix (bad input, bad options, bad files)."""
+    """Base class: something the user can fix (bad input, bad options, bad files).
+
+    The message is capped at ``MESSAGE_LIMIT`` characters (cut in the middle, saying how much
+    was left out), for library callers as for the command line, whatever data it quotes."""
+
+    def __init__(self, *args: object):
+        if args and isinstance(args[0], str):
+            args = (shorten(args[0], MESSAGE_LIMIT), *args[1:])
+        super().__init__(*args)
 
 
 class InputError(StabcliError):
@@ -51,9 +66,9 @@ class OptionError(UsageError):
     (``knn_k``); the CLI shows it as its flag (``--knn-k``)."""
 
     def __init__(self, param: str, problem: str):
-        super().__init__(f"{param}: {problem}")
+        self.problem = shorten(problem, MESSAGE_LIMIT)
+        super().__init__(f"{param}: {self.problem}")
         self.param = param
-        self.problem = problem
 
 
 class WriteError(StabcliError):

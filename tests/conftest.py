@@ -111,6 +111,9 @@ def _no_stage_lines_under_load(monkeypatch):
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "bad_input: a case of the bad-input catalogue; it must pass assert_bad_input")
     config.addinivalue_line("markers", "numeric: a numeric test, run again under other BLAS kernels by CI")
+    config.addinivalue_line(
+        "markers", "cross_kernel: runs children under every kernel itself, so CI does not rerun it per kernel"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -285,7 +285,7 @@ def test_pairs_refused_by_a_memory_estimate(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     paths = files(tmp_path, [rng.standard_normal((20, 3)) for _ in range(2)])
     monkeypatch.setattr("stabcli.fs.resources.available_memory", lambda: 1_000_000)
-    from stabcli.commands.audit import pairs_memory
+    from stabcli.commands.audit_inputs import pairs_memory
 
     fits = 1_000_000 // pairs_memory(1, 2, 3)
     build_report(load_runs(paths), replace(SMALL, pairs=fits))
@@ -402,10 +402,10 @@ def test_by_frequency_bands_against_a_direct_computation(tmp_path):
 
 def test_sampled_knn_gives_every_band_its_queries(tmp_path, monkeypatch):
     """Above the every-key limit, the sampled queries are topped up per band."""
-    from stabcli.commands import audit
+    from stabcli.commands import audit_compute
 
-    monkeypatch.setattr(audit, "KNN_ALL_MAX_KEYS", 10)
-    monkeypatch.setattr(audit, "BAND_KNN_MIN", 5)
+    monkeypatch.setattr(audit_compute, "KNN_ALL_MAX_KEYS", 10)
+    monkeypatch.setattr(audit_compute, "BAND_KNN_MIN", 5)
     root = make_runset(tmp_path / "runs", runs=3, n=200)
     counts = [1] * 150 + [7] * 45 + [2000] * 5
     (root / "key_counts.txt").write_text("".join(f"{c}\n" for c in counts))

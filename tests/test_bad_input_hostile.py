@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import assert_bad_input, files_state, invoke, runner
+from conftest import assert_bad_input, files_state, invoke, make_sessions, runner
 from stabcli.cli.app import app
 from stabcli.inputs.embeddings import write_embedding
 
@@ -411,18 +411,35 @@ def test_unsupported_scheduler_addresses_are_one_line(tmp_path, sessions_file, a
     assert_bad_input(result, fragment, tmp_path, before)
 
 
+def _sweep_argv(tmp_path: Path, case: str) -> tuple[list, str]:
+    corpus = tmp_path / "sessions.txt"
+    corpus.write_text(make_sessions(), encoding="utf-8")
+    labels = tmp_path / "labels.tsv"
+    labels.write_text("t1\tA\tB\n", encoding="utf-8")
+    argv = ["sweep", corpus, "--out", tmp_path / "s", "--runs", "2", "--epochs", "1", "--dim", "4"]
+    return {
+        "sweep corpus": (["sweep", tmp_path / "missing.txt", "--out", tmp_path / "s"], "missing"),
+        "sweep labels": ([*argv, "--labels", labels], "expected 2 columns"),
+        "sweep grid": ([*argv, "--grid", "nosuch=1,2"], "nosuch"),
+        "sweep sizes": ([*argv, "--sizes", "0.001,1"], "--sizes"),
+    }[case]
+
+
 @pytest.mark.bad_input
-@pytest.mark.parametrize("command", ["pretrain", "audit"])
+@pytest.mark.parametrize("command", ["pretrain", "audit", "sweep corpus", "sweep labels", "sweep grid", "sweep sizes"])
 def test_local_workers_start_only_after_the_inputs_are_checked(tmp_path, monkeypatch, command):
     distributed = pytest.importorskip("distributed")
     started = []
     monkeypatch.setattr(distributed, "LocalCluster", lambda *a, **k: started.append(k) or 1 / 0)
+    fragment = "missing"
     if command == "pretrain":
         argv = ["pretrain", tmp_path / "missing.txt", "--out", tmp_path / "r"]
-    else:
+    elif command == "audit":
         argv = [*labelled_runs(tmp_path)[:2], "--labels", tmp_path / "missing.tsv"]
+    else:
+        argv, fragment = _sweep_argv(tmp_path, command)
     before = files_state(tmp_path)
-    assert_bad_input(invoke(*argv, "--scheduler", "local:1"), "missing", tmp_path, before)
+    assert_bad_input(invoke(*argv, "--scheduler", "local:1"), fragment, tmp_path, before)
     assert started == []
 
 

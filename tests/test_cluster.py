@@ -181,6 +181,21 @@ def test_the_cli_runs_pretrain_on_local_workers_and_names_the_scheduler(tmp_path
     assert run_bytes(tmp_path / "dask") == run_bytes(tmp_path / "local")
 
 
+def test_sweep_on_local_workers_starts_one_cluster_for_every_cell(tmp_path, sessions_file, monkeypatch):
+    import distributed
+
+    started = []
+    real = distributed.LocalCluster
+    monkeypatch.setattr(distributed, "LocalCluster", lambda *a, **k: started.append(k) or real(*a, **k))
+    args = ["sweep", str(sessions_file), "--sizes", "0.5,1", "--runs", "2", "--dim", "4", "--epochs", "1"]
+    local = runner.invoke(app, [*args, "--out", str(tmp_path / "local"), "--format", "json"])
+    dask = runner.invoke(app, [*args, "--out", str(tmp_path / "dask"), "--scheduler", "local:2", "--format", "json"])
+    assert local.exit_code == 0 and dask.exit_code == 0, dask.output
+    assert len(started) == 1  # two cells, one cluster, started once the inputs were checked
+    for cell in ("size=0.5", "size=1"):
+        assert run_bytes(tmp_path / "dask" / "cells" / cell) == run_bytes(tmp_path / "local" / "cells" / cell)
+
+
 def test_a_worker_killed_mid_run_is_retried_and_the_run_set_equals_a_local_one(tmp_path):
     corpus = tmp_path / "big.txt"
     corpus.write_text(make_sessions(n_sequences=4000, n_items=200), encoding="utf-8")

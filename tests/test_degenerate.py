@@ -43,16 +43,48 @@ def test_describe_same_names_the_runs():
     assert describe_same([(0, 2)], names, 3) == "run-000 and run-002 are identical or exact rotations of each other"
 
 
-def test_audit_says_identical_runs_are_identical(tmp_path):
+def test_audit_reports_identical_runs_in_the_json_terminal_and_markdown(tmp_path):
+    import json
+
+    import stabcli
     from conftest import make_runset
 
     root = make_runset(tmp_path / "runs", runs=3, n=40, dim=6, epochs=1)
     first = np.load(root / "run-000" / "vectors.npy")
     np.save(root / "run-002" / "vectors.npy", (first.astype(np.float64) @ rotation(6, 9)).astype(np.float32))
-    result = runner.invoke(app, ["audit", str(root), "--format", "json"])
+    reason = "run-000 and run-002 are identical or exact rotations of each other"
+    result = runner.invoke(app, ["audit", str(root), "--format", "json", "--markdown", str(tmp_path / "a.md")])
     assert result.exit_code == 0, result.output
-    assert "warning: run-000 and run-002 are identical or exact rotations of each other" in result.stderr
-    assert "zero by construction" in result.stderr
+    degenerate = json.loads(result.stdout)["input"]["degenerate"]
+    assert degenerate["pairs"] == [["run-000", "run-002"]]
+    assert degenerate["reason"].startswith(reason) and "zero by construction" in degenerate["reason"]
+    assert f"**Warning: {reason}" in (tmp_path / "a.md").read_text(encoding="utf-8")
+    terminal = runner.invoke(app, ["audit", str(root)])
+    assert terminal.exit_code == 0 and f"warning: {reason}" in terminal.stdout, terminal.output
+    assert stabcli.audit(root).input.degenerate.pairs == [["run-000", "run-002"]]  # the API, as the JSON
     independent = make_runset(tmp_path / "other", runs=3, n=40, dim=6, epochs=1)
     result = runner.invoke(app, ["audit", str(independent), "--format", "json"])
-    assert result.exit_code == 0 and "identical" not in result.stderr, result.stderr
+    assert result.exit_code == 0 and "identical or exact" not in result.output, result.output
+    assert json.loads(result.stdout)["input"]["degenerate"] is None
+
+
+def test_drift_refuses_degenerate_noise_with_audits_reason(tmp_path):
+    from conftest import make_runset
+    from stabcli.commands.drift_inputs import refuse_same_noise_runs
+    from stabcli.errors import InputError
+    from stabcli.measure.degenerate import degenerate_runs
+
+    base = np.random.default_rng(0).standard_normal((40, 6)).astype(np.float32)
+    runs = [base, (base.astype(np.float64) @ rotation(6, 2)).astype(np.float32), base.copy()]
+    names = ["run-000", "run-001", "run-002"]
+    found = degenerate_runs(names, runs)
+    assert found is not None and found.pairs == [["run-000", "run-001"], ["run-000", "run-002"], ["run-001", "run-002"]]
+    assert found.reason.startswith("all 3 runs are identical or exact rotations of each other")
+    with pytest.raises(InputError) as caught:
+        refuse_same_noise_runs(tmp_path / "noise", names, runs)
+    assert str(caught.value).endswith(found.reason) and "zero width" in str(caught.value)
+    assert degenerate_runs(names, [np.random.default_rng(s).standard_normal((40, 6)) for s in range(3)]) is None
+    make_runset(tmp_path / "noise", vectors=runs)
+    b = make_runset(tmp_path / "b", runs=1, n=40, dim=6, epochs=1)
+    result = runner.invoke(app, ["drift", str(b), str(b), "--noise", str(tmp_path / "noise")])
+    assert result.exit_code == 2 and found.reason in result.stderr, result.output

@@ -466,7 +466,8 @@ def test_recommendation_sentences_match_the_json(tmp_path):
 
 def audit_and_drift(tmp_path, b, a, labels, **options):
     """The audit's downstream section on the runs [b, a] and drift's on BEFORE=b, AFTER=a."""
-    from stabcli.commands.drift import DriftInputs, DriftOptions, compute_drift
+    from stabcli.commands.drift_compute import compute_drift
+    from stabcli.commands.drift_inputs import DriftInputs, DriftOptions
 
     keys = [f"k{i}" for i in range(len(b))]
     audit = report_for([b, a], labels, variants=["h", "aligned"], **options)

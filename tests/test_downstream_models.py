@@ -7,7 +7,7 @@ from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import train_test_split
 from sklearn.multiclass import OneVsRestClassifier
 
-from stabcli.commands.audit import band_label, frequency_bands
+from stabcli.commands.audit_compute import band_label, frequency_bands
 from stabcli.errors import InputError, OptionError
 from stabcli.measure.align import generalized_procrustes
 from stabcli.measure.downstream import DownstreamOptions, downstream_audit, make_model, parse_model_params

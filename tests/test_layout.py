@@ -51,9 +51,25 @@ def test_print_table_is_whole_or_stacked(width):
     assert _tokens(_render(_table, 1000)) <= _tokens(text)
     for cell in ("phi:64@0.5", "0.449 (0.012)", "0.0312", "0.451 (0.010)"):
         assert cell in text  # every key and number whole, on one line
-    stacked = needed_width(_table()) > width
+    stacked = needed_width(_table(), borders=False) > width
     assert ("  accuracy: 0.449 (0.012)" in text) == stacked
     assert text.splitlines()[0] == "Title of the table"
+    bordered = needed_width(_table()) <= width
+    assert (BOX.search(text) is not None) == bordered  # borders only when the table fits with them
+
+
+def test_a_table_that_fits_only_without_borders_keeps_its_columns_and_stacked_blocks_name_every_key():
+    table = _table()
+    bare, boxed = needed_width(table, borders=False), needed_width(table)
+    assert boxed - bare == len(table.columns) + 1  # one separator between columns and two edges
+    text = _render(_table, bare)
+    assert not BOX.search(text) and "phi:64@0.5  0.449 (0.012)     0.0312" in text  # columns, no borders
+    assert "accuracy: " not in text
+    console = Console(width=30, file=io.StringIO(), markup=False, emoji=False, highlight=False)
+    print_table(console, _table(), "T", keys=2)
+    lines = console.file.getvalue().splitlines()
+    assert lines[1] == "variant: phi:64@0.5 · accuracy: 0.449 (0.012)" and lines[2] == "  flip rate: 0.0312"
+    assert lines[-1] == "" and lines[-2] == "  reading: short"  # a blank line ends the last block
 
 
 def _report_tokens(args: list[str], width: int, monkeypatch) -> tuple[set[str], str]:
@@ -108,6 +124,53 @@ def test_featurize_report_at_every_width(inputs, monkeypatch, tmp_path):
         assert result.exit_code == 0, result.output
         assert f"wrote {out}:" in result.stdout.replace("\n", "")
         assert all(len(line) > 0 for line in result.stdout.splitlines())
+
+
+def test_compare_at_every_width_and_whole_at_120(inputs, monkeypatch):
+    other = make_runset(inputs["root"] / f"other{len(list(inputs['root'].iterdir()))}", runs=3, n=60, dim=6, seed=5)
+    args = ["compare", inputs["runs"], other, "--knn-k", "3", "--knn-queries", "10", "--pairs", "200"]
+    _check_all_widths(args, monkeypatch)
+    _, text = _report_tokens(args, 120, monkeypatch)
+    lines = text.splitlines()
+    assert lines[3] == "A vs B" and lines[4].split()[:3] == ["measure", "A", "B"]  # a table, not stacked blocks
+
+
+def test_next_item_at_every_width_stacked_blocks_name_variant_profile_and_k(inputs, monkeypatch):
+    rng = np.random.default_rng(4)
+    sessions = inputs["root"] / "sessions.txt"
+    sessions.write_text("".join(" ".join(f"k{i}" for i in rng.integers(0, 60, 6)) + "\n" for _ in range(80)))
+    args = ["audit", inputs["runs"], "--task", "next-item", "--interactions", sessions, "--k-list", "5,10"]
+    args += ["--knn-k", "3", "--knn-queries", "10", "--pairs", "200"]
+    _check_all_widths(args, monkeypatch)
+    _, text = _report_tokens(args, 60, monkeypatch)
+    assert "variant: h · profile: mean · K: 10\n" in text and "  stale aligned: " in text
+
+
+def test_sweep_at_every_width(tmp_path):
+    from conftest import make_sessions
+    from stabcli.commands.audit import AuditOptions
+    from stabcli.commands.sweep import SweepOptions, run_sweep
+    from stabcli.reports.sweep_render import render_terminal
+    from stabcli.training import sweep_plan
+    from stabcli.training.pretrain import TrainConfig
+
+    corpus = tmp_path / "sessions.txt"
+    corpus.write_text(make_sessions(60, 20), encoding="utf-8")
+    options = SweepOptions(grid=sweep_plan.parse_grid("window=2,3"), sizes=[0.5, 1.0], runs=2, target="knn_overlap=0.9")
+    config = TrainConfig(dim=4, epochs=1, window=2)
+    report = run_sweep(corpus, tmp_path / "sw", config, options, audit=AuditOptions(knn_k=3, pairs=200), jobs=1)
+
+    def render(width: int) -> str:
+        console = Console(width=width, file=io.StringIO(), markup=False, emoji=False, highlight=False)
+        render_terminal(report, console)
+        return console.file.getvalue()
+
+    wide = render(1000)
+    for width in WIDTHS:
+        text = render(width)
+        assert not _tokens(wide) - _tokens(text), width
+        assert "cell: size-0.5_window-2\n" in text or "size-0.5_window-2 " in text
+        assert "\n\nData size" in text or "┘\nData size" in text or " \nData size" in text  # set apart
 
 
 @pytest.mark.parametrize("command", ["audit", "drift", "featurize", "pretrain", "sweep"])

@@ -10,12 +10,14 @@ from stabcli.errors import InputError, OptionError
 from stabcli.measure.align import generalized_procrustes
 from stabcli.measure.downstream.nextitem import (
     NextItemOptions,
+    best_k,
     chance_overlap,
     hit_metrics,
     holdout,
     list_overlap,
     next_item_report,
     profiles,
+    ranked_lists,
     top_k,
 )
 from stabcli.measure.metrics import gram_blocks, unit_rows
@@ -54,6 +56,29 @@ def test_recall_and_ndcg_equal_a_brute_force_computation(kind):
         assert got[k] == pytest.approx(brute_force(items, history, split.target, kind, k), abs=1e-9), k
     assert not any(set(lists[u]) & set(history[u]) for u in range(split.users))  # history excluded
     assert got[7][0] > 0  # the small case has hits to compare
+
+
+def test_best_k_equals_sorting_whole_rows_with_ties_and_excluded_items():
+    rng = np.random.default_rng(4)
+    # 5,000 columns: a strided sample of 317 (step 15) bounds the candidates; few distinct values: many ties
+    scores = rng.integers(0, 60, size=(50, 5000)).astype(np.float32)
+    scores[:3, :] = -np.inf  # rows whose items are all excluded but 4: the lists end in excluded items
+    scores[:3, [7, 300, 301, 4999]] = [2.0, 1.0, 2.0, 0.5]
+    scores[3] = 0.0  # one tie across the whole row
+    expected = np.array([np.lexsort((np.arange(5000), -row))[:6] for row in scores])
+    assert np.array_equal(best_k(scores.copy(), 6), expected)
+    assert expected[0, :4].tolist() == [7, 301, 300, 4999] and expected[3].tolist() == list(range(6))
+
+
+def test_profile_sets_scored_together_equal_each_set_alone():
+    rng = np.random.default_rng(5)
+    items = unit_rows(rng.standard_normal((900, 5)).astype(np.float32))
+    split = holdout(sessions(70, 900, rng, length=(2, 30)), [f"i{j}" for j in range(900)], 0, 0)
+    sets = [rng.standard_normal((split.users, 5)).astype(np.float32) for _ in range(3)]
+    together = ranked_lists(items, sets, split, 8, block_bytes=4 * 900 * 3 * 11)  # blocks of 11 users
+    for users, lists in zip(sets, together, strict=True):
+        assert np.array_equal(lists, top_k(items, users, split, 8))
+        assert not any(set(lists[u]) & set(split.history(u)) for u in range(split.users))
 
 
 def test_holdout_keeps_order_skips_and_samples():

@@ -30,7 +30,7 @@ SWEEP_HEADING = "\n## stabcli sweep\n"
 
 @pytest.mark.parametrize("command", ["audit", "drift", "sweep"])
 def test_docs_table_lists_exactly_the_report_types_keys(command):
-    from stabcli.commands.drift import DriftReport
+    from stabcli.reports.drift_report import DriftReport
     from stabcli.reports.sweep_report import SweepReport
 
     rest, sweep_text = DOCS.read_text(encoding="utf-8").split(SWEEP_HEADING)

@@ -176,6 +176,43 @@ def test_swap_one_distance_shrinks_with_size_on_a_zipf_corpus(tmp_path):
     assert report.swap_one.curve.b < 0 and report.swap_one.curve.monotone
 
 
+def is_subsequence(small: list[str], large: list[str]) -> bool:
+    """Every line of ``small`` appears in ``large`` in the same order (a nested sample)."""
+    rest = iter(large)
+    return all(line in rest for line in small)
+
+
+def test_a_duplicated_corpus_is_flat_in_data_size_at_a_fixed_number_of_updates(tmp_path):
+    """Planted known answer: a corpus whose second half duplicates the first (50 distinct Zipf
+    sequences, each written 8 times, so every half repeats the other) holds all 50 distinct
+    sequences in its 50% sample. Training the 50% sample for 2E epochs is then the same
+    objective as the whole corpus for E epochs, with the same number of updates: at a fixed
+    number of updates (size × epochs) the duplicated corpus's stability curve is flat from
+    0.5 to 1, because nothing new is added past 0.5.
+
+    At fixed epochs it is not flat: run-to-run stability depends on the updates as well as on
+    the data, so doubling the sample raises k-NN overlap as much as doubling the epochs does
+    (measured at corpus and sweep seeds 0-2: size gain 0.31-0.37, epochs gain 0.32-0.39,
+    the two within 0.02). The test fails if the sweep ignored --sizes (no size gain at 20
+    epochs), trained samples that are not nested (checked on the written samples) or that
+    miss distinct sequences (the fixed-updates cells would differ as 10 and 20 epochs do).
+    """
+    distinct = zipf_corpus(50, n_items=40).splitlines(keepends=True)
+    corpus = tmp_path / "duplicated.txt"
+    corpus.write_text("".join(distinct * 8), encoding="utf-8")
+    options = SweepOptions(grid=plan.parse_grid("epochs=20,40"), sizes=[0.25, 0.5, 1.0], runs=3)
+    report = run_sweep(corpus, tmp_path / "sw", FAST, options, audit=AUDIT, jobs=1)
+    samples = {s: (tmp_path / "sw" / "corpora" / f"size-{s}.txt").read_text().splitlines() for s in ("0.25", "0.5")}
+    assert is_subsequence(samples["0.25"], samples["0.5"]) and len(samples["0.25"]) == 100
+    assert is_subsequence(samples["0.5"], corpus.read_text().splitlines()) and len(samples["0.5"]) == 200
+    assert len(set(samples["0.5"])) == 50  # past 0.5 the corpus adds no new sequence
+    knn = {(c.size, c.values["epochs"]): c.knn_overlap for c in report.cells.values()}
+    size_gain = knn[1.0, 20] - knn[0.5, 20]  # twice the sample: twice the updates
+    epochs_gain = knn[0.5, 40] - knn[0.5, 20]  # twice the epochs on the same sample
+    assert size_gain > 0.15 and epochs_gain > 0.15
+    assert abs(knn[1.0, 20] - knn[0.5, 40]) < 0.1  # the same updates of the same objective: flat
+
+
 def test_a_rerun_resumes_and_a_different_seed_is_refused(tmp_path):
     corpus = tmp_path / "sessions.txt"
     corpus.write_text(make_sessions(80, 24), encoding="utf-8")

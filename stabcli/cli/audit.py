@@ -47,7 +47,7 @@ from stabcli.cli.options import (
 )
 from stabcli.cli.output import render_report, report_files, set_quiet, spinner, warn, wrote
 from stabcli.constraints import ranged
-from stabcli.errors import UsageError
+from stabcli.errors import UsageError, quote
 
 
 def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
@@ -58,7 +58,9 @@ def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
     try:
         parsed = [kind(item) for item in items]
     except ValueError:
-        raise UsageError(f"{option} {value!r}: expected a comma-separated list of {kind.__name__} values") from None
+        raise UsageError(
+            f"{option} {quote(value)}: expected a comma-separated list of {kind.__name__} values"
+        ) from None
     if not parsed:
         raise UsageError(f"{option}: empty list")
     return parsed

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stabcli.errors import StabcliWarning, UsageError
+from stabcli.errors import StabcliWarning, UsageError, quote
 
 if TYPE_CHECKING:
     from stabcli.fs.outputs import OutputPlan
@@ -44,7 +44,7 @@ def warn(message: str) -> None:
 def refuse_unknown(command: str, options: Mapping[str, Any]) -> None:
     """``TypeError`` for keywords no options type took, as Python reports a bad keyword."""
     if options:
-        raise TypeError(f"{command}() got an unexpected keyword argument {next(iter(options))!r}")
+        raise TypeError(f"{command}() got an unexpected keyword argument {quote(next(iter(options)))}")
 
 
 # options of the downstream protocol and their defaults: given with another value without
@@ -283,3 +283,39 @@ def params_given(options: Mapping[str, Any]) -> dict[str, Any]:
     """A command's options as given, for MLflow params: without the callbacks and the files."""
     skip = {"json", "markdown", "html", "plots", "per_key", "step_summary", "mlflow", "mlflow_experiment"}
     return {k: v for k, v in options.items() if not k.startswith("on_") and k not in skip}
+
+
+@dataclass(frozen=True)
+class Callbacks:
+    """A report command's callbacks: ``on_step(text)`` (progress), ``on_warning(text)``
+    (default: a ``StabcliWarning``), ``on_figure(path)`` (each file written besides the JSON
+    and Markdown) and ``on_logged(line)`` (the MLflow run)."""
+
+    on_step: Callable[[str], None] | None = None
+    on_warning: Callable[[str], None] = warn
+    on_figure: Callable[[Path], None] | None = None
+    on_logged: Callable[[str], None] | None = None
+
+    @classmethod
+    def take(cls, options: dict[str, Any]) -> Callbacks:
+        """The callbacks named in ``options``, removed from it."""
+        taken = {name: options.pop(name, None) for name in ("on_step", "on_warning", "on_figure", "on_logged")}
+        return cls(**{name: value for name, value in taken.items() if value is not None})
+
+
+def publish(
+    files: ReportFiles,
+    plan: OutputPlan,
+    renderings: Renderings,
+    callbacks: Callbacks,
+    logged: tuple[Tracker | None, str, Mapping[str, Any]],
+) -> None:
+    """Write a finished report's files all or nothing (``ReportFiles.write``), log its run
+    (``logged``: the tracker, the command and its params) and name each figure written
+    through ``callbacks.on_figure``."""
+    figures = files.write(plan, renderings.text, renderings=renderings, on_warning=callbacks.on_warning)
+    tracker, command, params = logged
+    log_run(tracker, command, params, renderings, callbacks.on_logged)
+    for figure in figures:
+        if callbacks.on_figure is not None:
+            callbacks.on_figure(figure)

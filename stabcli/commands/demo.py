@@ -21,8 +21,8 @@ from stabcli.runset import check_removable_runset
 
 if TYPE_CHECKING:
     from stabcli.commands.compare import CompareReport
-    from stabcli.commands.drift import DriftReport
     from stabcli.reports.audit_report import AuditReport
+    from stabcli.reports.drift_report import DriftReport
     from stabcli.training.pretrain import PretrainResult
 
 # everything the demo writes in its --out, and replaces when it runs again

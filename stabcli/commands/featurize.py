@@ -24,7 +24,7 @@ from stabcli import __version__
 from stabcli.commands.featurize_stream import features_in_memory, memory_needed, write_npy
 from stabcli.constraints import FEATURIZE_OPTIONS, Constraint, validate_params
 from stabcli.environment import capture
-from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.errors import InputError, OptionError, UsageError, quote
 from stabcli.fs.atomic import file_sha256
 from stabcli.fs.outputs import OutputPlan, with_companions
 from stabcli.fs.resources import require_memory
@@ -106,7 +106,7 @@ class FeaturizeOptions:
                 or not isinstance(self.epsilon, Real)
                 or not (math.isfinite(self.epsilon) and self.epsilon > 0)
             ):
-                raise OptionError("epsilon", f"{self.epsilon!r} must be a positive number")
+                raise OptionError("epsilon", f"{quote(self.epsilon)} must be a positive number")
         elif self.dim == 0 and not isinstance(self.dim, bool):
             if self.align_to is None:
                 raise OptionError("dim", "0 only aligns: it needs --align-to")
@@ -114,11 +114,11 @@ class FeaturizeOptions:
             check_output_dim(self.dim, "dim")
         validate_params(self)
         if not isinstance(self.normalize, bool):
-            raise OptionError("normalize", f"{self.normalize!r} must be True or False")
+            raise OptionError("normalize", f"{quote(self.normalize)} must be True or False")
         if self.reference and self.align_to is None:
             raise OptionError("reference", "only applies with --align-to RUN_SET")
         if self.output_format is not None and self.output_format not in WRITE_FORMATS:
-            raise OptionError("output_format", f"{self.output_format!r}: choose one of {', '.join(WRITE_FORMATS)}")
+            raise OptionError("output_format", f"{quote(self.output_format)}: choose one of {', '.join(WRITE_FORMATS)}")
 
 
 @dataclass
@@ -178,13 +178,13 @@ def _output_format(output: Path, fmt: str | None, runset: bool) -> str:
         if suffix_format is not None:  # the rule: a run set's output is a directory, named without a file suffix
             raise UsageError(
                 f"--out {output}: a run set is featurized into a run set (a directory), and "
-                f"{output.suffix!r} names a file format; give a directory name such as {output.with_suffix('')}"
+                f"{quote(output.suffix)} names a file format; give a directory name such as {output.with_suffix('')}"
             )
         return "npy"
     if fmt is None:
         if suffix_format is None:
             raise UsageError(
-                f"--out {output}: cannot tell the format from the suffix {output.suffix or '(none)'!r}; "
+                f"--out {output}: cannot tell the format from the suffix {quote(output.suffix or '(none)')}; "
                 f"use .npy, .txt, .vec, .bin, .kv or .parquet, or pass --format"
             )
         return suffix_format

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
-from stabcli.errors import InputError, OptionError
+from stabcli.errors import InputError, OptionError, quote
 from stabcli.inputs.embeddings import Embedding, fits_float32, require_finite
 from stabcli.measure.fourier import blocked_matmul, fourier_features
 from stabcli.measure.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
@@ -119,10 +119,10 @@ def _finite_float32(
     if featurized:
         raise OptionError(
             "sigma",
-            f"{options.sigma:g} makes the features of key {key!r} in {emb.source} NaN "
+            f"{options.sigma:g} makes the features of key {quote(key)} in {emb.source} NaN "
             f"(the projection h·U overflows); choose a smaller --sigma",
         )
-    raise InputError(f"{emb.source}: key {key!r}: aligned values exceed the float32 range of the output")
+    raise InputError(f"{emb.source}: key {quote(key)}: aligned values exceed the float32 range of the output")
 
 
 def output_width(emb: Embedding, directions: np.ndarray | None) -> int:

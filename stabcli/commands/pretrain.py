@@ -68,7 +68,7 @@ def pretrain(corpus: str | Path | None, out: str | Path, **options: Any) -> Pret
     address = scheduler_address(scheduler)
     if address is None:
         return train_runs(out, corpus, config, corpus_options=corpus_options, **runs, **callbacks)
-    from stabcli.training.cluster import Cluster, cluster_backend, pretrain_backend
+    from stabcli.training.cluster import training_backend
 
     def announce(cluster: Any) -> None:
         dashboard = cluster.dashboard_link
@@ -77,10 +77,5 @@ def pretrain(corpus: str | Path | None, out: str | Path, **options: Any) -> Pret
             + (f"; dashboard {dashboard}" if dashboard else "")
         )
 
-    if address.startswith("local:"):  # its workers start once the inputs are checked and the runs are planned
-        backend = cluster_backend(address, announce)
-        return train_runs(out, corpus, config, corpus_options=corpus_options, backend=backend, **runs, **callbacks)
-    with Cluster(address) as cluster:  # a wrong address fails before anything is written
-        announce(cluster)
-        backend = pretrain_backend(cluster)
+    with training_backend(address, announce) as backend:
         return train_runs(out, corpus, config, corpus_options=corpus_options, backend=backend, **runs, **callbacks)

@@ -12,18 +12,15 @@ read off what makes the embedding stable (docs/commands.md, stabcli sweep).
       swap/size-0.4/pair-000.txt, pair-000/   the sample with one sequence swapped, one run
 
 Every cell is an ordinary run set written through :func:`stabcli.training.pretrain.pretrain`
-(same lock, manifest, resume and backends), so a killed sweep resumes where it stopped and
+(same lock, manifest, resume and backends; the directory and the training are
+:mod:`stabcli.training.sweep_dir`), so a killed sweep resumes where it stopped and
 ``stabcli audit OUT/cells/NAME`` reads any cell. Cells share nothing but the sample files.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
-import os
-import re
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -34,27 +31,35 @@ import numpy as np
 
 from stabcli import __version__
 from stabcli.commands.audit import AuditOptions, build_report, load_runs
-from stabcli.errors import InputError, RunSetError, UsageError
-from stabcli.fs.atomic import atomic_path, file_sha256, write_json_atomic
-from stabcli.inputs.corpus import Corpus, CorpusOptions, read_corpus
+from stabcli.errors import InputError, UsageError, quote
+from stabcli.fs.atomic import file_sha256
+from stabcli.inputs.corpus import CorpusOptions, read_corpus
+from stabcli.inputs.labels import read_label_sets
 from stabcli.measure import curves
 from stabcli.measure import metrics as m
 from stabcli.measure.align import match_keys, matched_vectors
 from stabcli.reports import schema
 from stabcli.reports.audit_report import AuditReport
 from stabcli.reports.sweep_report import Pareto, PowerLaw, SizePoint, SwapOne, SweepCell, SweepReport, Target
-from stabcli.runset.layout import check_removable_runset, is_runset, remove_stabcli_entries
-from stabcli.runset.manifest import load_json
 from stabcli.runset.reader import RunSet
-from stabcli.runset.writer import RunSetLock
 from stabcli.training import sweep_plan as plan
-from stabcli.training.pretrain import Backend, TrainConfig, _prepared_corpus, local_backend, parse_params, pretrain
+from stabcli.training.pretrain import Backend, TrainConfig, local_backend, parse_params
+from stabcli.training.sweep_dir import (
+    CELLS,
+    SweepDir,
+    Trained,
+    check_outputs,
+    prepared_lines,
+    train_cells,
+    train_one,
+    train_swap_one,
+)
 
 if TYPE_CHECKING:
+    from stabcli.commands.common import ReportFiles
+    from stabcli.fs.outputs import OutputPlan
     from stabcli.measure.downstream import DownstreamOptions
 
-MANIFEST = "sweep.json"
-CORPORA, CELLS, SWAP = "corpora", "cells", "swap"
 SCHEMA_VERSION = 1
 
 # instability measures of the data-size curves: name → (cell field, flip: 1 − value)
@@ -101,7 +106,7 @@ class SweepOptions:
         if not self.sizes or any(not (0 < s <= 1) for s in self.sizes):
             raise UsageError("--sizes: shares of the corpus in (0, 1]")
         if self.stability not in STABILITY:
-            raise UsageError(f"--stability {self.stability!r}: choose one of {', '.join(STABILITY)}")
+            raise UsageError(f"--stability {quote(self.stability)}: choose one of {', '.join(STABILITY)}")
         if self.target is not None:
             parse_target(self.target)
 
@@ -111,13 +116,13 @@ def parse_target(text: str) -> tuple[str, float]:
     name, sep, raw = text.partition("=")
     name = name.strip()
     if not sep or name not in TARGETS:
-        raise UsageError(f"--target {text!r}: expected MEASURE=VALUE with MEASURE one of {', '.join(TARGETS)}")
+        raise UsageError(f"--target {quote(text)}: expected MEASURE=VALUE with MEASURE one of {', '.join(TARGETS)}")
     try:
         value = float(raw)
     except ValueError:
-        raise UsageError(f"--target {text!r}: {raw.strip()!r} is not a number") from None
+        raise UsageError(f"--target {quote(text)}: {quote(raw.strip())} is not a number") from None
     if not math.isfinite(value) or value < 0 or (TARGETS[name] != name and value >= 1):
-        raise UsageError(f"--target {text!r}: the value must be finite, at least 0 and (overlaps, CKA) below 1")
+        raise UsageError(f"--target {quote(text)}: the value must be finite, at least 0 and (overlaps, CKA) below 1")
     return name, value
 
 
@@ -161,8 +166,7 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
     >>> report = stabcli.sweep("sessions.txt", "sweeps/s1", grid="window=2,5", sizes="0.5,1", runs=3)  # doctest: +SKIP
     >>> report.data_size["knn_instability"].b  # doctest: +SKIP
     """
-    from stabcli.commands.common import Renderings, ReportFiles, refuse_unknown, take, warn
-    from stabcli.reports import sweep_render
+    from stabcli.commands.common import ReportFiles, warn
 
     options = dict(options)
     on_warning = options.pop("on_warning", None) or warn
@@ -170,6 +174,50 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
     checks, scheduler = list(options.pop("checks", ())), options.pop("scheduler", None)
     jobs, force, timeout = options.pop("jobs", None), options.get("force", False), options.pop("timeout", None)
     files = ReportFiles.take(options)
+    config, corpus_options, settings, audit, downstream = _options(options, jobs)
+    validate_checks(checks, labels=downstream is not None, target=settings.target is not None)
+    files.check_formats()
+    inputs = [Path(corpus), *([downstream.labels] if downstream else [])]
+    report_plan = files.plan([Path(corpus)], inputs[1:])
+    check_outputs(out, inputs, report_plan.outputs)
+    from stabcli.training.cluster import scheduler_address
+
+    address = scheduler_address(scheduler)
+    extra: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        if address is not None:
+            from stabcli.training.cluster import training_backend
+
+            extra["backend"] = stack.enter_context(training_backend(address))
+        report = run_sweep(
+            corpus,
+            out,
+            config,
+            settings,
+            audit=audit,
+            downstream=downstream,
+            corpus_options=corpus_options,
+            jobs=jobs,
+            force=force,
+            checks=checks,
+            timeout=timeout,
+            on_step=on_step,
+            on_warning=on_warning,
+            **extra,
+        )
+    for figure in _write_reports(report, files, report_plan, on_warning):
+        if on_figure is not None:
+            on_figure(figure)
+    return report
+
+
+def _options(
+    options: dict[str, Any], jobs: int | None
+) -> tuple[TrainConfig, CorpusOptions, SweepOptions, AuditOptions, DownstreamOptions | None]:
+    """The keyword options split into the options types (each checked on construction); an
+    unknown keyword is a ``TypeError``."""
+    from stabcli.commands.common import refuse_unknown, take
+
     params = options.pop("params", None) or {}
     model = options.get("model", "word2vec")
     if not isinstance(params, dict):
@@ -191,36 +239,16 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
         from stabcli.measure.downstream import DownstreamOptions
 
         downstream = DownstreamOptions(**{k: v for k, v in labelled.items() if v is not None}, jobs=jobs)
-    validate_checks(checks, labels=downstream is not None, target=settings.target is not None)
-    files.check_formats()
-    inputs = [Path(corpus), *([downstream.labels] if downstream else [])]
-    report_plan = files.plan([Path(corpus)], inputs[1:])
-    check_outputs(out, inputs, report_plan.outputs)
-    from stabcli.training.cluster import scheduler_address
+    return config, corpus_options, settings, audit, downstream
 
-    address = scheduler_address(scheduler)
-    extra: dict[str, Any] = {}
-    with contextlib.ExitStack() as stack:
-        if address is not None:
-            from stabcli.training.cluster import Cluster, pretrain_backend
 
-            extra["backend"] = pretrain_backend(stack.enter_context(Cluster(address)))
-        report = run_sweep(
-            corpus,
-            out,
-            config,
-            settings,
-            audit=audit,
-            downstream=downstream,
-            corpus_options=corpus_options,
-            jobs=jobs,
-            force=force,
-            checks=checks,
-            timeout=timeout,
-            on_step=on_step,
-            on_warning=on_warning,
-            **extra,
-        )
+def _write_reports(
+    report: SweepReport, files: ReportFiles, report_plan: OutputPlan, on_warning: Callable[[str], None]
+) -> list[Path]:
+    """The JSON, Markdown, plot and HTML files asked for, all or none; the figures' and the page's paths."""
+    from stabcli.commands.common import Renderings
+    from stabcli.reports import sweep_render
+
     text = schema.dumps(report)
     renderings = Renderings(
         text,
@@ -228,16 +256,7 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
         lambda: sweep_render.plot_figures(report),
         page=lambda figures, _: sweep_render.render_html(report, figures, text),
     )
-    figures = files.write(report_plan, text, renderings=renderings, on_warning=on_warning)
-    for figure in figures:
-        if on_figure is not None:
-            on_figure(figure)
-    return report
-
-
-@dataclass
-class _Trained:
-    seconds: float | None
+    return files.write(report_plan, text, renderings=renderings, on_warning=on_warning)
 
 
 def run_sweep(
@@ -272,6 +291,9 @@ def run_sweep(
     if config.vary != "seed":
         raise UsageError("--vary: a sweep varies the seed only (the data sizes vary the data)")
     corpus = read_corpus(corpus_path, config.model, corpus_options)
+    if downstream is not None:  # a bad label file fails now, not after every cell is trained
+        keys = set(corpus.tags) if corpus.tags is not None else {t for s in corpus.sequences for t in s}
+        read_label_sets(downstream.labels, keys, downstream.encoding)
     n = len(corpus.sequences)
     identity = {
         "schema_version": SCHEMA_VERSION,
@@ -283,36 +305,15 @@ def run_sweep(
     order = plan.nested_order(n, options.seed)
     if plan.sample_indices(order, options.sizes[0]).size < 2:
         raise UsageError(f"--sizes {options.sizes[0]:g}: {n} sequences give a sample of 1; use larger sizes")
-    trained: dict[str, _Trained] = {}
-    train = partial(_train, jobs=jobs, force=force, tagged=corpus.tags is not None, backend=backend, timeout=timeout)
-    with _SweepDir(root, identity, force) as directory:
-        prepared = _prepared_lines(corpus)
-        for size in options.sizes:
-            directory.write_corpus(plan.size_label(size), _sample(prepared, plan.sample_indices(order, size)))
-        for i, cell in enumerate(cells, 1):
-            step(f"training cell {i}/{len(cells)}: {cell.name}")
-            corpus_file = directory.corpus(plan.size_label(cell.size))
-            trained[cell.name] = train(
-                directory.cell(cell.name), corpus_file, cell.config, options.runs, options.seed, cell.name
-            )
-        swap_sets: dict[float, tuple[Path, list[Path]]] = {}
+    train = partial(train_one, jobs=jobs, force=force, tagged=corpus.tags is not None, backend=backend, timeout=timeout)
+    swap_sets: dict[float, tuple[Path, list[Path]]] = {}
+    with SweepDir(root, identity, force) as directory:
+        prepared = prepared_lines(corpus)
+        trained = train_cells(directory, prepared, order, cells, options.sizes, options.runs, options.seed, train, step)
         if options.swap_one:
-            swap_config = plan.cells({}, [1.0], config)[0].config
-            for size in options.sizes:
-                label = plan.size_label(size)
-                inside = plan.sample_indices(order, size)
-                base = directory.swap(label) / "base"
-                step(f"swap-one {label}: base run")
-                train(base, directory.corpus(label), swap_config, 1, options.seed, f"swap {label} base")
-                pairs = []
-                for j, swap in enumerate(plan.swaps(order, size, options.swap_one, options.seed)):
-                    text = directory.swap(label) / f"pair-{j:03d}.txt"
-                    directory.write_file(text, _sample(prepared, plan.swapped(inside, swap)))
-                    step(f"swap-one {label}: pair {j + 1}/{options.swap_one}")
-                    pair = directory.swap(label) / f"pair-{j:03d}"
-                    train(pair, text, swap_config, 1, options.seed, f"swap {label} pair {j}")
-                    pairs.append(pair)
-                swap_sets[size] = (base, pairs)
+            swap_sets = train_swap_one(
+                directory, prepared, order, options.sizes, options.swap_one, options.seed, config, train, step
+            )
     audits: dict[str, AuditReport] = {}
     cell_downstream = replace(downstream, variants=["h"]) if downstream is not None else None
     for i, cell in enumerate(cells, 1):
@@ -340,152 +341,6 @@ def validate_checks(expressions: Sequence[str], labels: bool, target: bool) -> N
     schema.validate_checks(SweepReport, expressions, needs)
 
 
-def check_outputs(out: str | Path, inputs: Sequence[str | Path], outputs: Sequence[str | Path]) -> None:
-    """UsageError when an input or a report output lies where the sweep writes (its samples,
-    cells, swap-one runs, manifest): training would overwrite or delete it. Anything else
-    inside ``out`` is fine (``--json OUT/report.json``)."""
-    real = Path(os.path.realpath(out))
-    for kind, paths in (("input", inputs), ("output", outputs)):
-        for path in paths:
-            try:
-                relative = Path(os.path.realpath(path)).relative_to(real)
-            except ValueError:
-                continue
-            if not relative.parts or _OWNED_TOP.match(relative.parts[0]):
-                raise UsageError(
-                    f"{path}: the {kind} lies where the sweep writes in --out {out}; move it or choose another --out"
-                )
-
-
-# ---------------------------------------------------------------- training
-
-
-def _train(
-    root: Path,
-    corpus: Path,
-    config: TrainConfig,
-    runs: int,
-    seed: int,
-    what: str,
-    *,
-    jobs: int | None,
-    force: bool,
-    tagged: bool,
-    backend: Backend,
-    timeout: float | None,
-) -> _Trained:
-    """One cell (or swap-one run) through pretrain: resumed, or replaced with ``force``."""
-    result = pretrain(
-        root,
-        corpus,
-        config,
-        runs=runs,
-        seed=seed,
-        jobs=jobs,
-        force=force,
-        corpus_options=CorpusOptions(format="tagged" if tagged else "lines"),
-        timeout=timeout,
-        backend=backend,
-    )
-    if result.failed:
-        first = result.failed[0]
-        raise RunSetError(f"{what}: {len(result.failed)} run(s) failed; {first.error}")
-    seconds = [r.seconds for r in result.runs]
-    return _Trained(None if any(s is None for s in seconds) else float(sum(s for s in seconds if s is not None)))
-
-
-def _prepared_lines(corpus: Corpus) -> list[bytes]:
-    return _prepared_corpus(corpus).splitlines(keepends=True)
-
-
-def _sample(lines: list[bytes], indices: Sequence[int] | np.ndarray) -> bytes:
-    return b"".join(lines[int(i)] for i in indices)
-
-
-_OWNED_TOP = re.compile(rf"^({CORPORA}|{CELLS}|{SWAP}|{re.escape(MANIFEST)}|stabcli\.lock)$")
-
-
-class _SweepDir:
-    """The sweep directory: created or resumed under its lock; refuses a directory that is
-    not a sweep (unless empty) and, without ``force``, a sweep of another corpus or seed."""
-
-    def __init__(self, root: Path, identity: dict[str, Any], force: bool):
-        self.root, self.identity, self.force = root, identity, force
-        self.lock = RunSetLock(root)
-
-    def __enter__(self) -> _SweepDir:
-        root = self.root
-        if root.exists() and not root.is_dir():
-            raise UsageError(f"--out {root}: exists and is not a directory")
-        if root.is_dir() and not (root / MANIFEST).is_file():
-            foreign = sorted(p.name for p in root.iterdir() if not _OWNED_TOP.match(p.name))
-            if foreign:
-                raise RunSetError(f"--out {root}: not a sweep directory (it holds {foreign[0]}); choose another --out")
-        root.mkdir(parents=True, exist_ok=True)
-        self.lock.__enter__()
-        try:
-            self._open()
-        except BaseException:
-            self.lock.__exit__(None, None, None)
-            raise
-        return self
-
-    def _open(self) -> None:
-        path = self.root / MANIFEST
-        if path.is_file():
-            try:
-                old = load_json(path)
-            except (OSError, ValueError) as exc:
-                raise RunSetError(f"{path}: unreadable sweep manifest ({exc})") from None
-            if old != self.identity:
-                if not self.force:
-                    changed = [k for k in self.identity if not isinstance(old, dict) or old.get(k) != self.identity[k]]
-                    raise RunSetError(
-                        f"--out {self.root}: a sweep of another {' and '.join(changed) or 'kind'}; "
-                        "use --force to replace it, or another --out"
-                    )
-                self._remove_old()
-        write_json_atomic(path, self.identity)
-
-    def _remove_old(self) -> None:
-        """Everything an earlier sweep wrote here, refusing a run set holding a user's file."""
-        for group in (CELLS, SWAP):
-            for runset in sorted(p for p in (self.root / group).rglob("*") if is_runset(p)):
-                check_removable_runset(runset)  # a user's file inside: refused, nothing removed
-                remove_stabcli_entries(runset)
-                runset.rmdir()
-        for sample in sorted((self.root / SWAP).glob("size-*/pair-*.txt")):
-            sample.unlink()
-        if (self.root / CORPORA).is_dir():
-            shutil.rmtree(self.root / CORPORA)  # only the samples this command writes live there
-
-    def __exit__(self, *exc: object) -> None:
-        self.lock.__exit__(*exc)
-
-    def corpus(self, label: str) -> Path:
-        return self.root / CORPORA / f"{label}.txt"
-
-    def cell(self, name: str) -> Path:
-        (self.root / CELLS).mkdir(exist_ok=True)
-        return self.root / CELLS / name
-
-    def swap(self, label: str) -> Path:
-        path = self.root / SWAP / label
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def write_corpus(self, label: str, data: bytes) -> None:
-        (self.root / CORPORA).mkdir(exist_ok=True)
-        self.write_file(self.corpus(label), data)
-
-    def write_file(self, path: Path, data: bytes) -> None:
-        """Written atomically, and only when its bytes change (a resumed cell keeps its input)."""
-        if path.is_file() and file_sha256(path) == hashlib.sha256(data).hexdigest():
-            return
-        with atomic_path(path) as tmp:
-            tmp.write_bytes(data)
-
-
 # ---------------------------------------------------------------- the report
 
 
@@ -497,7 +352,7 @@ def _value(cell: SweepCell, name: str) -> float | None:
     return 1.0 - value if flip else float(value)
 
 
-def _cell(cell: plan.Cell, report: AuditReport, trained: _Trained, sequences: int, root: Path) -> SweepCell:
+def _cell(cell: plan.Cell, report: AuditReport, trained: Trained, sequences: int, root: Path) -> SweepCell:
     rep = report.representation
     ds = report.downstream
     metric = mean = std = churn = None
@@ -608,7 +463,7 @@ def _report(
     options: SweepOptions,
     cells: list[plan.Cell],
     audits: dict[str, AuditReport],
-    trained: dict[str, _Trained],
+    trained: dict[str, Trained],
     sizes_m: dict[float, int],
     n: int,
     swap_sets: dict[float, tuple[Path, list[Path]]],

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from stabcli.errors import WriteError
+from stabcli.errors import WriteError, quote
 
 TEMP_KINDS = ("tmp", "partial", "old")
 _TEMP_RE = re.compile(r"^\..+\.(tmp|partial|old)-\d+(\..*)?$")
@@ -34,7 +34,7 @@ def temp_path(path: Path, suffix: str = "", *, kind: str = "tmp") -> Path:
     """The temporary name this process writes ``path`` under: ``.NAME.KIND-PID`` + ``suffix``,
     ``kind`` one of :data:`TEMP_KINDS`."""
     if kind not in TEMP_KINDS:
-        raise ValueError(f"kind {kind!r}: expected one of {', '.join(TEMP_KINDS)}")
+        raise ValueError(f"kind {quote(kind)}: expected one of {', '.join(TEMP_KINDS)}")
     return path.with_name(f".{path.name}.{kind}-{os.getpid()}{suffix}")
 
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from stabcli.errors import UsageError, WriteError
+from stabcli.errors import UsageError, WriteError, quote
 from stabcli.fs.atomic import cannot_write, is_temp_name, remove_stale_temporaries, rename_noreplace, temp_path
 from stabcli.inputs.embeddings import keys_path_for
 from stabcli.inputs.textfile import check_regular_file
@@ -237,7 +237,7 @@ class OutputPlan:
         only the input and collision checks apply; the caller writes the output itself
         (``pretrain --out`` resuming a run set)."""
         if kind not in ("file", "dir", "append"):
-            raise ValueError(f"kind {kind!r}: expected file, dir or append")
+            raise ValueError(f"kind {quote(kind)}: expected file, dir or append")
         output = _Output(Path(path), label, kind, owned, exists_ok)
         if not output.path.name:  # '', '.', '/': a directory spelled without a name to write
             what = "directory" if kind == "dir" else "file"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from stabcli.errors import InputError, UsageError
+from stabcli.errors import InputError, UsageError, quote
 from stabcli.inputs.labels import encoding_for
 from stabcli.inputs.textfile import check_encoding, sniff_encoding, text_lines
 
@@ -115,16 +115,16 @@ def read_frequencies(path: Path, encoding: str = "utf-8") -> dict[str, int]:
         separator = "\t" if "\t" in line else "," if "," in line else None
         parts = line.rsplit(separator, 1)
         if len(parts) != 2 or not parts[0].strip():
-            raise InputError(f"{path} line {number}: expected a key and a count, found {line.strip()[:40]!r}")
+            raise InputError(f"{path} line {number}: expected a key and a count, found {quote(line.strip()[:40])}")
         key, value = parts[0].strip(), parts[1].strip()
         if not value.isdigit():
             if first:
                 first = False
                 continue  # a header row
-            raise InputError(f"{path} line {number}: count {value[:20]!r} is not a non-negative integer")
+            raise InputError(f"{path} line {number}: count {quote(value[:20])} is not a non-negative integer")
         first = False
         if key in counts:
-            raise InputError(f"{path} line {number}: key {key[:40]!r} appears twice")
+            raise InputError(f"{path} line {number}: key {quote(key[:40])} appears twice")
         counts[key] = int(value)
     if not counts:
         raise InputError(f"{path}: no key and count found")
@@ -176,7 +176,7 @@ def per_key_format(path: Path) -> str:
         return "parquet"
     if suffix in (".csv", ".tsv", ".txt", ""):
         return "csv"
-    raise UsageError(f"--per-key {path}: unknown suffix {suffix!r}; use .csv, .tsv or .parquet")
+    raise UsageError(f"--per-key {path}: unknown suffix {quote(suffix)}; use .csv, .tsv or .parquet")
 
 
 def write_per_key(frame: pd.DataFrame, path: Path, staged: Path) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stabcli.errors import InputError
+from stabcli.errors import InputError, quote
 from stabcli.inputs.compressed import inner_name
 from stabcli.inputs.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
@@ -91,7 +91,7 @@ def read_labels(path: str | Path, known_keys: Collection[str], encoding: str | N
         label = labels[0]
         if key in by_key and by_key[key] != label:
             raise InputError(
-                f"{path}:{lineno}: key {key!r} has label {label!r} here but {by_key[key]!r} "
+                f"{path}:{lineno}: key {quote(key)} has label {quote(label)} here but {quote(by_key[key])} "
                 f"on line {first_line[key]} (--task multilabel keeps every label of a key)"
             )
         by_key.setdefault(key, label)
@@ -214,7 +214,7 @@ def _delimited(path: Path, encoding: str, known_keys: Collection[str]) -> Iterat
     first_row = True
     for lineno, fields in _csv_records(path, encoding, delimiter):
         if len(fields) != 2:
-            raise InputError(f"{path}:{lineno}: expected 2 columns (key{delimiter!r}label), found {len(fields)}")
+            raise InputError(f"{path}:{lineno}: expected 2 columns (key{quote(delimiter)}label), found {len(fields)}")
         key, label = fields[0].strip(), fields[1].strip()
         if first_row:
             first_row = False

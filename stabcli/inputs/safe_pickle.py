@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from stabcli.errors import InputError
+from stabcli.errors import InputError, quote, quoted
 
 # gensim objects: created only by NEWOBJ (cls.__new__(cls)) and filled by BUILD
 MODEL_CLASSES: frozenset[tuple[str, str]] = frozenset(
@@ -95,18 +95,12 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MAX_DEPTH = 4  # KeyedVectors inside a model: depth 1
 
 
-def printable(text: str, limit: int = 80) -> str:
-    """``text`` on one line: non-printable characters escaped, at most ``limit`` characters."""
-    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-    return shown if len(shown) <= limit else shown[:limit] + "…"
-
-
 class RefusedGlobal(pickle.UnpicklingError):
     """The pickle references a global outside the allow-list."""
 
     def __init__(self, module: str, name: str, why: str = "not part of a gensim save() file"):
         super().__init__(f"{module}.{name}")
-        self.qualname = printable(f"{module}.{name}")
+        self.qualname = quoted(f"{module}.{name}")
         self.why = why
 
 
@@ -305,7 +299,7 @@ def load_gensim(path: Path, trusted: bool = False) -> Any:
             raise
         raise InputError(f"{path}: not a readable gensim save() file ({type(exc).__name__} while unpickling)") from None
     if unpickler is not None and not unpickler.made(obj):
-        raise InputError(f"{path}: not a gensim save() file (it holds a {printable(type(obj).__name__)})")
+        raise InputError(f"{path}: not a gensim save() file (it holds a {quoted(type(obj).__name__)})")
     attach_arrays(obj, path, name, 0)
     return obj
 
@@ -323,19 +317,19 @@ def attach_arrays(obj: Any, path: Path, prefix: str, depth: int) -> None:
     for attrib in _names(path, state.get("__recursive_saveloads", ())):
         child = state.get(attrib)
         if child is None:
-            raise InputError(f"{path}: lists {attrib!r} as saved separately but does not hold it")
+            raise InputError(f"{path}: lists {quote(attrib)} as saved separately but does not hold it")
         attach_arrays(child, path, f"{prefix}.{attrib}", depth + 1)
     for attrib in _names(path, state.get("__numpys", ())):
         array_path = Path(f"{prefix}.{attrib}.npy")
         if not array_path.is_file():
             raise InputError(
-                f"{array_path}: missing (gensim saved {attrib!r} of {path.name} there; "
+                f"{array_path}: missing (gensim saved {quote(attrib)} of {path.name} there; "
                 "keep the .npy files beside the model)"
             )
         try:
             state[attrib] = np.load(array_path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
-            raise InputError(f"{array_path}: not a readable .npy file ({printable(str(exc))})") from None
+            raise InputError(f"{array_path}: not a readable .npy file ({quoted(str(exc))})") from None
 
 
 def _names(path: Path, names: Any) -> list[str]:

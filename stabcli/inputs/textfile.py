@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from stabcli.errors import InputError, OptionError
+from stabcli.errors import InputError, OptionError, quote
 from stabcli.inputs.compressed import compression_of, open_stream
 
 BLOCK = 1 << 20
@@ -36,15 +36,17 @@ def check_encoding(param: str, encoding: object) -> str:
     """The canonical codec name of ``encoding``; an unknown or non-text codec is an
     ``OptionError`` naming ``param`` (checked before any file is opened)."""
     if not isinstance(encoding, str) or not encoding.strip():
-        raise OptionError(param, f"expected an encoding name such as utf-8, latin-1 or utf-16, got {encoding!r}")
+        raise OptionError(param, f"expected an encoding name such as utf-8, latin-1 or utf-16, got {quote(encoding)}")
     try:
         info = codecs.lookup(encoding)
     except (LookupError, ValueError):  # ValueError: a name with a NUL character
         raise OptionError(
-            param, f"unknown encoding {encoding!r}; use a name such as utf-8, latin-1, cp1252 or utf-16"
+            param, f"unknown encoding {quote(encoding)}; use a name such as utf-8, latin-1, cp1252 or utf-16"
         ) from None
     if not getattr(info, "_is_text_encoding", True):
-        raise OptionError(param, f"{encoding!r} is not a text encoding; use a name such as utf-8, latin-1 or utf-16")
+        raise OptionError(
+            param, f"{quote(encoding)} is not a text encoding; use a name such as utf-8, latin-1 or utf-16"
+        )
     return info.name
 
 

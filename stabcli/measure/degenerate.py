@@ -5,11 +5,13 @@ them has zero width and every real change would look significant."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
 
 from stabcli.measure.align import procrustes_residual
+from stabcli.reports.schema import doc
 
 # relative Procrustes residual below which two runs are the same up to a rotation: float32
 # storage of a rotated copy leaves about 1e-7; two word2vec seeds leave 0.3 to 1.4
@@ -44,6 +46,27 @@ def same_runs(runs: Sequence[np.ndarray], tolerance: float = SAME_UP_TO_ROTATION
         and abs(norms[r] - norms[s]) <= tolerance * max(norms[r], norms[s])
         and procrustes_residual(sampled[r], sampled[s]) < tolerance
     ]
+
+
+@dataclass(frozen=True)
+class DegenerateRuns:
+    """Runs whose noise is zero by construction: what audit reports and drift refuses."""
+
+    pairs: list[list[str]] = doc("the pairs of runs (names) that are identical or exact rotations of each other")
+    reason: str = doc("why the measured noise is zero, and what to do about it")
+
+
+def degenerate_runs(names: Sequence[str], runs: Sequence[np.ndarray]) -> DegenerateRuns | None:
+    """The runs (rows matched by key) that are identical or exact rotations of each other, with
+    the sentence every report and refusal gives, or None when the runs are independent."""
+    pairs = same_runs(runs)
+    if not pairs:
+        return None
+    reason = (
+        f"{describe_same(pairs, names, len(runs))}: the noise measured between them is zero by construction; "
+        "train them with different seeds (a --script must use {seed})"
+    )
+    return DegenerateRuns([[names[r], names[s]] for r, s in pairs], reason)
 
 
 def describe_same(pairs: list[tuple[int, int]], names: Sequence[str], count: int) -> str:

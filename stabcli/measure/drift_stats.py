@@ -55,12 +55,12 @@ def key_change(before: np.ndarray, after: np.ndarray, rotation: np.ndarray | Non
 
 
 def _wide_chunks(runs: Sequence[np.ndarray]) -> Iterator[tuple[slice, np.ndarray]]:
-    """Row chunks of the runs side by side, float32 ``[c, R·d]`` (about 16 MB each)."""
+    """Row chunks of the runs side by side, float64 ``[c, R·d]`` (about 32 MB each)."""
     n, d = runs[0].shape
     step = max(1, CHUNK_ELEMENTS // (len(runs) * d))
     for start in range(0, n, step):
         rows = slice(start, min(n, start + step))
-        yield rows, np.concatenate([np.asarray(h[rows], dtype=np.float32) for h in runs], axis=1)
+        yield rows, np.concatenate([np.asarray(h[rows], dtype=np.float64) for h in runs], axis=1)
 
 
 MEASURES = ("direction", "length", "distance")  # what a key's change is tested on (``--measure``)
@@ -97,9 +97,12 @@ def pair_measures(runs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], li
     over all rows: ``distance[p, i] = ‖H_r[i] − H_s[i]·Q_rs‖``, ``direction`` the cosine
     distance, ``length`` |ln(‖H_s[i]‖/‖H_r[i]‖)|.
 
-    Two passes over the rows: the cross-Gram blocks ``H_sᵀH_r`` (one float32 product per
-    chunk, accumulated in float64, O(R²·n·d²)), then per chunk one product of each run with
-    the rotations of all its pairs side by side. Returns float32 arrays [P, n] by measure.
+    Two passes over the rows: the cross-Gram blocks ``H_sᵀH_r`` (one float64 product per
+    chunk, O(R²·n·d²)), then per chunk one product of each run with the rotations of all its
+    pairs side by side. Everything is computed in float64, like the BEFORE→AFTER change
+    (``key_change``): in float32 the cosine distance of a stable key (1 − cos near 0) lost
+    up to 2·10⁻³ of its value to the BLAS kernel's summation order, and the tail p-values
+    amplified that. Returns float32 arrays [P, n] by measure (memory O(P·n)).
     """
     R = len(runs)
     n, d = runs[0].shape
@@ -110,13 +113,12 @@ def pair_measures(runs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], li
     blocks = joint.reshape(R, d, R, d)
     partners = {s: [r for r in range(s)] for s in range(1, R)}
     side_by_side = {
-        s: np.concatenate([rotation_from_cross(blocks[s, :, r, :]) for r in rs], axis=1).astype(np.float32)
-        for s, rs in partners.items()
+        s: np.concatenate([rotation_from_cross(blocks[s, :, r, :]) for r in rs], axis=1) for s, rs in partners.items()
     }
     index = {pair: p for p, pair in enumerate(pairs)}
     out = {name: np.empty((len(pairs), n), dtype=np.float32) for name in MEASURES}
     for rows, wide in _wide_chunks(runs):
-        norms = [m.row_norms(wide[:, r * d : (r + 1) * d].astype(np.float64)) for r in range(R)]
+        norms = [m.row_norms(wide[:, r * d : (r + 1) * d]) for r in range(R)]
         for s, rs in partners.items():
             rotated = wide[:, s * d : (s + 1) * d] @ side_by_side[s]  # [c, len(rs)·d]
             for j, r in enumerate(rs):
@@ -124,7 +126,7 @@ def pair_measures(runs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], li
                 diff = before - after
                 p = index[r, s]
                 out["distance"][p, rows] = np.sqrt(np.einsum("cd,cd->c", diff, diff))
-                dot = np.einsum("cd,cd->c", before, after, dtype=np.float64)
+                dot = np.einsum("cd,cd->c", before, after)
                 denom = norms[r] * norms[s]
                 cos = np.divide(dot, denom, out=np.ones_like(dot), where=denom > 0)
                 out["direction"][p, rows] = np.clip(1.0 - cos, 0.0, 2.0)

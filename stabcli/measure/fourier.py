@@ -14,26 +14,26 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from stabcli.errors import OptionError
+from stabcli.errors import OptionError, quote
 from stabcli.measure.metrics import inverse_norms, unit_rows
 
 
 def check_output_dim(n_components: object, param: str = "n_components") -> None:
     """OptionError unless ``n_components`` is an even integer >= 2 (cos/sin pairs)."""
     if isinstance(n_components, bool) or not isinstance(n_components, Integral) or n_components < 2 or n_components % 2:
-        raise OptionError(param, f"{n_components!r} must be an even integer >= 2 (cos/sin pairs)")
+        raise OptionError(param, f"{quote(n_components)} must be an even integer >= 2 (cos/sin pairs)")
 
 
 def check_sigma(sigma: object, param: str = "sigma") -> None:
     """OptionError unless ``sigma`` is a finite positive number."""
     if isinstance(sigma, bool) or not isinstance(sigma, Real) or not (math.isfinite(float(sigma)) and float(sigma) > 0):
-        raise OptionError(param, f"{sigma!r} must be a positive number")
+        raise OptionError(param, f"{quote(sigma)} must be a positive number")
 
 
 def check_seed(seed: object, param: str = "seed") -> None:
     """OptionError unless ``seed`` is None or a non-negative integer (``default_rng``'s domain)."""
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0):
-        raise OptionError(param, f"{seed!r} must be a non-negative integer")
+        raise OptionError(param, f"{quote(seed)} must be a non-negative integer")
 
 
 def draw_directions(input_dim: int, n_components: int, sigma: float, seed: int | None) -> np.ndarray:
@@ -147,7 +147,7 @@ def choose_dimension(
 ) -> tuple[int, float]:
     """Smallest even M (doubling, then bisection) whose measured mean kernel error is ≤ ε."""
     if not (isinstance(epsilon, Real) and math.isfinite(epsilon) and epsilon > 0):
-        raise OptionError("epsilon", f"{epsilon!r} must be a positive number")
+        raise OptionError("epsilon", f"{quote(epsilon)} must be a positive number")
     high = 2
     while (error := _finite_kernel_error(X, sigma, high, seed, normalize)) > epsilon:
         if high >= max_dim:

@@ -338,6 +338,8 @@ def render_terminal(report: AuditReport, console: Console) -> None:
     environment = describe(report.input.environment)
     if environment:
         console.print(literal(environment, "yellow"), soft_wrap=True)
+    if report.input.degenerate is not None:
+        console.print(literal(f"warning: {report.input.degenerate.reason}", "bold yellow"), soft_wrap=True)
 
     table = Table()
     table.add_column("metric", no_wrap=True)
@@ -412,6 +414,7 @@ def render_markdown(report: AuditReport, key_rows: int | None = None) -> str:
         input_line(report, markdown=True),
         "",
         *([f"**{md_text(describe(report.input.environment) or '')}**", ""] if report.input.environment else []),
+        *([f"**Warning: {md_text(report.input.degenerate.reason)}**", ""] if report.input.degenerate else []),
         "| metric | value | reading |",
         "| --- | ---: | --- |",
     ]

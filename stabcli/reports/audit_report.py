@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from stabcli.environment import EnvironmentDifference
+from stabcli.measure.degenerate import DegenerateRuns
 from stabcli.reports.schema import Check, JsonReport, doc
 
 
@@ -34,6 +35,11 @@ class InputSection:
         "the environment fields (package versions, BLAS kernel, CPU) on which the runs' recorded training "
         "environments differ, e.g. after a resume on another machine; empty when they agree or are not recorded",
         default_factory=list,
+    )
+    degenerate: DegenerateRuns | None = doc(
+        "runs that are identical or exact rotations of each other (a `--script` that ignores `{seed}`): "
+        "their noise is zero by construction, so every stability number overstates; null when the runs differ",
+        default=None,
     )
 
 
@@ -472,5 +478,7 @@ class AuditReport(JsonReport):
         json=False,
     )
     key_stats: Any = doc(
-        "every key's numbers for --per-key (stabcli.commands.audit.KeyStats); not in the JSON", default=None, json=False
+        "every key's numbers for --per-key (stabcli.commands.audit_compute.KeyStats); not in the JSON",
+        default=None,
+        json=False,
     )

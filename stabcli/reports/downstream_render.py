@@ -142,7 +142,17 @@ def _flip_notes(ds: DownstreamSection) -> list[str]:
 def next_item_table(section: NextItemSection) -> tuple[list[str], list[list[str]]]:
     """One row per variant, profile and K: Recall and NDCG mean (std), list overlap against
     chance, and (h) the stale profiles' recall, raw and aligned."""
-    headers = ["variant", "profile", "K", "Recall", "NDCG", "Jaccard (chance)", "RBO (chance)", "stale raw", "aligned"]
+    headers = [
+        "variant",
+        "profile",
+        "K",
+        "Recall",
+        "NDCG",
+        "Jaccard (chance)",
+        "RBO (chance)",
+        "stale raw",
+        "stale aligned",
+    ]
     rows = []
     for name, by_kind in section.variants.items():
         for kind, per_k in by_kind.items():
@@ -189,7 +199,7 @@ def render_next_item(section: NextItemSection, console: Console) -> None:
         table.add_column(header, justify="left" if i < 2 else "right", no_wrap=True)
     for row in rows:
         table.add_row(*[literal(cell) for cell in row])
-    print_table(console, table, literal("Next-item recommendation across runs", "italic"))
+    print_table(console, table, literal("Next-item recommendation across runs", "italic"), keys=3)
     for note in next_item_notes(section):
         console.print(literal(note, "dim"), soft_wrap=True)
 

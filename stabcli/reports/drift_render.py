@@ -9,10 +9,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from stabcli.commands.drift import DriftReport, PerKey
 from stabcli.environment import describe
 from stabcli.reports import html
 from stabcli.reports.audit_render import _json_number, _num, _pct
+from stabcli.reports.drift_report import DriftReport, PerKey
 from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
 from stabcli.reports.figures import save as save_figures
 from stabcli.reports.html import Cell, Figure

@@ -2,10 +2,12 @@
 
 A report table is printed as a table only when every key and number column fits at its
 widest cell (such cells never wrap or shorten: ``phi:64@0.5`` and ``0.449 (0.012)`` stay
-whole) and the prose columns keep at least ``PROSE_MIN`` cells to wrap into. Below that
-width it is printed **stacked**: one block per row, its first cell as the heading and one
-``header: value`` line per other column, printed whole (a terminal may fold a long line,
-nothing is cut). No column is ever dropped and no number truncated.
+whole) and the prose columns keep at least ``PROSE_MIN`` cells to wrap into; when it fits
+only without its borders, it is printed without them (columns two spaces apart). Below
+that width it is printed **stacked**: one block per row, its key cells (the first, or the
+first ``keys``) as the heading and one ``header: value`` line per other column, printed
+whole (a terminal may fold a long line, nothing is cut), and a blank line after the last
+block. No column is ever dropped and no number truncated.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ def _width(cell: object) -> int:
     return max((Text(line).cell_len for line in _text(cell).splitlines()), default=0)
 
 
-def needed_width(table: Table) -> int:
+def needed_width(table: Table, borders: bool = True) -> int:
     """Cells a table needs: key and number columns (``no_wrap``) at their widest cell,
     prose columns at ``PROSE_MIN`` (or their widest cell when narrower), plus padding and
-    column separators as rich lays them out."""
+    column separators as rich lays them out (none with ``borders=False``)."""
     need = 0
     for column in table.columns:
         widest = max([_width(column.header), *(_width(c) for c in column._cells)])
@@ -38,14 +40,15 @@ def needed_width(table: Table) -> int:
     left, right = table.padding[3], table.padding[1]
     count = len(table.columns)
     need += count * (left + right)
-    if table.box is not None:
+    if borders and table.box is not None:
         need += count - 1 + (2 if table.show_edge else 0)
     return need
 
 
-def print_table(console: Console, table: Table, title: str | Text | None = None) -> None:
-    """``table`` as a table when it fits ``console.width``, else stacked (module docstring).
-    ``title`` (or the table's own) is printed whole on its own line above it."""
+def print_table(console: Console, table: Table, title: str | Text | None = None, keys: int = 1) -> None:
+    """``table`` as a table when it fits ``console.width`` (with its borders, or else without
+    them), else stacked (module docstring) with its first ``keys`` cells as each block's
+    heading. ``title`` (or the table's own) is printed whole on its own line above it."""
     title = title if title is not None else table.title
     table.title = None
     if title:
@@ -53,14 +56,17 @@ def print_table(console: Console, table: Table, title: str | Text | None = None)
     if needed_width(table) <= console.width:
         console.print(table)
         return
+    if needed_width(table, borders=False) <= console.width:
+        table.box = None
+        console.print(table)
+        return
     headers = [_text(c.header) for c in table.columns]
     rows = list(zip(*(column._cells for column in table.columns), strict=True)) if table.columns else []
-    for index, row in enumerate(rows):
-        console.print(
-            Text(f"{headers[0]}: {_text(row[0])}" if headers[0] else _text(row[0]), style="bold"), soft_wrap=True
-        )
-        for header, cell in zip(headers[1:], row[1:], strict=True):
+    keys = max(1, min(keys, len(headers)))
+    for row in rows:
+        heading = " · ".join(f"{h}: {_text(c)}" if h else _text(c) for h, c in zip(headers[:keys], row, strict=False))
+        console.print(Text(heading, style="bold"), soft_wrap=True)
+        for header, cell in zip(headers[keys:], row[keys:], strict=True):
             value = " ".join(_text(cell).split("\n"))
             console.print(Text(f"  {header}: {value}" if header else f"  {value}"), soft_wrap=True)
-        if index < len(rows) - 1:
-            console.print()
+        console.print()

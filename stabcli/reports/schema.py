@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from stabcli.errors import UsageError
+from stabcli.errors import UsageError, quote
 
 
 def doc(
@@ -233,14 +233,14 @@ def parse_check(expression: str) -> tuple[str, str, float]:
     """``'representation.knn_overlap>=0.6'`` → (path, op, threshold); UsageError if malformed."""
     match = _CHECK_RE.match(expression)
     if not match:
-        raise UsageError(f"--check {expression!r}: expected PATH OP VALUE with OP one of < <= > >= ==")
+        raise UsageError(f"--check {quote(expression)}: expected PATH OP VALUE with OP one of < <= > >= ==")
     path, op, raw = match.groups()
     try:
         threshold = float(raw)
     except ValueError:
-        raise UsageError(f"--check {expression!r}: {raw!r} is not a number") from None
+        raise UsageError(f"--check {quote(expression)}: {quote(raw)} is not a number") from None
     if not math.isfinite(threshold):
-        raise UsageError(f"--check {expression!r}: the threshold must be a finite number")
+        raise UsageError(f"--check {quote(expression)}: the threshold must be a finite number")
     return path, op, threshold
 
 
@@ -282,9 +282,9 @@ def resolve(report: Any, path: str, cls: type | None = None) -> float | None:
         else:
             where = ".".join(walked) or "the report"
             if isinstance(node, list):
-                raise UsageError(f"--check {path}: {where} has {len(node)} entries, no {parts[0]!r}")
+                raise UsageError(f"--check {path}: {where} has {len(node)} entries, no {quote(parts[0])}")
             options = ", ".join(sorted(node)) if isinstance(node, dict) else "no named fields"
-            raise UsageError(f"--check: no {parts[0]!r} in {where} (has: {options})")
+            raise UsageError(f"--check: no {quote(parts[0])} in {where} (has: {options})")
         walked.append(name)
         parts = parts[size:]
     if node is None:  # a number that is null (NaN, unavailable) fails its check; a null section is an error

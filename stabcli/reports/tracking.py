@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stabcli.errors import UsageError
+from stabcli.errors import UsageError, quote
 
 MLFLOW_INSTALL = "pip install 'stabcli[mlflow]'"
 DEFAULT_EXPERIMENT = "stabcli"
@@ -207,7 +207,7 @@ def _mlflow_errors(uri: str | None) -> Iterator[None]:
     try:
         yield
     except ModuleNotFoundError as exc:
-        raise UsageError(f"{where}: needs the Python package {exc.name!r}: {MLFLOW_INSTALL}") from None
+        raise UsageError(f"{where}: needs the Python package {quote(exc.name)}: {MLFLOW_INSTALL}") from None
     except MlflowException as exc:
         raise UsageError(f"{where}: {exc.message.strip().splitlines()[0]}") from None
     except OSError as exc:

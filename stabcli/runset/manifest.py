@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from stabcli.errors import InputError, RunSetError
+from stabcli.errors import InputError, RunSetError, quote
 from stabcli.runset.layout import MANIFEST, SCHEMA_VERSION
 
 
@@ -67,10 +67,10 @@ def read_manifest(root: Path) -> dict[str, Any]:
         )
     for name, types in _MANIFEST_TYPES.items():
         if name in manifest and (not isinstance(manifest[name], types) or isinstance(manifest[name], bool)):
-            raise RunSetError(f"{path}: corrupted manifest ({name!r} is a {type(manifest[name]).__name__})")
+            raise RunSetError(f"{path}: corrupted manifest ({quote(name)} is a {type(manifest[name]).__name__})")
     for name, entry in (manifest.get("runs") or {}).items():
         if not isinstance(entry, dict):
-            raise RunSetError(f"{path}: corrupted manifest (runs[{name!r}] is a {type(entry).__name__})")
+            raise RunSetError(f"{path}: corrupted manifest (runs[{quote(name)}] is a {type(entry).__name__})")
     return manifest
 
 

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from stabcli.errors import InputError, RunSetError, UsageError
+from stabcli.errors import InputError, RunSetError, UsageError, quote
 from stabcli.fs.atomic import atomic_path, file_sha256, is_temp_name, write_json_atomic, write_text_atomic
 from stabcli.inputs.embeddings import keys_text
 from stabcli.runset.layout import (
@@ -54,9 +54,9 @@ def check_keys(keys: Sequence[str], where: str) -> None:
         if not isinstance(key, str) or not key:
             raise InputError(f"{where}: empty key")
         if any(ch.isspace() for ch in key):
-            raise InputError(f"{where}: key {key!r} contains whitespace")
+            raise InputError(f"{where}: key {quote(key)} contains whitespace")
         if key in seen:
-            raise InputError(f"{where}: key {key!r} occurs twice")
+            raise InputError(f"{where}: key {quote(key)} occurs twice")
         seen.add(key)
 
 

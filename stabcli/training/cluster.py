@@ -17,12 +17,12 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from stabcli.errors import OptionError, UsageError
+from stabcli.errors import OptionError, UsageError, quote
 
 if TYPE_CHECKING:
     from stabcli.training.trainers import RunResult, RunTask
@@ -46,11 +46,11 @@ def scheduler_address(option: str | None) -> str | None:
         raise OptionError("scheduler", "empty address")
     local = _LOCAL_RE.match(value)
     if value.startswith("local") and (local is None or not 1 <= int(local.group(1)) <= 256):
-        raise OptionError("scheduler", f"{value!r}: expected local:N with N from 1 to 256 worker processes")
+        raise OptionError("scheduler", f"{quote(value)}: expected local:N with N from 1 to 256 worker processes")
     if local is not None:
         most, why = local_worker_limit()
         if int(local.group(1)) > most:
-            raise OptionError("scheduler", f"{value!r}: this machine has {why}; use local:N with N at most {most}")
+            raise OptionError("scheduler", f"{quote(value)}: this machine has {why}; use local:N with N at most {most}")
     else:
         check_transport(value)
     return value
@@ -84,7 +84,7 @@ def check_transport(address: str) -> None:
     if scheme != "tcp":
         raise OptionError(
             "scheduler",
-            f"{address!r}: stabcli connects to Dask schedulers over tcp:// (tcp://host:8786) or starts local:N; "
+            f"{quote(address)}: stabcli connects to Dask schedulers over tcp:// (tcp://host:8786) or starts local:N; "
             f"{scheme}:// is not supported",
         )
 
@@ -98,11 +98,11 @@ def _host_port(address: str) -> tuple[str, int]:
     else:
         host, _, port = location.rpartition(":") if location.count(":") == 1 else (location, "", "")
     if not host:
-        raise OptionError("scheduler", f"{address!r}: expected tcp://HOST:PORT")
+        raise OptionError("scheduler", f"{quote(address)}: expected tcp://HOST:PORT")
     if not port:
         return host, 8786
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise OptionError("scheduler", f"{address!r}: the port must be a number from 1 to 65535")
+        raise OptionError("scheduler", f"{quote(address)}: the port must be a number from 1 to 65535")
     return host, int(port)
 
 
@@ -408,23 +408,38 @@ def pretrain_backend(cluster: Cluster) -> Callable[[Sequence[RunTask], int], Ite
     return backend
 
 
-def cluster_backend(
+@contextmanager
+def training_backend(
     address: str, on_connect: Callable[[Cluster], None] | None = None
-) -> Callable[[Sequence[RunTask], int], Iterator[RunResult]]:
-    """A pretrain execution backend that connects to ``address`` (for ``local:N``: starts its
-    workers) only when the runs are ready to go, after every input was checked. A missing
-    ``stabcli[dask]`` is reported at once."""
+) -> Iterator[Callable[[Sequence[RunTask], int], Iterator[RunResult]]]:
+    """The pretrain execution backend on ``address`` for the block, however many batches of
+    runs it trains (pretrain's one, or a sweep's cells): the one place a command's cluster
+    starts.
+
+    A scheduler address is connected to at once, so a wrong address fails before anything
+    is written. ``local:N`` starts its workers only when the first runs are ready to go,
+    after every input and option was checked, and keeps them for the later batches; a block
+    with nothing to train starts none. A missing ``stabcli[dask]`` is reported at once.
+    """
     _distributed()
+    with ExitStack() as stack:
+        clusters: list[Cluster] = []
 
-    def backend(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunResult]:
-        if not tasks:
-            return
-        with Cluster(address) as cluster:
-            if on_connect is not None:
-                on_connect(cluster)
-            yield from pretrain_backend(cluster)(tasks, jobs)
+        def connect() -> Cluster:
+            if not clusters:
+                clusters.append(stack.enter_context(Cluster(address)))
+                if on_connect is not None:
+                    on_connect(clusters[0])
+            return clusters[0]
 
-    return backend
+        if not address.startswith("local:"):
+            connect()
+
+        def backend(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunResult]:
+            if tasks:
+                yield from pretrain_backend(connect())(tasks, jobs)
+
+        yield backend
 
 
 @contextmanager

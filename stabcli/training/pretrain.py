@@ -10,20 +10,18 @@ cluster elsewhere) and records each result; the trainers themselves live in
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import math
 import multiprocessing
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from stabcli import __version__
-from stabcli.constraints import TRAIN_CONFIG, Constraint, validate_params
 from stabcli.errors import InputError, OptionError, UsageError
 from stabcli.fs.atomic import file_sha256
 from stabcli.fs.resources import require_disk, require_memory
@@ -38,6 +36,7 @@ from stabcli.runset import (
     read_losses,
     run_name,
 )
+from stabcli.training.config import MODELS, VARY, TrainConfig, parse_params
 from stabcli.training.processes import cpu_count, kill_orphans_of, kill_pool_workers, live_groups, worker_init
 from stabcli.training.trainers import PLACEHOLDERS, RunResult, RunTask, execute, script_argv
 
@@ -56,70 +55,6 @@ __all__ = [
     "pretrain",
     "script_argv",
 ]
-
-MODELS = ("word2vec", "doc2vec")
-VARY = ("seed", "shuffle", "bootstrap")
-# Arguments stabcli sets itself; --param may not override them.
-_RESERVED = {
-    "sentences",
-    "corpus_iterable",
-    "corpus_file",
-    "documents",
-    "workers",
-    "seed",
-    "callbacks",
-    "vector_size",
-    "window",
-    "negative",
-    "epochs",
-    "sg",
-    "dm",
-    "min_count",
-    "compute_loss",
-}
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything that determines a run's result; stored in the manifest and compared on resume."""
-
-    model: str = "word2vec"
-    dim: int = 32
-    window: int = 3
-    negative: int = 3
-    epochs: int = 10
-    sg: bool = True
-    min_count: int = 1
-    vary: str = "seed"
-    params: dict[str, Any] = field(default_factory=dict)
-    script: str | None = None
-    checkpoints: bool = False
-
-    parameter_constraints: ClassVar[dict[str, Constraint]] = TRAIN_CONFIG
-
-    def __post_init__(self) -> None:
-        if self.script is not None:
-            if not isinstance(self.script, str) or "{out}" not in self.script:
-                raise OptionError("script", "must contain {out}: the directory the script writes its embedding into")
-            script_argv(self.script, seed=0, out=Path("out"), run=0, corpus=None)  # fails early on bad quoting
-            return
-        if self.model not in MODELS:
-            raise OptionError("model", f"{self.model!r}: choose one of {', '.join(MODELS)}")
-        if self.vary not in VARY:
-            raise OptionError("vary", f"{self.vary!r}: choose one of {', '.join(VARY)}")
-        validate_params(self)
-        for name in TRAIN_CONFIG:
-            value = getattr(self, name)
-            if value > 2**31 - 1:
-                raise OptionError(name, f"{value} is larger than gensim accepts (2**31 - 1)")
-        if not isinstance(self.params, dict):
-            raise OptionError("param", "expected a dict of gensim arguments")
-        check_params(self.model, self.params)
-
-    def identity(self) -> dict[str, Any]:
-        if self.script is not None:
-            return {"model": "script", "script": self.script}
-        return asdict(self)
 
 
 @dataclass
@@ -155,106 +90,6 @@ class PretrainResult:
             "runs": [dict(r.__dict__) for r in self.runs],
             "failed": len(self.failed),
         }
-
-
-def _flag(value: Any) -> str | None:
-    return None if type(value) is bool or (value in (0, 1) and type(value) is int) else "0 or 1"
-
-
-def _number(low: float, high: float, *, low_open: bool = False) -> Callable[[Any], str | None]:
-    bracket = "(" if low_open else "["
-
-    def check(value: Any) -> str | None:
-        if (
-            type(value) not in (int, float)
-            or not math.isfinite(value)
-            or value > high
-            or value < low
-            or (low_open and value == low)
-        ):
-            return f"a finite number in {bracket}{low:g}, {high:g}]"
-        return None
-
-    return check
-
-
-def _count(low: int, high: int, *, optional: bool = False) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
-        if optional and value is None:
-            return None
-        if type(value) is not int or not low <= value <= high:
-            return f"an integer from {low:,} to {high:,}" + (" or None" if optional else "")
-        return None
-
-    return check
-
-
-# The gensim arguments --param accepts: plain numeric and boolean hyperparameters, each with
-# its range. Anything that could run code or open files (callbacks, trim_rule, hashfxn,
-# corpus_file, dv_mapfile, ...) is not here, so it is refused.
-GENSIM_PARAMS: dict[str, Callable[[Any], str | None]] = {
-    "alpha": _number(0.0, 1.0, low_open=True),
-    "min_alpha": _number(0.0, 1.0),
-    "sample": _number(0.0, 1.0),
-    "ns_exponent": _number(-10.0, 10.0),
-    "hs": _flag,
-    "cbow_mean": _flag,
-    "null_word": _flag,
-    "sorted_vocab": _flag,
-    "shrink_windows": _flag,
-    "max_vocab_size": _count(1, 2**40, optional=True),
-    "max_final_vocab": _count(1, 2**40, optional=True),
-    "batch_words": _count(1, 10**7),
-}
-DOC2VEC_PARAMS: dict[str, Callable[[Any], str | None]] = {
-    "dm_mean": lambda v: None if v is None else _flag(v),
-    "dm_concat": _flag,
-    "dm_tag_count": _count(1, 1000),
-    "dbow_words": _flag,
-}
-
-
-def check_params(model: str, params: dict[str, Any]) -> None:
-    """Refuse a gensim argument stabcli does not pass through, or a value out of its range
-    (non-finite, negative, not 0/1, not a number), before gensim sees it."""
-    accepted = {**GENSIM_PARAMS, **(DOC2VEC_PARAMS if model == "doc2vec" else {})}
-    for name, value in params.items():
-        if name in _RESERVED:
-            raise UsageError(f"--param {name}: set by stabcli itself; use its own option instead")
-        if name not in accepted:
-            hint = " (a doc2vec argument; add --model doc2vec)" if name in DOC2VEC_PARAMS else ""
-            raise UsageError(
-                f"--param {name}: not an argument of gensim {'Doc2Vec' if model == 'doc2vec' else 'Word2Vec'} "
-                f"that stabcli passes on{hint}; accepted: {', '.join(sorted(accepted))}"
-            )
-        expected = accepted[name](value)
-        if expected is not None:
-            raise UsageError(f"--param {name}={_short_repr(value)}: expected {expected}")
-
-
-def _short_repr(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def parse_params(model: str, pairs: Iterable[str]) -> dict[str, Any]:
-    """``key=value`` strings → gensim keyword arguments from an allow-list of numeric and
-    boolean hyperparameters, each checked against its range.
-
-    Values are Python literals (``1e-3``, ``True``, ``None``; never evaluated as code).
-    """
-    params: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, raw = pair.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise UsageError(f"--param {pair!r}: expected key=value")
-        try:
-            params[name] = ast.literal_eval(raw.strip())
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            params[name] = raw.strip()
-        check_params(model, {name: params[name]})
-    return params
 
 
 # ---------------------------------------------------------------- execution backends
@@ -340,12 +175,60 @@ def pretrain(
     if corpus_path is not None:
         check_input_outside(root, corpus_path, "corpus")
     jobs = jobs or cpu_count()
+    data = _TrainingData.read(corpus_path, config, corpus_options) if corpus_path is not None else _TrainingData()
+    corpus, vocabulary = data.corpus, data.vocabulary
+    _check_resources(
+        root, config, runs, min(jobs, runs), len(vocabulary), corpus.n_tokens if corpus else 0, data.words(config)
+    )
+    identity = {
+        "config": config.identity(),
+        "corpus_sha256": data.info["sha256"] if data.info else None,
+        "seed": seed,
+    }
+    info = {"stabcli_version": __version__, "gensim_version": _gensim_version(), "corpus": data.info}
+
+    with RunSetWriter(root) as writer:
+        kill_orphans_of(str(root.resolve()))  # scripts of a pretrain killed by kill -9 (we hold the lock)
+        manifest = writer.open(identity, info, force=force)
+        corpus_copy = data.write(writer)
+        results = _kept_runs(root, manifest, seed)
+        done = set(results)
+        todo = [i for i in range(runs) if i not in done]
+        _record_pending(writer, manifest, todo, done, runs, seed)
+
+        corpus_arg = Path(corpus_path).resolve() if corpus_path else None
+        keys_file = root / KEYS if vocabulary else None
+        tasks = [
+            RunTask(i, seed + i, config, writer.new_partial(i), keys_file, corpus_copy, corpus_arg, timeout)
+            for i in todo
+        ]
+        poller = _ProgressPoller(
+            [t.work for t in tasks], config.epochs if config.script is None else 0, len(done), runs, on_progress
+        )
+        try:
+            _execute(writer, tasks, backend, jobs, results, poller, on_run)
+        finally:
+            writer.discard_partials()  # this attempt's unfinished runs (interrupted or crashed)
+            writer.remove_corpus_copy()
+    return PretrainResult(
+        root, [results[i] for i in sorted(results)], len(vocabulary) if vocabulary else None, data.summary
+    )
+
+
+@dataclass
+class _TrainingData:
+    """The corpus a pretrain reads (none in script mode without CORPUS): its vocabulary and
+    key counts, the summary it returns and the ``corpus`` entry of the manifest."""
+
     corpus: Corpus | None = None
-    vocabulary: list[str] = []
-    corpus_info = None
-    counts: list[int] | None = None
-    summary = None
-    if corpus_path is not None:
+    vocabulary: list[str] = field(default_factory=list)
+    counts: list[int] | None = None  # training counts in vocabulary order
+    key_counts: Counter[str] = field(default_factory=Counter)
+    summary: dict[str, Any] | None = None
+    info: dict[str, Any] | None = None
+
+    @classmethod
+    def read(cls, corpus_path: str | Path, config: TrainConfig, corpus_options: CorpusOptions) -> _TrainingData:
         corpus = read_corpus(corpus_path, config.model, corpus_options)
         if config.model == "doc2vec" and corpus.tags is None and config.script is None:
             raise InputError(
@@ -355,6 +238,8 @@ def pretrain(
             )
         key_counts = _key_counts(corpus)
         summary = {**corpus.summary(), "distinct_keys": len(key_counts), "description": corpus.describe()}
+        vocabulary: list[str] = []
+        counts = None
         if config.script is None:
             vocabulary = corpus.vocabulary(config.min_count)
             if len(vocabulary) < 2:
@@ -364,7 +249,7 @@ def pretrain(
                 )
             check_keys(vocabulary, f"{corpus_path}: {'tag' if corpus.tags is not None else 'token'}")
             counts = [key_counts[k] for k in vocabulary]
-        corpus_info = {
+        info = {
             "path": str(Path(corpus_path).resolve()),
             "sha256": file_sha256(Path(corpus_path)),
             "format": corpus.format,
@@ -375,98 +260,98 @@ def pretrain(
             "header": summary["header"],
             "columns": summary["columns"],
         }
-    words = len(vocabulary)
-    if corpus is not None and corpus.tags is not None and config.script is None:  # doc2vec: the keys are tags
-        words = sum(1 for c in Counter(t for seq in corpus.sequences for t in seq).values() if c >= config.min_count)
-    _check_resources(root, config, runs, min(jobs, runs), len(vocabulary), corpus.n_tokens if corpus else 0, words)
-    identity = {
-        "config": config.identity(),
-        "corpus_sha256": corpus_info["sha256"] if corpus_info else None,
-        "seed": seed,
-    }
-    info = {"stabcli_version": __version__, "gensim_version": _gensim_version(), "corpus": corpus_info}
+        return cls(corpus, vocabulary, counts, key_counts, summary, info)
 
-    with RunSetWriter(root) as writer:
-        kill_orphans_of(str(root.resolve()))  # scripts of a pretrain killed by kill -9 (we hold the lock)
-        manifest = writer.open(identity, info, force=force)
-        corpus_copy = None
-        if vocabulary and corpus is not None:  # no vocabulary when a script trains: each run brings its own keys
-            writer.write_keys(vocabulary, counts)
-            corpus_copy = writer.write_corpus_copy(_prepared_corpus(corpus))
-        elif corpus is not None:  # a script's keys are its own: record every corpus key's count
-            writer.write_corpus_counts(key_counts)
-        done = set(complete_runs(root))
-        results: dict[int, RunResult] = {}
-        for index in sorted(done):
-            entry = manifest["runs"].get(run_name(index), {})
-            if entry.get("status") != "complete":  # killed between publishing the run and recording it
-                try:
-                    losses = read_losses(root / run_name(index) / "losses.json") or []
-                except InputError:
-                    losses = []
-                final = next((v for v in reversed(losses) if v is not None), None)
-                entry = manifest["runs"][run_name(index)] = {
-                    "seed": seed + index,
-                    "status": "complete",
-                    "seconds": None,
-                    "final_loss": final,
-                }
-            results[index] = RunResult(index, seed + index, "kept", entry.get("seconds"), entry.get("final_loss"))
-        todo = [i for i in range(runs) if i not in done]
-        manifest["seeds"] = [seed + i for i in range(max(runs, max(done, default=-1) + 1))]
-        writer.clear_leftovers(todo)
-        for index in todo:
-            manifest["runs"][run_name(index)] = {"seed": seed + index, "status": "pending"}
-        writer.save()
+    def write(self, writer: RunSetWriter) -> Path | None:
+        """The keys and their training counts into the run set; returns the corpus copy the
+        runs read (None without a vocabulary: each script run brings its own keys)."""
+        if self.vocabulary and self.corpus is not None:
+            writer.write_keys(self.vocabulary, self.counts)
+            return writer.write_corpus_copy(_prepared_corpus(self.corpus))
+        if self.corpus is not None:  # a script's keys are its own: record every corpus key's count
+            writer.write_corpus_counts(self.key_counts)
+        return None
 
-        corpus_arg = Path(corpus_path).resolve() if corpus_path else None
-        tasks = [
-            RunTask(
-                i,
-                seed + i,
-                config,
-                writer.new_partial(i),
-                root / KEYS if vocabulary else None,
-                corpus_copy,
-                corpus_arg,
-                timeout,
+    def words(self, config: TrainConfig) -> int:
+        """The words gensim trains vectors for: the vocabulary, or doc2vec's words beside its tags."""
+        corpus = self.corpus
+        if corpus is not None and corpus.tags is not None and config.script is None:  # doc2vec: the keys are tags
+            return sum(1 for c in Counter(t for seq in corpus.sequences for t in seq).values() if c >= config.min_count)
+        return len(self.vocabulary)
+
+
+def _kept_runs(root: Path, manifest: dict[str, Any], seed: int) -> dict[int, RunResult]:
+    """The complete runs of an earlier pretrain, recorded as complete in ``manifest`` (a run
+    published but killed before it was recorded gets its entry here)."""
+    results: dict[int, RunResult] = {}
+    for index in sorted(set(complete_runs(root))):
+        entry = manifest["runs"].get(run_name(index), {})
+        if entry.get("status") != "complete":  # killed between publishing the run and recording it
+            try:
+                losses = read_losses(root / run_name(index) / "losses.json") or []
+            except InputError:
+                losses = []
+            final = next((v for v in reversed(losses) if v is not None), None)
+            entry = manifest["runs"][run_name(index)] = {
+                "seed": seed + index,
+                "status": "complete",
+                "seconds": None,
+                "final_loss": final,
+            }
+        results[index] = RunResult(index, seed + index, "kept", entry.get("seconds"), entry.get("final_loss"))
+    return results
+
+
+def _record_pending(
+    writer: RunSetWriter, manifest: dict[str, Any], todo: list[int], done: set[int], runs: int, seed: int
+) -> None:
+    """Every run's seed, and the runs to train as pending, in the manifest; leftovers of those runs removed."""
+    manifest["seeds"] = [seed + i for i in range(max(runs, max(done, default=-1) + 1))]
+    writer.clear_leftovers(todo)
+    for index in todo:
+        manifest["runs"][run_name(index)] = {"seed": seed + index, "status": "pending"}
+    writer.save()
+
+
+def _execute(
+    writer: RunSetWriter,
+    tasks: list[RunTask],
+    backend: Backend,
+    jobs: int,
+    results: dict[int, RunResult],
+    poller: _ProgressPoller,
+    on_run: Callable[[RunResult], None] | None,
+) -> None:
+    """Publish (or keep as failed) each run as the backend finishes it and record it in the
+    manifest; stop the backend's processes and the poller however this ends."""
+    poller.start()
+    outcomes = backend(tasks, jobs)
+    try:
+        for result in outcomes:
+            work = next(t.work for t in tasks if t.index == result.index)
+            if result.status == "complete":
+                writer.publish(result.index, work)
+            else:
+                failed = writer.fail(result.index, work)
+                result.error = f"{result.error} (log: {failed / 'log.txt'})"
+            results[result.index] = result
+            writer.record(
+                result.index,
+                {
+                    "seed": result.seed,
+                    "status": result.status,
+                    "seconds": result.seconds,
+                    "final_loss": result.final_loss,
+                    "error": result.error,
+                    **({"environment": result.environment} if result.environment else {}),
+                },
             )
-            for i in todo
-        ]
-        poller = _ProgressPoller(
-            [t.work for t in tasks], config.epochs if config.script is None else 0, len(done), runs, on_progress
-        )
-        poller.start()
-        outcomes = backend(tasks, jobs)
-        try:
-            for result in outcomes:
-                work = next(t.work for t in tasks if t.index == result.index)
-                if result.status == "complete":
-                    writer.publish(result.index, work)
-                else:
-                    failed = writer.fail(result.index, work)
-                    result.error = f"{result.error} (log: {failed / 'log.txt'})"
-                results[result.index] = result
-                writer.record(
-                    result.index,
-                    {
-                        "seed": result.seed,
-                        "status": result.status,
-                        "seconds": result.seconds,
-                        "final_loss": result.final_loss,
-                        "error": result.error,
-                        **({"environment": result.environment} if result.environment else {}),
-                    },
-                )
-                poller.run_finished()
-                if on_run:
-                    on_run(result)
-        finally:
-            getattr(outcomes, "close", lambda: None)()  # stops every worker and script it started
-            poller.stop()
-            writer.discard_partials()  # this attempt's unfinished runs (interrupted or crashed)
-            writer.remove_corpus_copy()
-    return PretrainResult(root, [results[i] for i in sorted(results)], len(vocabulary) if vocabulary else None, summary)
+            poller.run_finished()
+            if on_run:
+                on_run(result)
+    finally:
+        getattr(outcomes, "close", lambda: None)()  # stops every worker and script it started
+        poller.stop()
 
 
 MAX_RUNS = 100_000  # the manifest records every run and is rewritten after each one

@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from stabcli.errors import OptionError, UsageError
-from stabcli.training.pretrain import DOC2VEC_PARAMS, GENSIM_PARAMS, PLACEHOLDERS, TrainConfig, check_params
+from stabcli.errors import OptionError, UsageError, quote
+from stabcli.training.config import DOC2VEC_PARAMS, GENSIM_PARAMS, TrainConfig, check_params
+from stabcli.training.trainers import PLACEHOLDERS
 
 CONFIG_FIELDS = ("dim", "window", "negative", "epochs", "sg", "min_count")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -43,16 +44,16 @@ def parse_grid(text: str, model: str = "word2vec", script: str | None = None) ->
     for item in text.split():
         name, sep, raw = item.partition("=")
         if not sep or not name or not raw:
-            raise UsageError(f"--grid {item!r}: expected NAME=VALUE,VALUE,... (items separated by spaces)")
+            raise UsageError(f"--grid {quote(item)}: expected NAME=VALUE,VALUE,... (items separated by spaces)")
         if not _NAME.match(name):
-            raise UsageError(f"--grid {item!r}: {name!r} is not a parameter name")
+            raise UsageError(f"--grid {quote(item)}: {quote(name)} is not a parameter name")
         if name in grid:
             raise UsageError(f"--grid: {name} is given twice")
         values = [_literal(v) for v in raw.split(",")]
         if any(v == "" for v in values):
-            raise UsageError(f"--grid {item!r}: empty value")
+            raise UsageError(f"--grid {quote(item)}: empty value")
         if len(set(map(repr, values))) != len(values):
-            raise UsageError(f"--grid {item!r}: a value is repeated")
+            raise UsageError(f"--grid {quote(item)}: a value is repeated")
         grid[name] = values
     if script is None:
         accepted = set(CONFIG_FIELDS) | set(GENSIM_PARAMS) | (set(DOC2VEC_PARAMS) if model == "doc2vec" else set())
@@ -76,7 +77,7 @@ def parse_grid(text: str, model: str = "word2vec", script: str | None = None) ->
                 raise UsageError(f"--grid {name}: the --script template has no {{{name}}} field to fill")
             for value in values:
                 if not _SCRIPT_VALUE.match(str(value)):
-                    raise UsageError(f"--grid {name}={value!r}: script values are letters, digits and . _ + -")
+                    raise UsageError(f"--grid {name}={quote(value)}: script values are letters, digits and . _ + -")
     return grid
 
 
@@ -94,12 +95,12 @@ def parse_sizes(text: str) -> list[float]:
         try:
             value = float(item)
         except ValueError:
-            raise UsageError(f"--sizes {text!r}: {item.strip()!r} is not a number") from None
+            raise UsageError(f"--sizes {quote(text)}: {quote(item.strip())} is not a number") from None
         if not (math.isfinite(value) and 0 < value <= 1):
-            raise UsageError(f"--sizes {text!r}: {item.strip()} is not a share in (0, 1]")
+            raise UsageError(f"--sizes {quote(text)}: {item.strip()} is not a share in (0, 1]")
         sizes.append(value)
     if len(set(sizes)) != len(sizes):
-        raise UsageError(f"--sizes {text!r}: a size is repeated")
+        raise UsageError(f"--sizes {quote(text)}: a size is repeated")
     return sorted(sizes)
 
 
@@ -164,7 +165,7 @@ def cell_config(base: TrainConfig, values: dict[str, Any]) -> TrainConfig:
         return replace(base, **fields, params={**base.params, **params})
     except OptionError as exc:
         value = values.get(exc.param)
-        raise UsageError(f"--grid {exc.param}={value!r}: {exc.problem}") from None
+        raise UsageError(f"--grid {exc.param}={quote(value)}: {exc.problem}") from None
 
 
 def _flag(value: Any) -> bool:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stabcli.environment import capture
-from stabcli.errors import StabcliError, UsageError
+from stabcli.errors import StabcliError, UsageError, quote
 from stabcli.inputs.embeddings import Embedding, is_embedding_file, read_embedding
 from stabcli.runset import EPOCHS, LOG, PROGRESS, checkpoint_path, read_losses, run_name, write_run
 from stabcli.training.processes import (
@@ -37,7 +37,7 @@ from stabcli.training.processes import (
 )
 
 if TYPE_CHECKING:
-    from stabcli.training.pretrain import TrainConfig
+    from stabcli.training.config import TrainConfig
 
 PLACEHOLDERS = ("{seed}", "{out}", "{run}", "{corpus}")
 LOG_LIMIT = 10 * 2**20  # bytes of a script's output kept in log.txt; the rest is counted and dropped
@@ -215,7 +215,7 @@ def script_argv(template: str, *, seed: int, out: Path, run: int, corpus: Path |
     try:
         argv = shlex.split(template)
     except ValueError as exc:
-        raise UsageError(f"--script: cannot split {template!r} ({exc})") from None
+        raise UsageError(f"--script: cannot split {quote(template)} ({exc})") from None
     if not argv:
         raise UsageError("--script: empty command")
     values = {"{seed}": str(seed), "{out}": str(out), "{run}": str(run), "{corpus}": str(corpus) if corpus else ""}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from stabcli.errors import InputError
+from stabcli.errors import InputError, quote
 
 # character n-grams allowed per byte of the file(s) that describe them; a real fastText model
 # stores at least 4 bytes (one float) per word and per bucket, and has about 4 n-grams per
@@ -35,7 +35,9 @@ def check_ngram_work(path: Path, words: Sequence[str], minn: object, maxn: objec
     for over ``words`` stay within what a file of ``size`` bytes can describe (a 20 KB file
     with one long word and a range of 1..10⁶ would ask for tens of millions)."""
     if isinstance(minn, bool) or isinstance(maxn, bool) or not isinstance(minn, int) or not isinstance(maxn, int):
-        raise InputError(f"{path}: not a readable FastText model (n-gram range {minn!r}..{maxn!r} is not two integers)")
+        raise InputError(
+            f"{path}: not a readable FastText model (n-gram range {quote(minn)}..{quote(maxn)} is not two integers)"
+        )
     count = ngram_count(words, minn, maxn)
     allowed = max(NGRAMS_FLOOR, NGRAMS_PER_BYTE * size)
     if count > allowed:

@@ -12,9 +12,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from stabcli.errors import InputError
+from stabcli.errors import InputError, quote, quoted
 from stabcli.inputs.compressed import inner_name, open_stream
-from stabcli.inputs.safe_pickle import printable
 
 DTYPE_KINDS = {
     "b": "boolean",
@@ -80,7 +79,7 @@ def require_finite(source: Path, keys: list[str], block: np.ndarray, start: int 
             return
     ok = np.isfinite(block).all(axis=1)
     if not ok.all():
-        raise InputError(f"{source}: key {keys[start + int(np.argmin(ok))]!r} has NaN or infinite values")
+        raise InputError(f"{source}: key {quote(keys[start + int(np.argmin(ok))])} has NaN or infinite values")
 
 
 def require_float32_range(source: Path, keys: list[str], vectors: np.ndarray, why: str) -> None:
@@ -98,7 +97,7 @@ def require_float32_range(source: Path, keys: list[str], vectors: np.ndarray, wh
                 row = int(np.argmax(big))
                 peak = float(np.max(np.abs(np.asarray(block[row], dtype=np.float64))))
                 raise InputError(
-                    f"{source}: key {keys[start + row]!r} has values beyond float32's range (up to {peak:.3g}); {why}"
+                    f"{source}: key {quote(keys[start + row])} has values beyond float32's range (up to {peak:.3g}); {why}"
                 )
 
 
@@ -161,7 +160,7 @@ def check_keys(path: Path, keys: list[str], unit: str = "") -> None:
             raise InputError(f"{where(i)} empty key")
         if key in seen:
             raise InputError(
-                f"{where(i)} duplicate key {key!r} (first {'on line' if not unit else 'at'} "
+                f"{where(i)} duplicate key {quote(key)} (first {'on line' if not unit else 'at'} "
                 f"{unit if unit else ''}{seen[key]})"
             )
         seen[key] = i
@@ -182,8 +181,8 @@ def shown(line: bytes) -> str:
     except UnicodeDecodeError:
         return "binary data"
     if not text.isprintable() or len(text) > 60:
-        return "binary data" if not text.isprintable() else repr(text[:60] + "…")
-    return repr(text)
+        return "binary data" if not text.isprintable() else quote(text, 60)
+    return quote(text)
 
 
 class ByteReader:
@@ -306,5 +305,5 @@ def key_problem(key: object) -> str | None:
     if isinstance(key, int) and not isinstance(key, bool):
         return None if -(2**63) <= key < 2**63 else f"an integer of {key.bit_length()} bits, not a Doc2Vec tag"
     if key is None or isinstance(key, (bool, float, bytes)):
-        return f"{printable(repr(key), 40)}, not a string"
-    return f"a {printable(type(key).__name__)}, not a string"  # not its repr: a list may nest 100,000 deep
+        return f"{quote(key, 40)}, not a string"
+    return f"a {quoted(type(key).__name__)}, not a string"  # not its repr: a list may nest 100,000 deep

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from stabcli.errors import InputError
+from stabcli.errors import InputError, quoted
 from stabcli.inputs.embeddings.bounds import check_ngram_work, total_size
 from stabcli.inputs.embeddings.core import Embedding, Source, check_keys, key_problem, require_real_dtype
-from stabcli.inputs.safe_pickle import load_gensim, printable
+from stabcli.inputs.safe_pickle import load_gensim
 
 
 def read(source: Source) -> Embedding:
@@ -33,7 +33,7 @@ def read(source: Source) -> Embedding:
     else:
         kv, what = obj, "vectors"
     if not isinstance(kv, KeyedVectors):
-        raise InputError(f"{path}: not a gensim KeyedVectors or model file (found {printable(type(kv).__name__)})")
+        raise InputError(f"{path}: not a gensim KeyedVectors or model file (found {quoted(type(kv).__name__)})")
     state = kv.__dict__
     current_layout(path, state)
     if isinstance(kv, FastTextKeyedVectors) and state.get("vectors") is None:
@@ -48,7 +48,7 @@ def read(source: Source) -> Embedding:
     if bad is not None:
         raise InputError(f"{path}: {what}: key #{bad + 1} is {key_problem(keys[bad])}")
     if not isinstance(vectors, np.ndarray):
-        raise InputError(f"{path}: {what}: no vector matrix (found {printable(type(vectors).__name__)})")
+        raise InputError(f"{path}: {what}: no vector matrix (found {quoted(type(vectors).__name__)})")
     if vectors.ndim != 2:
         raise InputError(f"{path}: {what}: expected a 2-d matrix [keys, dims], found shape {vectors.shape}")
     require_real_dtype(path, vectors)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stabcli.errors import InputError
+from stabcli.errors import InputError, quoted
 from stabcli.inputs.embeddings.core import (
     Embedding,
     Source,
@@ -18,7 +18,6 @@ from stabcli.inputs.embeddings.core import (
     require_real_dtype,
     starts_with,
 )
-from stabcli.inputs.safe_pickle import printable
 
 NPY_MAGIC = b"\x93NUMPY"
 
@@ -45,9 +44,9 @@ def _guarded_load(path: Path, load) -> np.ndarray:  # type: ignore[no-untyped-de
             ) from None
         if "header" in str(exc).lower():  # numpy quotes the header: never echo a file's bytes
             raise InputError(f"{path}: not a readable .npy file (malformed header)") from None
-        raise InputError(f"{path}: not a readable .npy file ({printable(str(exc))})") from None
+        raise InputError(f"{path}: not a readable .npy file ({quoted(str(exc))})") from None
     except (OSError, EOFError) as exc:
-        raise InputError(f"{path}: not a readable .npy file ({printable(str(exc))})") from None
+        raise InputError(f"{path}: not a readable .npy file ({quoted(str(exc))})") from None
     except Exception:  # numpy's header parser: SyntaxError, tokenize.TokenError, MemoryError...
         raise InputError(f"{path}: not a readable .npy file (malformed header)") from None
 

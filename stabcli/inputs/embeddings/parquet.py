@@ -7,9 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stabcli.errors import InputError, UsageError
+from stabcli.errors import InputError, UsageError, quote, quoted
 from stabcli.inputs.embeddings.core import DTYPE_KINDS, Embedding, Source, check_keys, fits_float32
-from stabcli.inputs.safe_pickle import printable
 
 MAGIC = b"PAR1"
 
@@ -27,7 +26,7 @@ def read(source: Source) -> Embedding:
     except ImportError:
         raise UsageError("reading parquet needs pyarrow: pip install 'stabcli[parquet]'") from None
     except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable parquet file ({printable(str(exc))})") from None
+        raise InputError(f"{path}: not a readable parquet file ({quoted(str(exc))})") from None
     if "key" not in table.columns:
         raise InputError(f"{path}: no 'key' column (columns: {', '.join(map(str, table.columns[:8]))})")
     if table["key"].isna().any():
@@ -40,7 +39,7 @@ def read(source: Source) -> Embedding:
         kind = getattr(dtype, "kind", "O")
         if kind not in "fiu":
             raise InputError(
-                f"{path}: column {printable(str(column))!r} has dtype {dtype} "
+                f"{path}: column {quote(str(column))} has dtype {dtype} "
                 f"({DTYPE_KINDS.get(kind, 'not numeric')}); expected real numbers"
             )
     try:
@@ -49,7 +48,7 @@ def read(source: Source) -> Embedding:
         raise InputError(f"{path}: vector columns are not all numeric (missing values?)") from None
     if np.isnan(vectors).any():
         row = int(np.argmax(np.isnan(vectors).any(axis=1)))
-        raise InputError(f"{path}: key {keys[row]!r} has missing or NaN values")
+        raise InputError(f"{path}: key {quote(keys[row])} has missing or NaN values")
     if fits_float32(vectors):  # float32 like every other format, unless that loses finite values
         vectors = vectors.astype(np.float32)
     check_keys(path, keys, unit="row ")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stabcli.errors import InputError, OptionError, UsageError
+from stabcli.errors import InputError, OptionError, UsageError, quote
 from stabcli.fs.atomic import temp_path
 from stabcli.inputs.compressed import compression_of, inner_name, open_stream
 from stabcli.inputs.embeddings import fasttext, gensim_kv, npy, parquet, word2vec_binary, word2vec_text
@@ -76,7 +76,7 @@ def is_embedding_file(path: Path) -> bool:
 
 def check_format(fmt: str | None) -> None:
     if fmt is not None and fmt not in READ_FORMATS:
-        raise OptionError("input_format", f"unknown format {fmt!r} (choose one of {', '.join(READ_FORMATS)})")
+        raise OptionError("input_format", f"unknown format {quote(fmt)} (choose one of {', '.join(READ_FORMATS)})")
 
 
 @dataclass(frozen=True)
@@ -155,22 +155,22 @@ def check_keys_writable(path: Path, fmt: str, keys: Sequence[str]) -> None:
     seen: set[str] = set()
     for key in keys:
         if not isinstance(key, str) or key == "":
-            raise InputError(f"{path}: cannot write an empty or non-string key ({key!r})")
+            raise InputError(f"{path}: cannot write an empty or non-string key ({quote(key)})")
         if key in seen:
-            raise InputError(f"{path}: cannot write key {key!r} twice")
+            raise InputError(f"{path}: cannot write key {quote(key)} twice")
         seen.add(key)
         if fmt in ("word2vec", "word2vec-bin") and any(c.isspace() for c in key):
             raise InputError(
-                f"{path}: key {key!r} contains whitespace, which {fmt} cannot store (choose npy, kv or parquet)"
+                f"{path}: key {quote(key)} contains whitespace, which {fmt} cannot store (choose npy, kv or parquet)"
             )
         if fmt == "npy" and ("\n" in key or "\r" in key):
             raise InputError(
-                f"{path}: key {key!r} contains a line break, which a keys file cannot store (choose kv or parquet)"
+                f"{path}: key {quote(key)} contains a line break, which a keys file cannot store (choose kv or parquet)"
             )
         try:
             key.encode("utf-8")
         except UnicodeEncodeError:
-            raise InputError(f"{path}: key {key!r} is not valid Unicode (cannot be written as UTF-8)") from None
+            raise InputError(f"{path}: key {quote(key)} is not valid Unicode (cannot be written as UTF-8)") from None
 
 
 def check_writable(path: Path, fmt: str, keys: Sequence[str], vectors: np.ndarray) -> None:
@@ -182,7 +182,7 @@ def check_writable(path: Path, fmt: str, keys: Sequence[str], vectors: np.ndarra
     ok = np.isfinite(vectors).all(axis=1)
     if not ok.all():
         raise InputError(
-            f"{path}: cannot write key {keys[int(np.argmin(ok))]!r}: its values are NaN, infinite "
+            f"{path}: cannot write key {quote(keys[int(np.argmin(ok))])}: its values are NaN, infinite "
             "or beyond float32's range"
         )
 

@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stabcli.errors import OptionError
+from stabcli.errors import OptionError, quote, quoted
 
 BUILTIN_MODELS = ("logreg", "knn", "ridge", "gbdt", "mlp")
 COSTLY_MODELS = ("gbdt", "mlp")  # and every imported estimator: the default variants leave out phi:2d
@@ -57,18 +57,19 @@ def parse_model_params(items: Sequence[str] | Mapping[str, Any]) -> dict[str, An
         name, sep, text = item.partition("=")
         name = name.strip()
         if not sep or not name.isidentifier():
-            raise OptionError("model_params", f"{item!r} is not NAME=VALUE")
+            raise OptionError("model_params", f"{quote(item)} is not NAME=VALUE")
         text = text.strip()
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             if not _BARE_WORD.match(text):
                 raise OptionError(
-                    "model_params", f"{item!r}: {text!r} is not a Python literal (number, string, tuple, None, …)"
+                    "model_params",
+                    f"{quote(item)}: {quote(text)} is not a Python literal (number, string, tuple, None, …)",
                 ) from None
             value = text
         if name in params:
-            raise OptionError("model_params", f"{name} is given twice")
+            raise OptionError("model_params", f"{quote(name)} is given twice")
         params[name] = value
     return params
 
@@ -135,12 +136,12 @@ def _builtin(name: str, task: str) -> Any:
     if name == "mlp":
         cls = MLPClassifier if classify else MLPRegressor
         return cls(early_stopping=True, max_iter=500, random_state=MODEL_SEED)
-    raise OptionError("model", f"{name!r} is not one of {', '.join(BUILTIN_MODELS)} or module:Class")
+    raise OptionError("model", f"{quote(name)} is not one of {', '.join(BUILTIN_MODELS)} or module:Class")
 
 
 def _imported(path: str, params: dict[str, Any]) -> Any:
     if not _IMPORT_PATH.match(path):
-        raise OptionError("model", f"{path!r} is not module:Class (e.g. sklearn.svm:SVC)")
+        raise OptionError("model", f"{quote(path)} is not module:Class (e.g. sklearn.svm:SVC)")
     module_name, _, class_name = path.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -168,7 +169,8 @@ def _set_params(name: str, estimator: Any, params: dict[str, Any]) -> None:
     unknown = sorted(set(params) - set(known))
     if unknown:
         raise OptionError(
-            "model_params", f"{name} has no parameter {', '.join(unknown)} (it has {', '.join(sorted(known))})"
+            "model_params",
+            f"{name} has no parameter {', '.join(map(quoted, unknown))} (it has {', '.join(sorted(known))})",
         )
     estimator.set_params(**params)
     validate = getattr(estimator, "_validate_params", None)  # scikit-learn's own constraint check

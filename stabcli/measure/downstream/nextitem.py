@@ -29,12 +29,15 @@ averaged over the other runs: what a recommender sees when the item table is ref
 the user vectors are not.
 
 The user × item scores are computed in blocks of users (``block_bytes`` of float32 scores at
-a time) with ``argpartition`` for the top K: memory is O(items · d + block), never users ×
-items.
+a time): one GEMM per block for every profile of a run (fresh, stale raw, stale aligned, the
+aligned case as rotated profiles against the same items), the history set to −inf by one
+scatter, and the top K found from a sampled lower bound (``best_k``) rather than a partition
+of every row. Memory is O(items · d + block), never users × items.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -43,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from stabcli.errors import InputError, OptionError
+from stabcli.errors import InputError, OptionError, quote
 from stabcli.inputs.corpus import CorpusOptions, read_corpus
 from stabcli.measure.downstream.options import SEED_MAX, Variant, parse_variants
 from stabcli.measure.downstream.protocol import mean_std
@@ -93,7 +96,7 @@ class NextItemOptions:
         if self.reference < 0:
             raise OptionError("reference", f"{self.reference} must be a run position (0 or more)")
         if not (isinstance(self.rbo_p, (int, float)) and 0 < self.rbo_p < 1):
-            raise OptionError("rbo_p", f"{self.rbo_p!r} must be strictly between 0 and 1")
+            raise OptionError("rbo_p", f"{quote(self.rbo_p)} must be strictly between 0 and 1")
         if self.block_bytes < 1:
             raise OptionError("block_bytes", f"{self.block_bytes} must be positive")
         for source in self.variants or ():
@@ -216,23 +219,71 @@ def profiles(items: np.ndarray, split: Holdout, kind: str) -> np.ndarray:
 
 def top_k(items: np.ndarray, users: np.ndarray, split: Holdout, k: int, block_bytes: int = BLOCK_BYTES) -> np.ndarray:
     """[users, k] item rows, best first, by cosine of each user's profile (``users`` rows) to
-    the unit ``items``, excluding her history: blocks of users, argpartition per block."""
-    n = items.shape[0]
+    the unit ``items``, excluding her history (``ranked_lists`` of one profile set)."""
+    return ranked_lists(items, [users], split, k, block_bytes)[0]
+
+
+def ranked_lists(
+    items: np.ndarray, user_sets: Sequence[np.ndarray], split: Holdout, k: int, block_bytes: int = BLOCK_BYTES
+) -> list[np.ndarray]:
+    """For each [users, d] profile matrix of ``user_sets`` (the split's users, in order), the
+    [users, k] item rows, best first and ties by item row, by cosine to the unit ``items``,
+    her history excluded.
+
+    One block of users of every set is scored by one float32 GEMM (``block_bytes`` of
+    scores), her history is set to −inf by one scatter, and ``best_k`` selects the lists: the
+    sets share the item matrix and the blocks.
+    """
+    n, sets = items.shape[0], len(user_sets)
     k = min(k, n)
-    out = np.empty((users.shape[0], k), dtype=np.int64)
-    block = max(1, block_bytes // (4 * n))
-    unit = unit_rows(np.asarray(users, dtype=np.float32))
-    for start in range(0, users.shape[0], block):
-        stop = min(start + block, users.shape[0])
-        scores = unit[start:stop] @ items.T  # float32 [block, n]
+    units = [unit_rows(np.asarray(u, dtype=np.float32)) for u in user_sets]
+    out = [np.empty((split.users, k), dtype=np.int64) for _ in units]
+    block = max(1, block_bytes // (4 * n * sets))
+    buffer = np.empty((sets * min(block, split.users), n), dtype=np.float32)  # reused: no page faults per block
+    mask = np.empty(buffer.shape, dtype=bool)
+    for start in range(0, split.users, block):
+        stop = min(start + block, split.users)
+        size = stop - start
+        scores = buffer[: sets * size]
+        np.matmul(np.concatenate([u[start:stop] for u in units]), items.T, out=scores)  # float32 [sets · size, n]
         lo, hi = split.indptr[start], split.indptr[stop]
-        rows = np.repeat(np.arange(stop - start), np.diff(split.indptr[start : stop + 1]))
-        scores[rows, split.indices[lo:hi]] = -np.inf
-        part = np.argpartition(scores, n - k, axis=1)[:, n - k :]  # the k largest, unordered (no negated copy)
-        chosen = np.take_along_axis(scores, part, axis=1)
-        # best first; ties by item row, so equal scores give one order on every machine
-        order = np.lexsort((part, -chosen), axis=1)
-        out[start:stop] = np.take_along_axis(part, order, axis=1)
+        rows = np.repeat(np.arange(size), np.diff(split.indptr[start : stop + 1]))
+        rows = (rows + size * np.arange(sets)[:, None]).ravel()  # the same history in every set
+        scores[rows, np.tile(split.indices[lo:hi], sets)] = -np.inf
+        best = best_k(scores, k, mask[: sets * size])
+        for s in range(sets):
+            out[s][start:stop] = best[s * size : (s + 1) * size]
+    return out
+
+
+def best_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
+    """[rows, k] columns of each row's k largest scores, largest first, ties by column: the
+    first k of the row sorted by (−score, column), without sorting or partitioning whole rows.
+
+    A row's k-th largest score among a strided sample of about 2·√(k·n) columns is at most
+    its own k-th largest, so only the columns at or above it are candidates (about
+    √(k·n)/2 per row); the exact k-th largest is found among those, and the columns at or
+    above it (k, plus ties) are ordered. ``mask``: a boolean work array of the scores' shape.
+    """
+    rows, n = scores.shape
+    step = max(1, n // max(k, math.ceil(2 * math.sqrt(k * n))))
+    floor = np.partition(scores[:, ::step], -k, axis=1)[:, -k]
+    flat = np.flatnonzero(np.greater_equal(scores, floor[:, None], out=mask))
+    row, col = np.divmod(flat, n)
+    counts = np.bincount(row, minlength=rows)  # at least k: the sample's k best are there
+    width = int(counts.max())
+    pos = np.arange(len(flat)) - (np.cumsum(counts) - counts)[row]
+    values = np.full((rows, width), -np.inf, dtype=scores.dtype)
+    columns = np.full((rows, width), n, dtype=np.int64)  # n: padding
+    values[row, pos], columns[row, pos] = scores.ravel()[flat], col
+    kth = np.partition(values, width - k, axis=1)[:, width - k]
+    row, pos = np.nonzero((values >= kth[:, None]) & (columns < n))
+    value, col = values[row, pos], columns[row, pos]
+    order = np.lexsort((col, -value, row))
+    row, col = row[order], col[order]
+    rank = np.arange(len(row)) - np.searchsorted(row, np.arange(rows))[row]
+    out = np.empty((rows, k), dtype=np.int64)
+    out[row[rank < k], rank[rank < k]] = col[rank < k]
     return out
 
 
@@ -249,18 +300,30 @@ def hit_metrics(lists: np.ndarray, target: np.ndarray, k_list: Sequence[int]) ->
     return out
 
 
-def list_overlap(a: np.ndarray, b: np.ndarray, k: int, p: float) -> tuple[float, float]:
-    """Mean over users of the Jaccard overlap and of RBO@k (normalized) of two [users, ≥k] lists."""
-    a, b = a[:, :k], b[:, :k]
-    same = a[:, :, None] == b[:, None, :]  # [users, k, k]
-    prefix = same.cumsum(axis=1).cumsum(axis=2)  # |A_d ∩ B_e| at [d-1, e-1]
-    depth = np.arange(1, k + 1)
-    overlap = prefix[:, depth - 1, depth - 1]  # |A_d ∩ B_d|, [users, k]
+def overlap_curve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """[users, k] |A_d ∩ B_d| for d = 1..k of two [users, k] lists of distinct items: an item
+    at position i of A and j of B is shared from depth max(i, j) + 1 on."""
+    users, k = a.shape
+    user, i, j = np.nonzero(a[:, :, None] == b[:, None, :])
+    first = np.bincount(user * k + np.maximum(i, j), minlength=users * k).reshape(users, k)
+    return first.cumsum(axis=1)
+
+
+def overlap_at(curve: np.ndarray, k: int, p: float) -> tuple[float, float]:
+    """Mean over users of the Jaccard overlap and of RBO@k (normalized) from an ``overlap_curve``
+    of depth k or more (the top-k lists are its first k positions)."""
+    overlap = curve[:, :k]
     full = overlap[:, -1]
     jaccard = full / (2 * k - full)
+    depth = np.arange(1, k + 1)
     weights = (1 - p) * p ** (depth - 1) / (1 - p**k)
     rbo = (overlap / depth) @ weights
     return float(jaccard.mean()), float(rbo.mean())
+
+
+def list_overlap(a: np.ndarray, b: np.ndarray, k: int, p: float) -> tuple[float, float]:
+    """Mean over users of the Jaccard overlap and of RBO@k (normalized) of two [users, ≥k] lists."""
+    return overlap_at(overlap_curve(a[:, :k], b[:, :k]), k, p)
 
 
 def chance_overlap(k: int, n: int, p: float) -> tuple[float, float]:
@@ -318,31 +381,33 @@ def next_item_report(
     step = on_step or (lambda _: None)
     R, dim = len(arrays), int(arrays[0].shape[1])
     split, variants, corpus = planned or plan_next_item(options, keys, R, dim)
-    kmax, p = max(options.k_list), options.rbo_p
-    chance = {k: chance_overlap(k, len(keys), p) for k in options.k_list}
+    chance = {k: chance_overlap(k, len(keys), options.rbo_p) for k in options.k_list}
 
-    def spaces(v: Variant) -> list[np.ndarray]:
+    def spaces(v: Variant) -> tuple[int, Callable[[int], np.ndarray]]:
+        """The variant's runs (one for avg) and run r → its unit item vectors, made when needed."""
         directions = draw_directions(dim, v.phi_dim, v.sigma, options.phi_seed) if v.phi_dim else None
-        runs = [np.asarray(a, dtype=np.float32) for a in arrays]
+        runs: Sequence[np.ndarray] = arrays
         if v.source == "avg":
-            aligned = [np.asarray(a, dtype=np.float64) @ q for a, q in zip(arrays, rotations, strict=True)]
-            runs = [np.mean(aligned, axis=0).astype(np.float32)]
-        if directions is not None:
-            runs = [fourier_features(np.asarray(x, dtype=np.float64), directions, normalize=True) for x in runs]
-        return [unit_rows(np.asarray(x, dtype=np.float32)) for x in runs]
+            total = np.zeros(arrays[0].shape, dtype=np.float64)
+            for a, q in zip(arrays, rotations, strict=True):
+                total += np.asarray(a, dtype=np.float64) @ q
+            runs = [(total / R).astype(np.float32)]
+
+        def space(r: int) -> np.ndarray:
+            x = np.asarray(runs[r], dtype=np.float32)
+            if directions is not None:
+                x = fourier_features(np.asarray(x, dtype=np.float64), directions, normalize=True)
+            return unit_rows(np.asarray(x, dtype=np.float32))
+
+        return len(runs), space
 
     results: dict[str, Any] = {}
     for v in variants:
-        items = spaces(v)
-        by_profile: dict[str, Any] = {}
-        for kind in options.profiles:
-            lists = []
-            for r, x in enumerate(items):
-                step(f"next-item: {v.name}, {kind} profile, run {r + 1}/{len(items)}")
-                lists.append(top_k(x, profiles(x, split, kind), split, kmax, options.block_bytes))
-            stale = _stale(arrays, rotations, split, kind, kmax, options, step) if v.name == "h" and R > 1 else None
-            by_profile[kind] = _per_k(lists, split, options, chance, stale)
-        results[v.name] = by_profile
+        fresh, stale = _lists(*spaces(v), rotations, split, options, v.name == "h" and R > 1, step, v.name)
+        results[v.name] = {
+            kind: _per_k(fresh[kind], split, options, chance, stale[kind] if stale else None)
+            for kind in options.profiles
+        }
     return {
         "interactions": str(options.interactions),
         "corpus": corpus,
@@ -355,35 +420,47 @@ def next_item_report(
         "items": len(keys),
         "history_mean": float(np.mean(np.diff(split.indptr))),
         "k_list": list(options.k_list),
-        "rbo_p": p,
+        "rbo_p": options.rbo_p,
         "reference": run_names[options.reference],
         "variants": results,
     }
 
 
-def _stale(
-    arrays: Sequence[np.ndarray],
+def _lists(
+    runs: int,
+    space: Callable[[int], np.ndarray],
     rotations: Sequence[np.ndarray],
     split: Holdout,
-    kind: str,
-    kmax: int,
     options: NextItemOptions,
+    with_stale: bool,
     step: Callable[[str], None],
-) -> dict[str, list[np.ndarray]]:
-    """Top-K lists of the reference run's profiles against every other run's items, raw and
-    rotated into the reference frame (R_r R_ref^T)."""
-    ref = options.reference
-    users = profiles(unit_rows(np.asarray(arrays[ref], dtype=np.float32)), split, kind)
-    out: dict[str, list[np.ndarray]] = {"raw": [], "aligned": []}
-    for r, x in enumerate(arrays):
-        if r == ref:
-            continue
-        step(f"next-item: stale {kind} profiles on run {r + 1}/{len(arrays)}")
-        raw = unit_rows(np.asarray(x, dtype=np.float32))
-        rotated = np.asarray(x, dtype=np.float64) @ (rotations[r] @ rotations[ref].T)
-        out["raw"].append(top_k(raw, users, split, kmax, options.block_bytes))
-        out["aligned"].append(top_k(unit_rows(rotated.astype(np.float32)), users, split, kmax, options.block_bytes))
-    return out
+    name: str,
+) -> tuple[dict[str, list[np.ndarray]], dict[str, dict[str, list[np.ndarray]]] | None]:
+    """Every run's top-K lists per profile and, ``with_stale``, the reference run's profiles
+    against every other run's items, raw and rotated into the reference frame: one
+    ``ranked_lists`` pass over each run's items for all of them. The rotated items x·M
+    (M = R_r R_refᵀ) are scored as the profile u·Mᵀ against x: u·(x M) = (u Mᵀ)·x."""
+    kinds, ref, kmax = options.profiles, options.reference, max(options.k_list)
+    fresh: dict[str, list[np.ndarray]] = {kind: [] for kind in kinds}
+    stale: dict[str, dict[str, list[np.ndarray]]] | None = None
+    reference: dict[str, np.ndarray] = {}
+    if with_stale:
+        stale = {kind: {"raw": [], "aligned": []} for kind in kinds}
+        reference = {kind: profiles(space(ref), split, kind) for kind in kinds}
+    for r in range(runs):
+        x = space(r)
+        sets = [profiles(x, split, kind) for kind in kinds]
+        turn = rotations[r] @ rotations[ref].T if stale is not None and r != ref else None
+        step(f"next-item: {name}, run {r + 1}/{runs}" + ("" if turn is None else ", with stale profiles"))
+        if turn is not None:
+            sets += [u for kind in kinds for u in (reference[kind], (reference[kind] @ turn.T).astype(np.float32))]
+        ranked = ranked_lists(x, sets, split, kmax, options.block_bytes)
+        for i, kind in enumerate(kinds):
+            fresh[kind].append(ranked[i])
+            if stale is not None and turn is not None:
+                stale[kind]["raw"].append(ranked[len(kinds) + 2 * i])
+                stale[kind]["aligned"].append(ranked[len(kinds) + 2 * i + 1])
+    return fresh, stale
 
 
 def _per_k(
@@ -398,12 +475,13 @@ def _per_k(
     stale_hits = {
         how: [hit_metrics(x, split.target, options.k_list) for x in runs] for how, runs in (stale or {}).items()
     }
+    curves = [overlap_curve(a, b) for a, b in combinations(lists, 2)]  # at the largest K; a top-k is its prefix
     out: dict[str, Any] = {}
     for k in options.k_list:
         recall = [h[k][0] for h in hits]
         ndcg = [h[k][1] for h in hits]
         (recall_mean, recall_std), (ndcg_mean, ndcg_std) = mean_std(recall), mean_std(ndcg)
-        overlaps = [list_overlap(a, b, k, options.rbo_p) for a, b in combinations(lists, 2)]
+        overlaps = [overlap_at(curve, k, options.rbo_p) for curve in curves]
         entry: dict[str, Any] = {
             "recall_mean": recall_mean,
             "recall_std": recall_std,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from stabcli.constraints import DOWNSTREAM_OPTIONS, Constraint, validate_params
-from stabcli.errors import OptionError
+from stabcli.errors import OptionError, quote
 from stabcli.inputs.textfile import check_encoding
 from stabcli.measure.downstream.models import check_model, parse_model_params
 from stabcli.measure.downstream.recommend import DEFAULT_PREFER
@@ -62,7 +62,7 @@ class DownstreamOptions:
                 object.__setattr__(self, name, tuple(value))
         object.__setattr__(self, "labels", Path(self.labels))
         if self.task not in TASKS:
-            raise OptionError("task", f"{self.task!r} is not one of {', '.join(TASKS)}")
+            raise OptionError("task", f"{quote(self.task)} is not one of {', '.join(TASKS)}")
         params = parse_model_params(self.model_params)
         if self.model is not None or params:
             check_model(self.model, self.task, params)  # imports a module:Class and sets its parameters
@@ -128,19 +128,20 @@ def parse_variants(
         match = _VARIANT_RE.match(token)
         if not match:
             raise OptionError(
-                "variants", f"unknown variant {token!r}; use h, avg, aligned, phi:M, phi:M@SIGMA or aligned+phi:M"
+                "variants", f"unknown variant {quote(token)}; use h, avg, aligned, phi:M, phi:M@SIGMA or aligned+phi:M"
             )
         has_phi = True
         source, dim, sigma_text = match.group(1) or "h", int(match.group(2)), match.group(3)
         try:
             sigma = float(sigma_text) if sigma_text else 1.0
         except ValueError:
-            raise OptionError("variants", f"{token!r}: {sigma_text!r} is not a number") from None
+            raise OptionError("variants", f"{quote(token)}: {quote(sigma_text)} is not a number") from None
         for m in featurize_dims or [dim]:
             for s in sigmas or [sigma]:
                 if m < 2 or m % 2 or not _good_sigma(s):
                     raise OptionError(
-                        "variants", f"{token!r} needs an even M >= 2 and a positive finite sigma up to {SIGMA_MAX:g}"
+                        "variants",
+                        f"{quote(token)} needs an even M >= 2 and a positive finite sigma up to {SIGMA_MAX:g}",
                     )
                 prefix = "" if source == "h" else f"{source}+"
                 suffix = f"@{s:g}" if sigmas or s != 1.0 else ""

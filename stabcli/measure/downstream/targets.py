@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sklearn.model_selection import train_test_split
 
-from stabcli.errors import InputError
-from stabcli.inputs.labels import read_label_sets
+from stabcli.errors import InputError, quote
+from stabcli.inputs.labels import LabelSets, read_label_sets
 from stabcli.measure.metrics import peak, power_of_two_scale
 
 if TYPE_CHECKING:
@@ -45,16 +45,10 @@ def targets_for(
     warning naming them. Regression labels beyond 2^±400 are divided by a power of two
     (exact), so squared errors stay in range; ``scale`` converts back to label units.
     """
-    known = set(keys)
-    labels = read_label_sets(options.labels, known, options.encoding)
-    rows = np.array([i for i, k in enumerate(keys) if k in labels.by_key], dtype=np.int64)
-    if len(rows) == 0:
-        sample = next(iter(labels.by_key))
-        raise InputError(
-            f"{labels.source}: none of its {len(labels.by_key):,} keys is an embedding key "
-            f"(label key {sample!r}, embedding key {keys[0]!r})"
-        )
+    labels = read_label_sets(options.labels, set(keys), options.encoding)
+    rows = _labeled_rows(keys, labels)
     sets = [labels.by_key[keys[i]] for i in rows]
+    skipped = len(keys) - len(rows)
     multiple = sum(len(s) > 1 for s in sets)
     task = options.task
     if task == "auto" and multiple:
@@ -65,11 +59,11 @@ def targets_for(
                 "audited as multi-label (--task classification keeps each key's first label)"
             )
     if task == "multilabel":
-        return _multilabel(labels.source, rows, sets, len(keys) - len(rows), options.min_class_size, on_warning)
+        return _multilabel(labels.source, rows, sets, skipped, options.min_class_size, on_warning)
     if multiple and labels.format == "delimited":
         key, several = next((keys[i], s) for i, s in zip(rows, sets, strict=True) if len(s) > 1)
         raise InputError(
-            f"{labels.source}: key {key!r} has the labels {', '.join(map(repr, several))}; "
+            f"{labels.source}: key {quote(key)} has the labels {', '.join(map(quote, several))}; "
             f"--task {task} needs one label per key (--task multilabel keeps every label)"
         )
     raw = [s[0] for s in sets]
@@ -78,49 +72,70 @@ def targets_for(
         fractional = numbers is not None and bool(np.any(numbers != np.round(numbers)))
         many = numbers is not None and len(np.unique(numbers)) >= REGRESSION_MIN_DISTINCT
         task = "regression" if fractional or many else "classification"
-    skipped = len(keys) - len(rows)
     if task == "regression":
         if numbers is None:
             bad = next(v for v in raw if _as_numbers([v]) is None)
-            raise InputError(f"{labels.source}: --task regression needs finite numeric labels, found {bad!r}")
+            raise InputError(f"{labels.source}: --task regression needs finite numeric labels, found {quote(bad)}")
         scale = power_of_two_scale(peak(numbers))
         return Targets(task, rows, numbers / scale, skipped, [], [], scale)
     y = np.array(raw, dtype=object)
+    return _classification(labels.source, rows, y, skipped, options.min_class_size, on_warning)
+
+
+def _labeled_rows(keys: Sequence[str], labels: LabelSets) -> np.ndarray:
+    """The positions of the keys that have a label; an error when none has."""
+    rows = np.array([i for i, k in enumerate(keys) if k in labels.by_key], dtype=np.int64)
+    if len(rows) == 0:
+        sample = next(iter(labels.by_key))
+        raise InputError(
+            f"{labels.source}: none of its {len(labels.by_key):,} keys is an embedding key "
+            f"(label key {quote(sample)}, embedding key {quote(keys[0])})"
+        )
+    return rows
+
+
+def _classification(
+    source: Any,
+    rows: np.ndarray,
+    y: np.ndarray,
+    skipped: int,
+    min_size: int,
+    on_warning: Callable[[str], None] | None,
+) -> Targets:
+    """The class targets; classes on fewer than ``min_size`` keys are dropped (warned)."""
     classes, counts = np.unique(y, return_counts=True)
-    rare = counts < options.min_class_size
-    dropped = [
-        {"label": str(c), "count": int(n)} for c, n in zip(classes, counts, strict=False) if n < options.min_class_size
-    ]
+    rare = counts < min_size
+    dropped = [{"label": str(c), "count": int(n)} for c, n in zip(classes, counts, strict=False) if n < min_size]
     shown = sorted(dropped, key=lambda d: (d["count"], d["label"]))[:DROPPED_SHOWN]  # the rarest first
-    listed = ", ".join(f"{d['label']!r} ({d['count']})" for d in shown)
+    listed = ", ".join(f"{quote(d['label'])} ({d['count']})" for d in shown)
     listed += f" and {len(dropped) - len(shown)} more (all in the JSON)" if len(dropped) > len(shown) else ""
     if dropped:
         kept = ~np.isin(y, classes[rare])
         rows, y = rows[kept], y[kept]
         classes, counts = classes[~rare], counts[~rare]
     if len(classes) < 2 and dropped:
-        found = f"only one class ({classes[0]!r}) has" if len(classes) else "no class has"
+        found = f"only one class ({quote(classes[0])}) has" if len(classes) else "no class has"
         raise InputError(
-            f"{labels.source}: {found} at least {options.min_class_size} labeled keys (--min-class-size "
-            f"{options.min_class_size} dropped {listed}); classification needs at least 2 classes"
+            f"{source}: {found} at least {min_size} labeled keys (--min-class-size "
+            f"{min_size} dropped {listed}); classification needs at least 2 classes"
         )
     if len(classes) < 2:
         raise InputError(
-            f"{labels.source}: only one class ({classes[0]!r}) among the {len(rows):,} labeled keys; "
+            f"{source}: only one class ({quote(classes[0])}) among the {len(rows):,} labeled keys; "
             "classification needs at least 2"
         )
     if dropped and on_warning:  # one line, and only when the audit goes on
         on_warning(
-            f"{labels.source}: dropped {len(dropped)} class(es) with fewer than {options.min_class_size} "
+            f"{source}: dropped {len(dropped)} class(es) with fewer than {min_size} "
             f"labeled keys (--min-class-size): {listed}"
         )
     if counts.min() < 2:
         rare_class = classes[int(np.argmin(counts))]
         raise InputError(
-            f"{labels.source}: class {rare_class!r} has only 1 labeled key; a stratified split needs at "
+            f"{source}: class {quote(rare_class)} has only 1 labeled key; a stratified split needs at "
             "least 2 per class (--min-class-size 2 or more drops it)"
         )
-    return Targets(task, rows, y, skipped, [str(c) for c in classes], dropped)
+    return Targets("classification", rows, y, skipped, [str(c) for c in classes], dropped)
 
 
 def _as_numbers(values: Sequence[str]) -> np.ndarray | None:
@@ -170,7 +185,7 @@ def _multilabel(
     if kept.sum() < 1:
         raise InputError(f"{source}: no label is on at least {min_size} keys (--min-class-size)")
     if dropped and on_warning:
-        shown = ", ".join(f"{d['label']!r} ({d['count']})" for d in dropped[:DROPPED_SHOWN])
+        shown = ", ".join(f"{quote(d['label'])} ({d['count']})" for d in dropped[:DROPPED_SHOWN])
         on_warning(
             f"{source}: dropped {len(dropped)} label(s) on fewer than {min_size} keys (--min-class-size): {shown}"
         )

@@ -172,6 +172,14 @@ FEATURIZE_OPTIONS = {
     "reference": REFERENCE,
     "chunk_rows": Constraint(int, low=1, optional=True),
 }
+NEXT_ITEM_OPTIONS = {
+    "users": Constraint(int, low=0, requires="--interactions"),
+    "seed": Constraint(int, low=0, high=SEED_MAX),
+    "phi_seed": Constraint(int, low=0, high=SEED_MAX),
+    "reference": REFERENCE,
+    "rbo_p": Constraint(float, low=0, high=1, open_low=True, open_high=True),
+    "block_bytes": Constraint(int, low=1),
+}
 TRAIN_CONFIG = {
     "dim": Constraint(int, low=1),
     "window": Constraint(int, low=1),

@@ -34,6 +34,10 @@ def test_rotated_files_known_answers(tmp_path):
     paths = files(tmp_path, [base @ ortho_group.rvs(6, random_state=s) for s in range(3)], suffix=".txt")
     report = to_json(build_report(load_runs(paths), SMALL))
     rep = report["representation"]
+    # exact rotations of each other: the noise is zero by construction, and the report says so
+    degenerate = report["input"].pop("degenerate")
+    assert degenerate["pairs"] == [[str(a), str(b)] for i, a in enumerate(paths) for b in paths[i + 1 :]]
+    assert "rotation" in degenerate["reason"]
     assert report["input"] == {
         "source": None,
         "run_names": [str(p) for p in paths],
@@ -256,7 +260,7 @@ def test_featurized_run_set_says_so(tmp_path):
     root = make_runset(tmp_path / "phi", manifest={"schema_version": 1, "runs": {}, "featurize": block})
     report = build_report(load_runs([root]), SMALL)
     assert report.input.featurized == block
-    from stabcli.reports.audit_render import verdict
+    from stabcli.reports.audit_tables import verdict
 
     assert verdict(report).endswith("featurized run set (phi M=8, σ=1.0)")
     plain = build_report(load_runs([make_runset(tmp_path / "raw")]), SMALL)
@@ -297,7 +301,8 @@ def test_pairs_refused_by_a_memory_estimate(tmp_path, monkeypatch):
 
 
 def test_report_without_losses_has_no_loss_column(tmp_path):
-    from stabcli.reports.audit_render import NO_LOSS, convergence_table, render_markdown
+    from stabcli.reports.audit_render import render_markdown
+    from stabcli.reports.audit_tables import NO_LOSS, convergence_table
 
     report = build_report(load_runs([make_runset(tmp_path / "runs", losses=False)]), SMALL)
     assert report.training.reports_loss is False
@@ -326,7 +331,7 @@ def test_pure_noise_level_is_stated_with_its_spread(tmp_path):
     rep = build_report(load_runs(independent), SMALL).representation
     assert rep.noise_share_independent == 0.75 and 0 < rep.noise_share_independent_std < 0.1
     assert rep.at_pure_noise_level
-    from stabcli.reports.audit_render import verdict
+    from stabcli.reports.audit_tables import verdict
 
     report = build_report(load_runs(independent), SMALL)
     assert "pure noise: 75% ± 1.8%; at the pure-noise level" in verdict(report)

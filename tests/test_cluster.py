@@ -222,37 +222,48 @@ def test_a_worker_killed_mid_run_is_retried_and_the_run_set_equals_a_local_one(t
     assert run_bytes(tmp_path / "dask") == run_bytes(tmp_path / "local")
 
 
-def test_audit_labels_on_the_cluster_gives_the_local_numbers(tmp_path):
+def labelled_runs(tmp_path: Path, multilabel: bool = False) -> list[str]:
+    """Three runs of 120 keys around 3 class centres and ``labels.tsv`` (one class per key;
+    ``multilabel``: also the next class, so every key has two labels)."""
+    from stabcli.inputs.embeddings import write_embedding
+
     rng = np.random.default_rng(0)
     keys = [f"k{i}" for i in range(120)]
     centers = rng.standard_normal((3, 6))
     labels = rng.integers(0, 3, size=len(keys))
-    from stabcli.inputs.embeddings import write_embedding
-
     files = []
     for r in range(3):
         path = tmp_path / f"r{r}.npy"
         write_embedding(path, keys, (centers[labels] + 0.7 * rng.standard_normal((len(keys), 6))).astype(np.float32))
         files.append(str(path))
-    (tmp_path / "labels.tsv").write_text("".join(f"{k}\tc{c}\n" for k, c in zip(keys, labels, strict=False)))
-    args = [
-        "audit",
-        *files,
-        "--labels",
-        str(tmp_path / "labels.tsv"),
-        "--format",
-        "json",
-        "--knn-k",
-        "3",
-        "--pairs",
-        "100",
-        "--variants",
-        "h,aligned,phi:8",
-    ]
+    rows = [(k, c) for k, c in zip(keys, labels, strict=True)]
+    if multilabel:
+        rows += [(k, (c + 1) % 3) for k, c in zip(keys, labels, strict=True) if int(k[1:]) % 2]
+    (tmp_path / "labels.tsv").write_text("".join(f"{k}\tc{c}\n" for k, c in rows))
+    return ["audit", *files, "--labels", str(tmp_path / "labels.tsv"), "--format", "json", "--knn-k", "3"]
+
+
+@pytest.mark.parametrize(
+    "extra, multilabel",
+    [
+        (["--variants", "h,aligned,phi:8"], False),
+        (["--model", "gbdt", "--model-param", "max_iter=20", "--variants", "h,aligned"], False),
+        (["--model", "sklearn.tree:DecisionTreeClassifier", "--model-param", "max_depth=3"], False),
+        (["--task", "multilabel", "--variants", "h,avg"], True),
+    ],
+    ids=["logreg", "gbdt", "module:Class", "multilabel"],
+)
+def test_audit_labels_on_the_cluster_gives_the_local_numbers(tmp_path, extra, multilabel):
+    args = [*labelled_runs(tmp_path, multilabel), "--pairs", "100", *extra]
     local = runner.invoke(app, [*args, "--jobs", "1"])
     dask = runner.invoke(app, [*args, "--scheduler", "local:2"])
     assert local.exit_code == 0 and dask.exit_code == 0, dask.output
-    assert json.loads(dask.stdout)["downstream"] == json.loads(local.stdout)["downstream"]
+    downstream = json.loads(local.stdout)["downstream"]
+    assert json.loads(dask.stdout)["downstream"] == downstream
+    assert downstream["task"] == ("multilabel" if multilabel else "classification")
+    assert downstream["model"] == (extra[1] if extra[0] == "--model" else "logreg")
+    h = downstream["variants"]["h"]
+    assert h["churn"] is not None and (h.get("label_churn") is not None) == multilabel
 
 
 @pytest.mark.parametrize(

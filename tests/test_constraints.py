@@ -18,6 +18,7 @@ from stabcli.commands.featurize import FeaturizeOptions
 from stabcli.constraints import Constraint, shown, validate_params
 from stabcli.errors import OptionError
 from stabcli.measure.downstream import DownstreamOptions
+from stabcli.measure.downstream.nextitem import NextItemOptions
 from stabcli.training.pretrain import TrainConfig
 
 runner = CliRunner()
@@ -52,6 +53,12 @@ TYPES = {
         lambda t, **kw: stabcli.featurize(t / "a.npy", t / "out.npy", **kw),
         [["featurize", "{t}/a.npy", "--out", "{t}/out.npy"]],
     ),
+    "NextItemOptions": (
+        NextItemOptions,
+        lambda **kw: NextItemOptions("interactions.tsv", **kw),
+        lambda t, **kw: stabcli.audit([t / "a.npy", t / "b.npy"], interactions=t / "i.tsv", **kw),
+        [["audit", "{t}/a.npy", "{t}/b.npy", "--interactions", "{t}/i.tsv"]],
+    ),
     "TrainConfig": (
         TrainConfig,
         lambda **kw: TrainConfig(**kw),
@@ -64,6 +71,14 @@ NOT_A_FLAG = {("DownstreamOptions", "seed", "drift"), ("DownstreamOptions", "ref
 NOT_A_FLAG |= {("DownstreamOptions", "jobs", "drift"), ("DownstreamOptions", "min_class_size", "drift")}
 # the audit's --seed is AuditOptions' first (0 or more), then DownstreamOptions' (up to SEED_MAX)
 API_ONLY = {("DownstreamOptions", "seed", "below")}
+# NextItemOptions set from other options (audit's --seed, --reference) or not exposed (the
+# rank-biased overlap's p, the block size): checked on the type only
+API_ONLY |= {("NextItemOptions", "seed", "below")}
+API_ONLY |= {
+    ("NextItemOptions", name, label)
+    for name in ("phi_seed", "rbo_p", "block_bytes")
+    for label in ("below", "above", "nan")
+}
 
 
 def bad_values(constraint: Constraint) -> list[tuple[str, object]]:
@@ -132,6 +147,7 @@ def test_help_shows_the_declared_range():
         ("audit", "--eis-alpha", "[0<=x<=100]"),
         ("pretrain", "--dim", "[x>=1]"),
         ("featurize", "--sigma", "[x>0]"),
+        ("audit", "--users", "[x>=0]"),
     ]:
         result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "300"})
         line = next(line for line in result.stdout.splitlines() if line.lstrip("│ ").startswith(f"{flag} "))

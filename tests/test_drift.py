@@ -651,6 +651,9 @@ CONFIG_8 = {"model": "word2vec", "dim": 8, "window": 3, "negative": 3, "epochs":
         ({"corpus": {"sha256": "f" * 64, "options": {"format": "lines"}}}, "corpus sha256"),
         ({"config": {**CONFIG_8, "epochs": 20}}, "epochs"),
         ({"config": {**CONFIG_8, "window": 5, "negative": 10}}, "negative"),
+        ({"corpus": {"sha256": "a" * 64, "options": {"format": "lines", "tokenize": "simple"}}}, "corpus tokenize"),
+        ({"corpus": {"sha256": "a" * 64, "options": {"format": "lines"}, "columns": {"user": "s"}}}, "corpus columns"),
+        ({"corpus": {"sha256": "a" * 64, "options": {"format": "lines", "encoding": "latin-1"}}}, "corpus encoding"),
     ],
 )
 def test_noise_from_other_data_or_configuration_is_refused_unless_allowed(tmp_path, changed, field):
@@ -748,3 +751,28 @@ def test_a_global_move_is_said_and_keys_beyond_it_are_listed(tmp_path):
     assert "The whole embedding moved: the typical key's distance changed" in result.stdout
     assert "5 key(s) moved beyond the global change" in result.stdout
     assert "Moved beyond the global change (top 5 of 5" in result.stdout
+
+
+def test_drift_announces_multilabel_labels_like_audit(tmp_path):
+    import stabcli
+
+    rng = np.random.default_rng(3)
+    keys = [f"k{i}" for i in range(60)]
+    paths = []
+    for name in ("before", "after"):
+        path = tmp_path / f"{name}.npy"
+        np.save(path, rng.standard_normal((60, 6)).astype(np.float32))
+        (tmp_path / f"{name}.keys.txt").write_text("\n".join(keys) + "\n")
+        paths.append(path)
+    labels = tmp_path / "genres.csv"  # a key,label file with repeated keys: several labels per key
+    labels.write_text("".join(f"{k},A\n" + (f"{k},B\n" if i % 2 else "") for i, k in enumerate(keys)))
+    said = "labeled keys have several labels: audited as multi-label"
+    result = runner.invoke(app, ["drift", *map(str, paths), "--labels", str(labels), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert f"warning: {labels}: 30 of the 60 {said}" in result.stderr
+    assert json.loads(result.stdout)["downstream"]["task"] == "multilabel"
+    heard = []
+    stabcli.drift(*paths, labels=labels, on_warning=heard.append)
+    assert any(said in message for message in heard), heard
+    audit = runner.invoke(app, ["audit", *map(str, paths), "--labels", str(labels), "--format", "json"])
+    assert audit.exit_code == 0 and f"warning: {labels}: 30 of the 60 {said}" in audit.stderr

@@ -19,7 +19,7 @@ from stabcli.cli.app import app
 from stabcli.commands.audit import AuditOptions, build_report, load_runs
 from stabcli.commands.drift import DriftOptions, compute_drift, load_inputs
 from stabcli.inputs.keytable import per_key_frame
-from stabcli.reports import audit_render, drift_render, html, schema
+from stabcli.reports import audit_render, audit_tables, drift_render, html, schema
 
 HOSTILE = '<script>alert("x")</script> & "q" \'s'
 
@@ -49,7 +49,7 @@ def test_audit_page_is_valid_self_contained_and_carries_the_json(audited):
     assert embedded == json.loads(schema.dumps(report))
     assert_numbers_match(parser, embedded, least=8 + 10 + 1)  # metrics, histogram bins, the check
     text = " ".join(parser.text)
-    assert audit_render.verdict(report) in text
+    assert audit_tables.verdict(report) in text
     assert "No figures: drawing them needs matplotlib (pip install 'stabcli[plots]')." in text
     for title in ("Representation stability", "Training convergence", "Checks", "Every key", "Least stable keys"):
         assert title in text
@@ -62,11 +62,11 @@ def test_audit_page_tables_equal_the_terminal_rows(audited):
     parser = parse(audit_render.render_html(report, frame, None))
     tables = list(parser.tables.values())
     metric = [[text for text, _ in row] for row in tables[0][1:]]
-    assert metric == [list(row[:3]) for row in audit_render.metric_rows(report)]
-    headers, rows = audit_render.least_stable_table(report)
+    assert metric == [list(row[:3]) for row in audit_tables.metric_rows(report)]
+    headers, rows = audit_tables.least_stable_table(report)
     least = [[text for text, _ in row] for row in tables[2]]
     assert least == [headers, *rows]
-    headers, rows = audit_render.convergence_table(report)
+    headers, rows = audit_tables.convergence_table(report)
     assert [[text for text, _ in row] for row in tables[3]] == [headers, *rows]
 
 

@@ -72,7 +72,9 @@ def test_best_k_equals_sorting_whole_rows_with_ties_and_excluded_items():
 
 def test_profile_sets_scored_together_equal_each_set_alone():
     rng = np.random.default_rng(5)
-    items = unit_rows(rng.standard_normal((900, 5)).astype(np.float32))
+    # items ±e_j: every score is one profile entry, exact whatever the GEMM's blocks (and tied 90 ways)
+    items = np.zeros((900, 5), dtype=np.float32)
+    items[np.arange(900), rng.integers(0, 5, 900)] = rng.choice([-1.0, 1.0], 900)
     split = holdout(sessions(70, 900, rng, length=(2, 30)), [f"i{j}" for j in range(900)], 0, 0)
     sets = [rng.standard_normal((split.users, 5)).astype(np.float32) for _ in range(3)]
     together = ranked_lists(items, sets, split, 8, block_bytes=4 * 900 * 3 * 11)  # blocks of 11 users

@@ -136,7 +136,13 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
     key_names = call.key_names
     names = read_key_names(key_names, set(inputs.keys), call.encoding) if key_names else None
     report, table = compute_drift(
-        inputs, call.settings, call.downstream, names, str(key_names) if key_names else None, call.callbacks.on_step
+        inputs,
+        call.settings,
+        call.downstream,
+        names,
+        str(key_names) if key_names else None,
+        call.callbacks.on_step,
+        call.callbacks.on_warning,
     )
     report = evaluate_checks(report, call.checks)
     text = schema.dumps(report)

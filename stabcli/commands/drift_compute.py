@@ -44,8 +44,11 @@ def compute_drift(
     key_names: dict[str, str] | None = None,
     key_names_path: str | None = None,
     on_step: Callable[[str], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> tuple[DriftReport, PerKey]:
-    """The drift report and the per-key table of one BEFORE→AFTER comparison."""
+    """The drift report and the per-key table of one BEFORE→AFTER comparison. ``on_warning``
+    hears what the downstream plan announces (labels read as multi-label, dropped classes),
+    as in audit."""
     step = on_step or (lambda _: None)
     n = len(inputs.keys)
     if options.knn_k >= n:
@@ -54,7 +57,7 @@ def compute_drift(
     if downstream is not None:  # a bad label file fails before the long computations
         from stabcli.measure.downstream import plan_downstream
 
-        plan = plan_downstream(downstream, inputs.keys, 2, inputs.dim, variants=["h"])
+        plan = plan_downstream(downstream, inputs.keys, 2, inputs.dim, on_warning, variants=["h"])
 
     step("alignment")
     rotation = procrustes_rotation(inputs.a, inputs.b) if options.align else None

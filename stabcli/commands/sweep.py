@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,7 @@ from stabcli.measure.align import match_keys, matched_vectors
 from stabcli.reports import schema
 from stabcli.reports.audit_report import AuditReport
 from stabcli.reports.sweep_report import Pareto, PowerLaw, SizePoint, SwapOne, SweepCell, SweepReport, Target
+from stabcli.runset.manifest import corpus_reading
 from stabcli.runset.reader import RunSet
 from stabcli.training import sweep_plan as plan
 from stabcli.training.pretrain import Backend, TrainConfig, local_backend, parse_params
@@ -298,7 +299,14 @@ def run_sweep(
     identity = {
         "schema_version": SCHEMA_VERSION,
         "corpus_sha256": file_sha256(Path(corpus_path)),
-        "corpus_format": corpus.format,
+        "corpus_reading": corpus_reading(  # what pretrain's resume compares: --tokenize, columns, encoding
+            {
+                "format": corpus.format,
+                "encoding": corpus.encoding,
+                "columns": corpus.columns,
+                "options": asdict(corpus_options),
+            }
+        ),
         "model": config.model if config.script is None else "script",
         "seed": options.seed,
     }

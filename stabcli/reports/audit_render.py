@@ -1,5 +1,5 @@
 """Renderers of the audit report (``stabcli.reports.audit_report.AuditReport``): rich terminal view,
-Markdown, PNG plots. JSON is ``stabcli.reports.schema.dumps``; every renderer reads the same report.
+Markdown, HTML, PNG plots, laying out the lines and tables of ``stabcli.reports.audit_tables``. JSON is ``stabcli.reports.schema.dumps``; every renderer reads the same report.
 """
 
 from __future__ import annotations
@@ -15,7 +15,20 @@ from rich.text import Text
 
 from stabcli.environment import describe
 from stabcli.reports import html
-from stabcli.reports.audit_report import AuditReport, EpochRow, PairSpread
+from stabcli.reports.audit_report import AuditReport, EpochRow
+from stabcli.reports.audit_tables import (
+    BY_FREQUENCY_TITLE,
+    NO_LOSS,
+    by_frequency_table,
+    convergence_table,
+    input_line,
+    least_stable_table,
+    least_stable_title,
+    metric_rows,
+    sparkline,
+    verdict,
+)
+from stabcli.reports.checks import md_checks, print_checks
 from stabcli.reports.downstream_render import (
     downstream_figure,
     downstream_notes,
@@ -31,279 +44,7 @@ from stabcli.reports.figures import save as save_figures
 from stabcli.reports.html import Cell, Figure
 from stabcli.reports.layout import print_table
 from stabcli.reports.summary import cut_note
-from stabcli.reports.text import literal, md_code, md_text
-
-_BARS = " ▁▂▃▄▅▆▇█"
-NO_LOSS = "the model reports no training loss"
-
-
-def verdict(report: AuditReport) -> str:
-    """One line: e.g. ``coordinates: 91% noise (pure noise: 90%) · … · neighbours: 62% stable``."""
-    rep = report.representation
-    line = (
-        f"coordinates: {_pct(rep.noise_share)} noise ({pure_noise_text(report)}) · "
-        f"aligned: {_pct(rep.aligned_noise_share)} noise · "
-        f"inner products: {_pct(rep.inner_product_noise_share)} noise · "
-        f"neighbours: {_pct(rep.knn_overlap)} stable (chance: {_pct(rep.knn_chance)})"
-    )
-    transform = featurized_text(report)
-    return line + (f" · {transform}" if transform else "")
-
-
-def pure_noise_text(report: AuditReport) -> str:
-    """``pure noise: 90% ± 1.3%; at the pure-noise level`` (± two standard deviations of the
-    noise share of randomly rotated runs)."""
-    rep = report.representation
-    text = f"pure noise: {_pct(rep.noise_share_independent)} ± {_pct(2 * rep.noise_share_independent_std)}"
-    return text + ("; at the pure-noise level" if rep.at_pure_noise_level else "")
-
-
-def range_text(spread: PairSpread, digits: int = 3) -> str:
-    """``0.990–0.994``: min–max over run pairs (one number when they agree to the digits shown)."""
-    low, high = _num(spread.min, digits), _num(spread.max, digits)
-    return f"{low}–{high}" if low != high else low
-
-
-def featurized_text(report: AuditReport) -> str | None:
-    """``featurized: phi M=64, σ=1`` for a run set written by ``stabcli featurize``."""
-    block = report.input.featurized
-    if not block:
-        return None
-    dim = block.get("dim")
-    what = "aligned only" if dim == 0 else f"phi M={dim}, σ={block.get('sigma')}"
-    return f"featurized run set ({what})"
-
-
-def _pct(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.0%}" if value >= 0.1 or value == 0 else f"{value:.1%}" if value >= 0.001 else f"{value:.2%}"
-
-
-def _num(value: Any, digits: int = 4) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:.{digits}g}"
-
-
-def metric_rows(report: AuditReport) -> list[tuple[str, str, str, str]]:
-    """(metric, value, how to read it, JSON path of the value) rows shared by the terminal,
-    Markdown and HTML views; every pairwise measure with its range over run pairs."""
-    rep = report.representation
-    ratio = rep.inner_to_coordinate_ratio
-    spreads = rep.by_pair
-    pairs = spreads.cka.pairs
-    over = f"run pairs: {{}} ({pairs} pair{'s' if pairs != 1 else ''})"
-    return [
-        (
-            "noise share (coordinates)",
-            _pct(rep.noise_share),
-            "run-to-run share of coordinate energy; 0 = identical runs; runs turned by random rotations give "
-            f"{_pct(rep.noise_share_independent)} ± {_pct(2 * rep.noise_share_independent_std)} (2 std)"
-            + ("; at the pure-noise level" if rep.at_pure_noise_level else ""),
-            "representation.noise_share",
-        ),
-        (
-            "aligned noise share",
-            _pct(rep.aligned_noise_share),
-            f"after Procrustes to the consensus ({rep.procrustes_iterations} iterations): noise no rotation explains",
-            "representation.aligned_noise_share",
-        ),
-        (
-            "inner-product noise share",
-            _pct(rep.inner_product_noise_share),
-            f"same share on cosine similarities of {rep.inner_product_pairs:,} key pairs"
-            + (f"; {ratio:.3g}× the coordinate share" if ratio is not None else ""),
-            "representation.inner_product_noise_share",
-        ),
-        (
-            f"k-NN overlap@{rep.knn_k}",
-            _num(rep.knn_overlap, 3),
-            f"shared neighbours between runs, {rep.knn_queries:,} queries (chance {rep.knn_chance:.2g}); "
-            + over.format(range_text(spreads.knn_overlap)),
-            "representation.knn_overlap",
-        ),
-        (
-            "PIP loss",
-            _num(rep.pip_loss),
-            f"‖H_r H_rᵀ − H_s H_sᵀ‖_F; relative to ‖HHᵀ‖_F: {_num(rep.pip_loss_relative, 3)}; "
-            + over.format(range_text(spreads.pip_loss_relative)),
-            "representation.pip_loss",
-        ),
-        (
-            "linear CKA",
-            _num(rep.cka, 4),
-            "1 = same representation up to rotation and scale; " + over.format(range_text(spreads.cka, 4)),
-            "representation.cka",
-        ),
-        (
-            "eigenspace overlap",
-            _num(rep.eigenspace_overlap, 4),
-            "overlap of left singular spaces; 1 = same span; " + over.format(range_text(spreads.eigenspace_overlap, 4)),
-            "representation.eigenspace_overlap",
-        ),
-        (
-            "semantic displacement",
-            _num(rep.semantic_displacement, 3),
-            "mean cosine distance after pairwise Procrustes; " + over.format(range_text(spreads.semantic_displacement)),
-            "representation.semantic_displacement",
-        ),
-        *spectral_rows(report),
-    ]
-
-
-def spread_text(spread: PairSpread | None, digits: int = 4) -> str:
-    """``mean ± std`` over run pairs (the mean alone for one pair)."""
-    if spread is None or spread.mean is None:
-        return "n/a"
-    return _num(spread.mean, digits) + ("" if spread.std is None else f" ± {_num(spread.std, 2)}")
-
-
-def spectral_rows(report: AuditReport) -> list[tuple[str, str, str, str]]:
-    """EIS, weighted eigenspace overlap and debiased CKA rows (absent from older reports);
-    the JSON path is the mean's."""
-    rep = report.representation
-    if rep.eis is None:
-        return []
-    anchor = "the runs' consensus" if rep.eis_anchor == "consensus" else "the --eis-anchor embedding"
-    rows = [
-        (
-            "EIS",
-            spread_text(rep.eis),
-            f"eigenspace instability vs {anchor} (alpha = {_num(rep.eis_alpha, 3)}); 0 = same span, mean ± std over pairs",
-            "representation.eis.mean",
-        ),
-    ]
-    if rep.weighted_eigenspace_overlap is not None:
-        rows.append(
-            (
-                "weighted eigenspace overlap",
-                spread_text(rep.weighted_eigenspace_overlap),
-                "overlap of singular spaces weighted by the spectrum; 1 = same span",
-                "representation.weighted_eigenspace_overlap.mean",
-            )
-        )
-    if rep.cka_debiased is not None:
-        rows.append(
-            (
-                "debiased CKA",
-                spread_text(rep.cka_debiased),
-                "unbiased HSIC: ≈ 0 for unrelated runs at any n",
-                "representation.cka_debiased.mean",
-            )
-        )
-    return rows
-
-
-def sparkline(counts: list[int]) -> str:
-    top = max(counts) or 1
-    return "".join(_BARS[round(c / top * (len(_BARS) - 1))] for c in counts)
-
-
-def input_line(report: AuditReport, markdown: bool = False) -> str:
-    inp = report.input
-    if markdown:
-        return f"{inp.runs} runs × {inp.keys:,} keys × {inp.dim} dims" + (
-            f"; {inp.dropped_keys:,} keys not in every run left out" if inp.dropped_keys else ""
-        )
-    return (
-        f"{inp.runs} runs × {inp.keys:,} keys × {inp.dim} dims"
-        + (f" ({inp.dropped_keys:,} keys not in every run left out)" if inp.dropped_keys else "")
-        + (" · rows L2-normalized" if inp.normalized else "")
-    )
-
-
-LEAST_STABLE_TITLE = "Least stable keys (top {n} of {ranked:,} by k-NN overlap, lowest first{where})"
-BY_FREQUENCY_TITLE = "Stability by frequency ({source})"
-
-
-def least_stable_title(report: AuditReport, n: int) -> str:
-    rep = report.representation
-    where = f"; frequency ≥ {rep.min_frequency:,}" if rep.min_frequency is not None else ""
-    return LEAST_STABLE_TITLE.format(n=n, ranked=rep.least_stable_ranked, where=where)
-
-
-def least_stable_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of the least-stable-keys table; name and frequency columns only
-    when some key has them (with frequencies, the band and its median k-NN overlap too)."""
-    rep = report.representation
-    items = rep.least_stable
-    named = any(i.name is not None for i in items)
-    counted = any(i.frequency is not None for i in items)
-    headers = [
-        "key",
-        *(["name"] if named else []),
-        *(["frequency", "band"] if counted else []),
-        f"k-NN overlap@{rep.knn_k}",
-        *(["band's median k-NN"] if counted else []),
-        "relative instability",
-        "aligned variance",
-    ]
-    rows = [
-        [
-            i.key,
-            *([i.name or ""] if named else []),
-            *([_num(i.frequency), i.band or "—"] if counted else []),
-            _num(i.knn_overlap, 3),
-            *([_num(i.peers_knn_overlap_median, 3)] if counted else []),
-            _pct(i.relative_instability),
-            _num(i.aligned_variance),
-        ]
-        for i in items
-    ]
-    return headers, rows
-
-
-def by_frequency_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of the stability-by-frequency table, one row per non-empty band."""
-    rep = report.representation
-    headers = [
-        "frequency",
-        "keys",
-        "median relative instability",
-        "aligned noise share",
-        f"median k-NN overlap@{rep.knn_k}",
-    ]
-    rows = [
-        [
-            b.band,
-            f"{b.keys:,}",
-            _pct(b.relative_instability_median),
-            _pct(b.aligned_noise_share),
-            _num(b.knn_overlap_median, 3) + ("" if b.knn_keys == b.keys else f" ({b.knn_keys:,} keys)"),
-        ]
-        for b in rep.by_frequency
-    ]
-    return headers, rows
-
-
-def convergence_table(report: AuditReport) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of the per-epoch table; the loss column only when the model reports
-    a loss, the variance columns only with checkpoints."""
-    tr = report.training
-    with_loss = tr.reports_loss
-    with_variance = any(row.variance_mean is not None for row in tr.by_epoch)
-    headers = [
-        "epoch",
-        *(["mean loss"] if with_loss else []),
-        "noise share",
-        *(["variance mean", "variance per dim (min · median · max)"] if with_variance else []),
-    ]
-    rows = []
-    for row in tr.by_epoch:
-        q = row.variance_quantiles
-        spread = "—" if q is None else f"{_num(q.min, 3)} · {_num(q.median, 3)} · {_num(q.max, 3)}"
-        rows.append(
-            [
-                str(row.epoch),
-                *([_num(row.loss_mean)] if with_loss else []),
-                _pct(row.noise_share),
-                *([_num(row.variance_mean), spread] if with_variance else []),
-            ]
-        )
-    return headers, rows
+from stabcli.reports.text import json_number, literal, md_code, md_text, num, pct
 
 
 def _print_titled(console: Console, title: str, table: Table) -> None:
@@ -373,8 +114,8 @@ def render_terminal(report: AuditReport, console: Console) -> None:
     if tr.final_loss_mean is not None:
         console.print(
             literal(
-                f"final loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
-                f"CV {_num(tr.final_loss_cv, 3)}"
+                f"final loss: mean {num(tr.final_loss_mean)}, std {num(tr.final_loss_std)}, "
+                f"CV {num(tr.final_loss_cv, 3)}"
             ),
             soft_wrap=True,
         )
@@ -384,14 +125,7 @@ def render_terminal(report: AuditReport, console: Console) -> None:
         render_downstream(report.downstream, console)
     if report.next_item:
         render_next_item(report.next_item, console)
-    render_checks(report, console)
-
-
-def render_checks(report: AuditReport, console: Console) -> None:
-    """Checks last, failed ones in red, so CI logs end with what failed."""
-    for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
-        mark = literal("PASS", "green") if check.passed else literal("FAIL", "bold red")
-        console.print(mark + literal(f" {check.name} (value {_num(check.value)})"), soft_wrap=True)
+    print_checks(report.checks, console)  # last: a CI log ends with what failed
 
 
 def _md_table(headers: list[str], rows: list[list[str]], code_first: bool = True) -> list[str]:
@@ -434,8 +168,8 @@ def render_markdown(report: AuditReport, key_rows: int | None = None) -> str:
     if tr.final_loss_mean is not None:
         lines += [
             "",
-            f"Final training loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
-            f"CV {_num(tr.final_loss_cv, 3)}.",
+            f"Final training loss: mean {num(tr.final_loss_mean)}, std {num(tr.final_loss_std)}, "
+            f"CV {num(tr.final_loss_cv, 3)}.",
         ]
     elif report.input.source is not None and not tr.reports_loss:
         lines += ["", NO_LOSS.capitalize() + "."]
@@ -449,11 +183,7 @@ def render_markdown(report: AuditReport, key_rows: int | None = None) -> str:
         headers, rows = next_item_table(report.next_item)
         lines += ["", "### Next-item recommendation across runs", ""] + _md_table(headers, rows)
         lines += [""] + [f"- {md_text(note)}" for note in next_item_notes(report.next_item)]
-    if report.checks:
-        lines += ["", "| check | value | result |", "| --- | ---: | --- |"]
-        lines += [
-            f"| {md_code(c.name)} | {_num(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in report.checks
-        ]
+    lines += md_checks(report.checks)
     return "\n".join(lines) + "\n"
 
 
@@ -466,11 +196,34 @@ def render_html(
     ``--per-key`` columns, least stable first, sortable and searchable) and the JSON text."""
     from stabcli.reports.schema import dumps, to_json
 
-    rep, tr = report.representation, report.training
-    data = to_json(report)
     body = [html.paragraph(input_line(report)), html.paragraph(_sources(report), "note")]
+    body += _html_representation(report, to_json(report))
+    training = _html_training(report)
+    if training:
+        body.append(html.section("Training convergence", *training))
+    body += _html_downstream(report)
+    if report.checks:
+        body.append(html.section("Checks", html.checks_table(report.checks, num)))
+    body.append(html.section("Figures", html.figures(figures, PLOTS_INSTALL)))
+    if key_frame is not None:
+        order = np.argsort(-key_frame["relative_instability"].to_numpy(dtype=float), kind="stable")
+        body.append(
+            html.section(
+                "Every key",
+                html.key_table(
+                    key_frame, table_id="keys", order=order, fmt=num, what="least stable (relative instability) first"
+                ),
+            )
+        )
+    return html.page("stabcli audit", verdict(report), body, report_json or dumps(report), report.stabcli_version)
+
+
+def _html_representation(report: AuditReport, data: Any) -> list[str]:
+    """The metric table (each number with its JSON path in ``data``), the noise-share
+    histogram, and the frequency and least-stable-keys tables."""
+    rep = report.representation
     metrics: list[list[str | Cell]] = [
-        [name, Cell(value, _json_number(data, path), path), reading]
+        [name, Cell(value, json_number(data, path), path), reading]
         for name, value, reading, path in metric_rows(report)
     ]
     hist = rep.noise_share_histogram
@@ -479,25 +232,31 @@ def render_html(
         for i, count in enumerate(hist.counts)
     ]
     ranges = [f"{low:.1f}–{high:.1f}" for low, high in zip(hist.edges, hist.edges[1:], strict=False)]
-    body.append(
+    sections = [
         html.section(
             "Representation stability",
             html.table(["metric", "value", "reading"], metrics, reading_column=2),
             html.paragraph(f"Dimensions by their noise share, 0 → 1: {sparkline(hist.counts)}"),
             html.table(["noise share", *ranges], [["dimensions", *bins]]),
         )
-    )
+    ]
     if rep.by_frequency:
         headers, rows = by_frequency_table(report)
-        body.append(html.section(BY_FREQUENCY_TITLE.format(source=rep.frequency_source), html.table(headers, rows)))
+        sections.append(html.section(BY_FREQUENCY_TITLE.format(source=rep.frequency_source), html.table(headers, rows)))
     if rep.least_stable:
         headers, rows = least_stable_table(report)
-        body.append(
+        sections.append(
             html.section(
                 least_stable_title(report, len(rows)),
                 html.table(headers, rows, right_from=2 if "name" in headers else 1),
             )
         )
+    return sections
+
+
+def _html_training(report: AuditReport) -> list[str]:
+    """The per-epoch table and the final loss (or why there is none)."""
+    tr = report.training
     training = []
     if tr.by_epoch:
         headers, rows = convergence_table(report)
@@ -505,19 +264,23 @@ def render_html(
     if tr.final_loss_mean is not None:
         training.append(
             html.paragraph(
-                f"Final loss: mean {_num(tr.final_loss_mean)}, std {_num(tr.final_loss_std)}, "
-                f"CV {_num(tr.final_loss_cv, 3)}."
+                f"Final loss: mean {num(tr.final_loss_mean)}, std {num(tr.final_loss_std)}, "
+                f"CV {num(tr.final_loss_cv, 3)}."
             )
         )
     elif report.input.source is not None and not tr.reports_loss:
         training.append(html.paragraph(NO_LOSS.capitalize() + ".", "note"))
-    if training:
-        body.append(html.section("Training convergence", *training))
+    return training
+
+
+def _html_downstream(report: AuditReport) -> list[str]:
+    """The downstream and next-item sections, when the audit has them."""
+    sections = []
     if report.downstream:
         ds = report.downstream
         headers, rows = downstream_table(ds)
         chosen = ds.recommendation.variant
-        body.append(
+        sections.append(
             html.section(
                 "Downstream fluctuation across runs",
                 html.table(headers, rows, row_class=lambda row: "chosen" if row[0] == chosen else None),
@@ -527,41 +290,20 @@ def render_html(
         )
     if report.next_item:
         headers, rows = next_item_table(report.next_item)
-        body.append(
+        sections.append(
             html.section(
                 "Next-item recommendation across runs",
                 html.table(headers, rows),
                 html.bullets(next_item_notes(report.next_item)),
             )
         )
-    if report.checks:
-        body.append(html.section("Checks", html.checks_table(report.checks, _num)))
-    body.append(html.section("Figures", html.figures(figures, PLOTS_INSTALL)))
-    if key_frame is not None:
-        order = np.argsort(-key_frame["relative_instability"].to_numpy(dtype=float), kind="stable")
-        body.append(
-            html.section(
-                "Every key",
-                html.key_table(
-                    key_frame, table_id="keys", order=order, fmt=_num, what="least stable (relative instability) first"
-                ),
-            )
-        )
-    return html.page("stabcli audit", verdict(report), body, report_json or dumps(report), report.stabcli_version)
+    return sections
 
 
 def _sources(report: AuditReport) -> str:
     inp = report.input
     where = f"run set {inp.source}: " if inp.source else ""
     return f"{where}{', '.join(inp.run_names)}; seed {inp.seed}"
-
-
-def _json_number(data: Any, path: str) -> float | None:
-    """The number at dotted ``path`` of a report's JSON (no dots inside keys on these paths)."""
-    node = data
-    for part in path.split("."):
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    return node
 
 
 def plot_figures(report: AuditReport) -> list[Figure]:
@@ -601,7 +343,7 @@ def plot_figures(report: AuditReport) -> list[Figure]:
     ax.text(2.4, rep.noise_share_independent, "pure noise", ha="right", va="bottom", color="grey", fontsize="small")
     ax.set(ylabel="noise share", ylim=(0, 1.05), title="Coordinate vs inner-product noise (Fig. 1d)")
     for x, v in enumerate(values):
-        ax.text(x, v + 0.02, _pct(v), ha="center")
+        ax.text(x, v + 0.02, pct(v), ha="center")
     drawn.append(png(fig, "fig1d_coordinate_vs_inner_product.png"))
 
     if rep.by_frequency:

@@ -8,11 +8,11 @@ from rich.table import Table
 
 from stabcli.commands.compare import CompareReport, Delta, Side
 from stabcli.reports import html
-from stabcli.reports.audit_render import _num, _pct
+from stabcli.reports.checks import md_checks
 from stabcli.reports.html import Cell
 from stabcli.reports.layout import print_table
 from stabcli.reports.schema import dumps
-from stabcli.reports.text import literal, md_code, md_text
+from stabcli.reports.text import literal, md_text, num, pct
 
 HEADERS = ["measure", "A", "B", "B − A", "spread A", "spread B", "beyond spread"]
 
@@ -22,7 +22,7 @@ def _share(name: str) -> bool:
 
 
 def _value(name: str, value: float | None) -> str:
-    return _pct(value) if _share(name) else _num(value, 4)
+    return pct(value) if _share(name) else num(value, 4)
 
 
 def _difference(name: str, delta: float | None) -> str:
@@ -107,7 +107,7 @@ def render_terminal(report: CompareReport, console: Console) -> None:
     print_table(console, table, literal("A vs B", "italic"))
     for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
         mark = literal("PASS", "green") if check.passed else literal("FAIL", "bold red")
-        console.print(mark, literal(f"{check.name} (value {_num(check.value)})"), soft_wrap=True)
+        console.print(mark, literal(f"{check.name} (value {num(check.value)})"), soft_wrap=True)
 
 
 def render_markdown(report: CompareReport) -> str:
@@ -123,11 +123,7 @@ def render_markdown(report: CompareReport) -> str:
         "| --- " + "| ---: " * (len(HEADERS) - 1) + "|",
     ]
     lines += ["| " + " | ".join(md_text(c) for c in cells) + " |" for _, _, cells in rows(report)]
-    if report.checks:
-        lines += ["", "| check | value | result |", "| --- | ---: | --- |"]
-        lines += [
-            f"| {md_code(c.name)} | {_num(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in report.checks
-        ]
+    lines += md_checks(report.checks)
     return "\n".join(lines) + "\n"
 
 
@@ -164,5 +160,5 @@ def render_html(report: CompareReport, report_json: str | None = None) -> str:
         ),
     ]
     if report.checks:
-        body.append(html.section("Checks", html.checks_table(report.checks, _num)))
+        body.append(html.section("Checks", html.checks_table(report.checks, num)))
     return html.page("stabcli compare", verdict(report), body, report_json or dumps(report), report.stabcli_version)

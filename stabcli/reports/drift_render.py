@@ -11,15 +11,18 @@ from rich.table import Table
 
 from stabcli.environment import describe
 from stabcli.reports import html
-from stabcli.reports.audit_render import _json_number, _num, _pct
-from stabcli.reports.drift_report import DriftReport, PerKey
+from stabcli.reports.checks import md_checks, print_checks
+from stabcli.reports.drift_report import DriftReport, NoiseSection, PerKey
 from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
 from stabcli.reports.figures import save as save_figures
 from stabcli.reports.html import Cell, Figure
 from stabcli.reports.layout import print_table
 from stabcli.reports.schema import dumps, to_json
 from stabcli.reports.summary import cut_note
+from stabcli.reports.text import json_number as _json_number
 from stabcli.reports.text import literal, md_code, md_text
+from stabcli.reports.text import num as _num
+from stabcli.reports.text import pct as _pct
 
 PLOT_NAMES = ("drift_vs_noise.png", "drift_distribution.png")
 
@@ -66,12 +69,19 @@ def notes(report: DriftReport) -> list[str]:
     return ([sentence] if sentence else []) + warnings
 
 
-def summary_rows(report: DriftReport) -> list[tuple[str, str, str, str | None]]:
+Row = tuple[str, str, str, str | None]  # measure, value, how to read it, JSON path of the value or None
+
+
+def summary_rows(report: DriftReport) -> list[Row]:
     """(measure, value, how to read it, JSON path of the value or None) rows shared by the
-    terminal, Markdown and HTML views."""
-    d, noise, inp = report.drift, report.noise, report.input
+    terminal, Markdown and HTML views: the change, then the noise band's verdict."""
+    return _change_rows(report) + (_noise_rows(report, report.noise) if report.noise is not None else [])
+
+
+def _change_rows(report: DriftReport) -> list[Row]:
+    d, inp = report.drift, report.input
     knn_how = f"{d.knn_keys:,} keys" + (" (seeded sample)" if d.knn_sampled else " (every key)")
-    rows: list[tuple[str, str, str, str | None]] = [
+    rows: list[Row] = [
         (
             "keys compared / added / removed",
             f"{inp.keys_compared:,} / {inp.keys_added:,} / {inp.keys_removed:,}",
@@ -114,62 +124,66 @@ def summary_rows(report: DriftReport) -> list[tuple[str, str, str, str | None]]:
         )
     else:
         rows.append(("alignment", "none", "--no-align: coordinates compared raw", None))
-    if noise is not None:
-        rows += [
-            (
-                "median noise",
-                _num(noise.noise_median, 4),
-                f"a key's RMS {noise.measure} change between two noise runs ({noise.runs} runs, {noise.pairs} pairs)",
-                "noise.noise_median",
-            ),
-            (
-                "drift / noise",
-                f"{noise.drift_to_noise:.3g}×",
-                f"median {noise.measure} change over median noise",
-                "noise.drift_to_noise",
-            ),
-            (
-                "global ratio",
-                f"{noise.global_ratio:.3g}",
-                f"this refresh's typical ratio vs a noise pair's; "
-                f"level applied {noise.level_factor:.3g} "
-                f"(noise pairs {noise.level_range_low:.3g}–{noise.level_range_high:.3g})",
-                "noise.global_ratio",
-            ),
-            (
-                "moved",
-                f"{d.moved_count:,} ({_pct(d.moved_share)})",
-                f"p < {noise.alpha:g}; {d.expected_false_positives:.3g} expected by chance",
-                "drift.moved_count",
-            ),
-            ("listed at FDR", f"{d.discoveries:,}", f"Benjamini–Hochberg q ≤ {noise.alpha:g}", "drift.discoveries"),
-            (
-                "beyond the global change",
-                f"{d.moved_beyond_global:,}",
-                "discoveries once the typical key's change is divided out"
-                + (" (the whole embedding moved)" if d.global_moved else " (equal to FDR: no global move)"),
-                "drift.moved_beyond_global",
-            ),
-        ]
-        for name, test in (d.by_measure or {}).items():
-            rows.append(
-                (
-                    f"{name} test",
-                    f"{test.moved_count:,} / {test.discoveries:,}",
-                    f"moved / at FDR; global ratio {test.global_ratio:.3g} (noise pairs "
-                    f"{test.level_range_low:.3g}–{test.level_range_high:.3g})"
-                    + (" · decides moved" if name == noise.measure else ""),
-                    None,
-                )
-            )
+    return rows
+
+
+def _noise_rows(report: DriftReport, noise: NoiseSection) -> list[Row]:
+    d = report.drift
+    rows: list[Row] = [
+        (
+            "median noise",
+            _num(noise.noise_median, 4),
+            f"a key's RMS {noise.measure} change between two noise runs ({noise.runs} runs, {noise.pairs} pairs)",
+            "noise.noise_median",
+        ),
+        (
+            "drift / noise",
+            f"{noise.drift_to_noise:.3g}×",
+            f"median {noise.measure} change over median noise",
+            "noise.drift_to_noise",
+        ),
+        (
+            "global ratio",
+            f"{noise.global_ratio:.3g}",
+            f"this refresh's typical ratio vs a noise pair's; "
+            f"level applied {noise.level_factor:.3g} "
+            f"(noise pairs {noise.level_range_low:.3g}–{noise.level_range_high:.3g})",
+            "noise.global_ratio",
+        ),
+        (
+            "moved",
+            f"{d.moved_count:,} ({_pct(d.moved_share)})",
+            f"p < {noise.alpha:g}; {d.expected_false_positives:.3g} expected by chance",
+            "drift.moved_count",
+        ),
+        ("listed at FDR", f"{d.discoveries:,}", f"Benjamini–Hochberg q ≤ {noise.alpha:g}", "drift.discoveries"),
+        (
+            "beyond the global change",
+            f"{d.moved_beyond_global:,}",
+            "discoveries once the typical key's change is divided out"
+            + (" (the whole embedding moved)" if d.global_moved else " (equal to FDR: no global move)"),
+            "drift.moved_beyond_global",
+        ),
+    ]
+    for name, test in (d.by_measure or {}).items():
         rows.append(
             (
-                "smallest p",
-                f"{noise.smallest_empirical_p:.2g}",
-                f"1/(1 + {noise.null_samples:,} null samples): smaller p-values come from the fitted tail",
-                "noise.smallest_empirical_p",
+                f"{name} test",
+                f"{test.moved_count:,} / {test.discoveries:,}",
+                f"moved / at FDR; global ratio {test.global_ratio:.3g} (noise pairs "
+                f"{test.level_range_low:.3g}–{test.level_range_high:.3g})"
+                + (" · decides moved" if name == noise.measure else ""),
+                None,
             )
         )
+    rows.append(
+        (
+            "smallest p",
+            f"{noise.smallest_empirical_p:.2g}",
+            f"1/(1 + {noise.null_samples:,} null samples): smaller p-values come from the fitted tail",
+            "noise.smallest_empirical_p",
+        )
+    )
     return rows
 
 
@@ -293,9 +307,7 @@ def render_terminal(report: DriftReport, console: Console) -> None:
         for name, value in downstream_rows(report):
             table.add_row(literal(name), literal(value))
         print_table(console, table, literal(title, "italic"))
-    for check in sorted(report.checks, key=lambda c: c.passed, reverse=True):
-        mark = literal("PASS", "green") if check.passed else literal("FAIL", "bold red")
-        console.print(mark + literal(f" {check.name} (value {_num(check.value)})"), soft_wrap=True)
+    print_checks(report.checks, console)
 
 
 def render_markdown(report: DriftReport, key_rows: int | None = None) -> str:
@@ -334,11 +346,7 @@ def render_markdown(report: DriftReport, key_rows: int | None = None) -> str:
     if report.downstream is not None:
         lines += ["", "| downstream | value |", "| --- | ---: |"]
         lines += [f"| {md_text(a)} | {md_text(b)} |" for a, b in downstream_rows(report)]
-    if report.checks:
-        lines += ["", "| check | value | result |", "| --- | ---: | --- |"]
-        lines += [
-            f"| {md_code(c.name)} | {_num(c.value)} | {'pass' if c.passed else '**FAIL**'} |" for c in report.checks
-        ]
+    lines += md_checks(report.checks)
     return "\n".join(lines) + "\n"
 
 

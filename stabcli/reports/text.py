@@ -49,3 +49,27 @@ def md_code(text: str, cell: bool = True) -> str:
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def pct(value: float | None) -> str:
+    """A share as a percentage, with more digits below 10% and 0.1%; ``n/a`` for None."""
+    if value is None:
+        return "n/a"
+    return f"{value:.0%}" if value >= 0.1 or value == 0 else f"{value:.1%}" if value >= 0.001 else f"{value:.2%}"
+
+
+def num(value: Any, digits: int = 4) -> str:
+    """An int with thousands separators, a float to ``digits`` significant digits; ``—`` for None."""
+    if value is None:
+        return "—"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.{digits}g}"
+
+
+def json_number(data: Any, path: str) -> float | None:
+    """The number at dotted ``path`` of a report's JSON (no dots inside keys on these paths)."""
+    node = data
+    for part in path.split("."):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node

@@ -42,13 +42,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from stabcli.errors import InputError, OptionError, quote
+from stabcli.constraints import NEXT_ITEM_OPTIONS, Constraint, validate_params
+from stabcli.errors import InputError, OptionError
 from stabcli.inputs.corpus import CorpusOptions, read_corpus
-from stabcli.measure.downstream.options import SEED_MAX, Variant, parse_variants
+from stabcli.measure.downstream.options import Variant, parse_variants
 from stabcli.measure.downstream.protocol import mean_std
 from stabcli.measure.metrics import unit_rows
 
@@ -76,6 +77,8 @@ class NextItemOptions:
     rbo_p: float = 0.9
     block_bytes: int = BLOCK_BYTES
 
+    parameter_constraints: ClassVar[dict[str, Constraint]] = NEXT_ITEM_OPTIONS
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "interactions", Path(self.interactions))
         for name in ("k_list", "profiles", "featurize_dims", "sigmas", "variants"):
@@ -88,17 +91,7 @@ class NextItemOptions:
         unknown = [p for p in self.profiles if p not in PROFILES]
         if unknown or not self.profiles:
             raise OptionError("profiles", f"{unknown or 'none'}: choose from {', '.join(PROFILES)}")
-        if self.users < 0:
-            raise OptionError("users", f"{self.users} must be 0 (every user) or a positive sample size")
-        for name in ("seed", "phi_seed"):
-            if not 0 <= getattr(self, name) <= SEED_MAX:
-                raise OptionError(name, f"{getattr(self, name)} must be between 0 and {SEED_MAX}")
-        if self.reference < 0:
-            raise OptionError("reference", f"{self.reference} must be a run position (0 or more)")
-        if not (isinstance(self.rbo_p, (int, float)) and 0 < self.rbo_p < 1):
-            raise OptionError("rbo_p", f"{quote(self.rbo_p)} must be strictly between 0 and 1")
-        if self.block_bytes < 1:
-            raise OptionError("block_bytes", f"{self.block_bytes} must be positive")
+        validate_params(self)
         for source in self.variants or ():
             if source.startswith("aligned"):
                 raise OptionError(

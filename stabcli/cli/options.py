@@ -81,6 +81,8 @@ def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
         return None
     items = [item.strip() for item in value.split(",") if item.strip()]
     try:
+        if kind is not str and not all(item.isascii() for item in items):  # int() reads fullwidth digits
+            raise ValueError(value)
         parsed = [kind(item) for item in items]
     except ValueError:
         raise UsageError(

@@ -265,7 +265,7 @@ class _TrainingData:
         runs read (None without a vocabulary: each script run brings its own keys)."""
         if self.vocabulary and self.corpus is not None:
             writer.write_keys(self.vocabulary, self.counts)
-            return writer.write_corpus_copy(_prepared_corpus(self.corpus))
+            return writer.write_corpus_copy(self.corpus.token_lines())
         if self.corpus is not None:  # a script's keys are its own: record every corpus key's count
             writer.write_corpus_counts(self.key_counts)
         return None
@@ -438,15 +438,6 @@ def _gensim_version() -> str:
     from importlib.metadata import version
 
     return version("gensim")
-
-
-def _prepared_corpus(corpus: Corpus) -> bytes:
-    """The corpus as plain token lines (``tag<TAB>tokens`` when tagged), read by every run."""
-    lines = []
-    for i, seq in enumerate(corpus.sequences):
-        prefix = corpus.tags[i] + "\t" if corpus.tags is not None else ""
-        lines.append(prefix + " ".join(seq) + "\n")
-    return "".join(lines).encode("utf-8")
 
 
 class _ProgressPoller:

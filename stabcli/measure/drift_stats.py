@@ -113,8 +113,7 @@ def pair_measures(runs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], li
     blocks = joint.reshape(R, d, R, d)
     partners = {s: [r for r in range(s)] for s in range(1, R)}
     side_by_side = {
-        s: np.concatenate([rotation_from_cross(blocks[s, :, r, :]) for r in rs], axis=1)
-        for s, rs in partners.items()
+        s: np.concatenate([rotation_from_cross(blocks[s, :, r, :]) for r in rs], axis=1) for s, rs in partners.items()
     }
     index = {pair: p for p, pair in enumerate(pairs)}
     out = {name: np.empty((len(pairs), n), dtype=np.float32) for name in MEASURES}

@@ -45,14 +45,13 @@ def main() -> None:
     args = parser.parse_args()
     from stabcli.inputs.corpus import read_corpus
     from stabcli.training import sweep_plan as plan
-    from stabcli.training.pretrain import _prepared_corpus
 
     windows = args.windows.split(",")
     sizes = plan.parse_sizes(args.sizes)
     common = ["--runs", str(args.runs), "--dim", str(args.dim), "--epochs", str(args.epochs), "-j", str(args.jobs)]
     labels = ["--labels", str(LABELS)] if args.labels else []
     corpus = read_corpus(SAMPLE)
-    lines = _prepared_corpus(corpus).splitlines(keepends=True)
+    lines = corpus.token_lines().splitlines(keepends=True)
     order = plan.nested_order(len(lines), 0)
     best = {"by hand": float("inf"), "sweep": float("inf")}
     print(f"load before: {os.getloadavg()[0]:.2f} (1-min average), {os.cpu_count()} cores")

@@ -34,6 +34,10 @@ def test_rotated_files_known_answers(tmp_path):
     paths = files(tmp_path, [base @ ortho_group.rvs(6, random_state=s) for s in range(3)], suffix=".txt")
     report = to_json(build_report(load_runs(paths), SMALL))
     rep = report["representation"]
+    # exact rotations of each other: the noise is zero by construction, and the report says so
+    degenerate = report["input"].pop("degenerate")
+    assert degenerate["pairs"] == [[str(a), str(b)] for i, a in enumerate(paths) for b in paths[i + 1 :]]
+    assert "rotation" in degenerate["reason"]
     assert report["input"] == {
         "source": None,
         "run_names": [str(p) for p in paths],

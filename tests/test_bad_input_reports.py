@@ -15,6 +15,7 @@ from stabcli.cli.app import app
 pytestmark = pytest.mark.bad_input
 runner = CliRunner()
 FAST = ["--knn-k", "3", "--knn-queries", "10", "--pairs", "200"]
+OK = '"input": {"runs": 2, "keys": 5, "dim": 3}, "representation": {"noise_share": 0.5'
 
 
 def run(tmp_path, *args):
@@ -30,6 +31,18 @@ def run(tmp_path, *args):
         ('{"input": {"runs": 2, "keys": 5, "dim": 3}}', "r.json: not a stabcli audit report (no 'representation'"),
         ("[]", "r.json: not a stabcli audit report (the JSON is not an object)"),
         ('{"input": {"runs": true, "keys": 5, "dim": 3}}', "not a stabcli audit report (input.runs is not a number)"),
+        # a report edited or written by something else: each field compare reads, of the wrong type
+        ('{"input": {"runs": -3, "keys": 5, "dim": 3}, "representation": {"noise_share": 0.5}}', "input.runs is -3"),
+        ('{"input": {"runs": 2, "keys": 0.5, "dim": 3}, "representation": {"noise_share": 0.5}}', "input.keys is 0.5"),
+        ("{" + OK + ', "knn_overlap": "[bold]x"}}', "(representation.knn_overlap is not a number)"),
+        ("{" + OK + ', "knn_overlap": true}}', "(representation.knn_overlap is not a number)"),
+        ("{" + OK + ', "eis": {"mean": [1], "min": 0, "max": 1}}}', "(representation.eis.mean is not a number)"),
+        ("{" + OK + ', "by_pair": [1]}}', "(representation.by_pair is not an object)"),
+        ("{" + OK + ', "by_pair": {"cka": {"min": "a"}}}}', "(representation.by_pair.cka.min is not a number)"),
+        ("{" + OK + '}, "downstream": {"variants": ["h"]}}', "(downstream.variants is not an object)"),
+        ("{" + OK + '}, "downstream": {"variants": {"h": "x"}}}', "(downstream.variants.'h' is not an object)"),
+        ("{" + OK + '}, "downstream": {"variants": {"h": {"churn": "x"}}}}', "downstream.variants.'h'.churn is not a"),
+        ("{" + OK + '}, "downstream": {"variants": {"h": {"accuracy_by_run": 1}}}}', "accuracy_by_run is not a list"),
     ],
 )
 def test_compare_a_json_that_is_not_an_audit(tmp_path, content, fragment):
@@ -99,3 +112,9 @@ def test_mlflow_without_the_extra(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
     result, before = run(tmp_path, "drift", tmp_path / "runs", tmp_path / "runs", "--mlflow")
     assert_bad_input(result, "--mlflow needs MLflow: pip install 'stabcli[mlflow]'", tmp_path, before)
+
+
+def test_an_empty_mlflow_experiment_name(tmp_path):
+    make_runset(tmp_path / "runs", runs=2, n=12)
+    result, before = run(tmp_path, "audit", tmp_path / "runs", *FAST, "--mlflow", "--mlflow-experiment", " ")
+    assert_bad_input(result, "--mlflow-experiment: empty name", tmp_path, before)

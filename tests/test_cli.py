@@ -105,6 +105,35 @@ def test_pretrain_other_config_exit_2_and_runs_untouched(tmp_path, sessions_file
     assert (tmp_path / "r" / "run-000" / "vectors.npy").read_bytes() == before
 
 
+def test_a_resume_reading_the_corpus_another_way_is_refused_or_replaced_with_force(tmp_path):
+    # the run set's identity covers how the corpus is read: --tokenize and the table's columns
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"The Cat, sat on mat{i % 7}. A Dog ran!\n" for i in range(60)), encoding="utf-8")
+    assert invoke("pretrain", text, "--out", tmp_path / "t", *SMALL).exit_code == 0
+    before = (tmp_path / "t" / "run-000" / "vectors.npy").read_bytes()
+    result = invoke("pretrain", text, "--out", tmp_path / "t", *SMALL, "--tokenize", "simple")
+    assert result.exit_code == 2
+    assert "made with a different configuration (corpus tokenize 'none' → 'simple')" in result.stderr
+    assert (tmp_path / "t" / "run-000" / "vectors.npy").read_bytes() == before
+    forced = invoke("pretrain", text, "--out", tmp_path / "t", *SMALL, "--tokenize", "simple", "--force")
+    assert forced.exit_code == 0, forced.output
+    keys = (tmp_path / "t" / "keys.txt").read_text(encoding="utf-8").split()
+    assert "cat" in keys and "The" not in keys  # trained afresh on the simple tokens
+    assert invoke("pretrain", text, "--out", tmp_path / "t", *SMALL, "--tokenize", "simple").exit_code == 0  # resumes
+
+    rng = np.random.default_rng(0)
+    rows = [(u, u % 5, int(rng.integers(0, 30)), t) for u in range(40) for t in range(6)]
+    table = tmp_path / "clicks.csv"
+    table.write_text("user,session,item,when\n" + "".join(f"{u},{s},i{it},{t}\n" for u, s, it, t in rows))
+    columns = ["--corpus-format", "interactions", "--item-col", "item", "--time-col", "when"]
+    assert invoke("pretrain", table, "--out", tmp_path / "c", *SMALL, *columns, "--user-col", "user").exit_code == 0
+    result = invoke("pretrain", table, "--out", tmp_path / "c", *SMALL, *columns, "--user-col", "session")
+    assert result.exit_code == 2 and "corpus columns" in result.stderr, result.output
+    no_time = ["--corpus-format", "interactions", "--item-col", "item", "--user-col", "user"]
+    result = invoke("pretrain", table, "--out", tmp_path / "c", *SMALL, *no_time)
+    assert result.exit_code == 2 and "corpus columns" in result.stderr, result.output
+
+
 def test_pretrain_script_failure_exit_2_lists_failed_runs(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(

@@ -651,6 +651,9 @@ CONFIG_8 = {"model": "word2vec", "dim": 8, "window": 3, "negative": 3, "epochs":
         ({"corpus": {"sha256": "f" * 64, "options": {"format": "lines"}}}, "corpus sha256"),
         ({"config": {**CONFIG_8, "epochs": 20}}, "epochs"),
         ({"config": {**CONFIG_8, "window": 5, "negative": 10}}, "negative"),
+        ({"corpus": {"sha256": "a" * 64, "options": {"format": "lines", "tokenize": "simple"}}}, "corpus tokenize"),
+        ({"corpus": {"sha256": "a" * 64, "options": {"format": "lines"}, "columns": {"user": "s"}}}, "corpus columns"),
+        ({"corpus": {"sha256": "a" * 64, "options": {"format": "lines", "encoding": "latin-1"}}}, "corpus encoding"),
     ],
 )
 def test_noise_from_other_data_or_configuration_is_refused_unless_allowed(tmp_path, changed, field):

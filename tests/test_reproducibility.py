@@ -25,7 +25,7 @@ from stabcli import FourierFeaturizer, ProcrustesAligner
 from stabcli.cli.app import app
 from stabcli.commands.featurize import FeaturizeOptions, featurize
 from stabcli.inputs.embeddings import write_embedding
-from stabcli.measure.fourier import MATMUL_BLOCK_ROWS, blocked_matmul
+from stabcli.measure.fourier import MATMUL_BLOCK_ROWS, aligned_chunk_rows, blocked_matmul
 from stabcli.training.pretrain import TrainConfig, pretrain
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data"
@@ -137,14 +137,19 @@ def runsets(tmp_path_factory):
 # ------------------------------------------------------------------ featurize
 
 
-def test_blocked_matmul_gives_each_row_the_same_bits_for_any_row_count():
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blocked_matmul_gives_the_same_bits_for_any_aligned_chunking(dtype):
+    """Chunks that start at multiples of the GEMM block (what featurize streams: every chunk
+    size is rounded up to whole blocks) give the bits of the whole product."""
     rng = np.random.default_rng(0)
-    X = rng.standard_normal((3 * MATMUL_BLOCK_ROWS + 5, 37)).astype(np.float32)
-    W = rng.standard_normal((37, 23)).astype(np.float32)
+    X = rng.standard_normal((3 * MATMUL_BLOCK_ROWS + 5, 37)).astype(dtype)
+    W = rng.standard_normal((37, 23)).astype(dtype)
     whole = blocked_matmul(X, W)
     np.testing.assert_allclose(whole, X.astype(np.float64) @ W.astype(np.float64), rtol=1e-5, atol=1e-5)
-    for rows in (1, 7, MATMUL_BLOCK_ROWS - 1, MATMUL_BLOCK_ROWS + 1, 500):
-        parts = np.vstack([blocked_matmul(X[s : s + rows], W) for s in range(0, len(X), rows)])
+    for rows in (1, 7, MATMUL_BLOCK_ROWS - 1, MATMUL_BLOCK_ROWS + 1, 500, 10_000):
+        chunk = aligned_chunk_rows(rows)
+        assert chunk % MATMUL_BLOCK_ROWS == 0 and chunk >= rows
+        parts = np.vstack([blocked_matmul(X[s : s + chunk], W) for s in range(0, len(X), chunk)])
         assert parts.tobytes() == whole.tobytes(), rows
 
 

@@ -71,6 +71,9 @@ def test_grid_parsing_and_cells():
     script = TrainConfig(script="python t.py --w {w} --seed {seed} --out {out} --corpus {corpus}")
     cell = plan.cells(plan.parse_grid("w=2,4", script=script.script), [1.0], script)[1]
     assert cell.config.script == "python t.py --w 4 --seed {seed} --out {out} --corpus {corpus}"
+    as_written = plan.parse_grid("w=0x10,1e400,01", script=script.script)  # not 16, inf and a syntax error
+    assert as_written == {"w": ["0x10", "1e400", "01"]}
+    assert [c.name for c in plan.cells(as_written, [1.0], script)] == ["size-1_w-0x10", "size-1_w-1e400", "size-1_w-01"]
 
 
 @pytest.mark.parametrize(

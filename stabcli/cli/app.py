@@ -21,6 +21,7 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from stabcli import __version__
+from stabcli.cli.audit import HELP as AUDIT_HELP
 from stabcli.cli.audit import audit_cmd
 from stabcli.cli.compare import compare_cmd
 from stabcli.cli.demo import demo_cmd
@@ -240,7 +241,7 @@ def _main(
 
 # in this order in --help
 app.command("pretrain", cls=_Command)(pretrain_cmd)
-app.command("audit", cls=_Command)(audit_cmd)
+app.command("audit", cls=_Command, help=AUDIT_HELP)(audit_cmd)
 app.command("featurize", cls=_Command)(featurize_cmd)
 app.command("demo", cls=_Command)(demo_cmd)
 app.command("drift", cls=_Command)(drift_cmd)

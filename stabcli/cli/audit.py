@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import typer
 
@@ -33,7 +33,9 @@ from stabcli.cli.options import (
     TimeCol,
     TrustPickle,
     UserCol,
+    api_options,
     check_option,
+    constrained,
     encoding_option,
     jobs_option,
     knn_queries_option,
@@ -45,26 +47,10 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import render_report, report_files, set_quiet, spinner, warn, wrote
-from stabcli.constraints import ranged
-from stabcli.errors import UsageError, quote
+from stabcli.cli.output import render_report, set_quiet, spinner, warn, wrote
 
-
-def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
-    """``'16,32'`` → ``[16, 32]``; a bad item is a usage error naming the option."""
-    if value is None:
-        return None
-    items = [item.strip() for item in value.split(",") if item.strip()]
-    try:
-        parsed = [kind(item) for item in items]
-    except ValueError:
-        raise UsageError(
-            f"{option} {quote(value)}: expected a comma-separated list of {kind.__name__} values"
-        ) from None
-    if not parsed:
-        raise UsageError(f"{option}: empty list")
-    return parsed
-
+# the options given as comma lists, and their items' type
+LISTS: dict[str, type] = {"variants": str, "featurize_dims": int, "sigmas": float, "k_list": int, "profiles": str}
 
 _Inputs = Annotated[
     list[Path], typer.Argument(metavar="INPUTS...", help="A run set directory, or two or more embedding files.")
@@ -73,11 +59,7 @@ _Inputs = Annotated[
 
 _Pairs = Annotated[
     int,
-    typer.Option(
-        "--pairs",
-        metavar="N",
-        help=ranged("Key pairs sampled for the inner-product noise share.", c.AUDIT_OPTIONS["pairs"]),
-    ),
+    constrained(c.AUDIT_OPTIONS, "pairs", "N", "Key pairs sampled for the inner-product noise share."),
 ]
 
 
@@ -89,13 +71,11 @@ _KnnQueries = Annotated[
 
 _MinFrequency = Annotated[
     int | None,
-    typer.Option(
-        "--min-frequency",
-        metavar="N",
-        help=ranged(
-            "List only keys that occur at least N times in the training corpus (needs frequencies).",
-            c.AUDIT_OPTIONS["min_frequency"],
-        ),
+    constrained(
+        c.AUDIT_OPTIONS,
+        "min_frequency",
+        "N",
+        "List only keys that occur at least N times in the training corpus (needs frequencies).",
     ),
 ]
 
@@ -124,11 +104,7 @@ _EisAnchor = Annotated[
 
 _EisAlpha = Annotated[
     float,
-    typer.Option(
-        "--eis-alpha",
-        metavar="ALPHA",
-        help=ranged("Exponent of the anchor's spectrum in EIS.", c.AUDIT_OPTIONS["eis_alpha"]),
-    ),
+    constrained(c.AUDIT_OPTIONS, "eis_alpha", "ALPHA", "Exponent of the anchor's spectrum in EIS."),
 ]
 
 
@@ -212,14 +188,12 @@ _Prefer = Annotated[
 
 _MinClassSize = Annotated[
     int,
-    typer.Option(
-        "--min-class-size",
-        metavar="N",
-        help=ranged(
-            "Drop label classes with fewer labeled keys, with a warning (5 = one expected test key at the "
-            "default --test-size 0.2).",
-            c.DOWNSTREAM_OPTIONS["min_class_size"],
-        ),
+    constrained(
+        c.DOWNSTREAM_OPTIONS,
+        "min_class_size",
+        "N",
+        "Drop label classes with fewer labeled keys, with a warning (5 = one expected test key at the "
+        "default --test-size 0.2).",
     ),
 ]
 
@@ -261,14 +235,44 @@ _Profiles = Annotated[
 
 _Users = Annotated[
     int,
-    typer.Option(
-        "--users",
-        metavar="N",
-        help=ranged(
-            "With --interactions: score a seeded sample of N users (0: every user).", c.NEXT_ITEM_OPTIONS["users"]
-        ),
+    constrained(
+        c.NEXT_ITEM_OPTIONS, "users", "N", "With --interactions: score a seeded sample of N users (0: every user)."
     ),
 ]
+
+
+# the command's --help (a docstring's text; app.py registers it)
+HELP = """Measure how much of an embedding is run-to-run noise, and which parts are stable.
+
+With --labels, also how much a downstream model fluctuates across runs (mean and std of
+its test metric, churn, the test keys that flip, stale-model compatibility) for raw,
+averaged, aligned and featurized variants, and which variant to use. With --interactions,
+how much next-item recommendations fluctuate (Recall/NDCG@K, list churn, stale profiles).
+
+Examples:
+
+    stabcli audit runs/exp1
+
+    stabcli audit a.vec b.vec c.vec --normalize --format json
+
+    stabcli audit runs/exp1 --check 'representation.knn_overlap>=0.6' --markdown report.md
+
+    stabcli audit runs/exp1 --labels item_genres.tsv --check 'downstream.variants.h.churn<=0.05'
+
+    stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
+
+    stabcli audit a.vec b.vec c.vec --frequencies counts.tsv --min-frequency 5
+
+    stabcli audit runs/ml --labels ratings_mean.csv --task regression --prefer stability
+
+    stabcli audit runs/exp1 --html audit.html --mlflow --mlflow-experiment embeddings
+
+    stabcli audit runs/ml --labels ml-1m/movies.dat --task multilabel --model gbdt
+
+    stabcli audit runs/ml --labels genres.csv --model sklearn.svm:LinearSVC --model-param C=0.5
+
+    stabcli audit runs/ml --task next-item --interactions ml-1m/ratings.dat --k-list 5,10
+"""
 
 
 def audit_cmd(
@@ -324,88 +328,12 @@ def audit_cmd(
     mlflow_experiment: MlflowExperiment = None,
     quiet: Quiet = False,
 ) -> None:
-    """Measure how much of an embedding is run-to-run noise, and which parts are stable.
-
-    With --labels, also how much a downstream model fluctuates across runs (mean and std of
-    its test metric, churn, the test keys that flip, stale-model compatibility) for raw,
-    averaged, aligned and featurized variants, and which variant to use. With --interactions,
-    how much next-item recommendations fluctuate (Recall/NDCG@K, list churn, stale profiles).
-
-    Examples:
-
-        stabcli audit runs/exp1
-
-        stabcli audit a.vec b.vec c.vec --normalize --format json
-
-        stabcli audit runs/exp1 --check 'representation.knn_overlap>=0.6' --markdown report.md
-
-        stabcli audit runs/exp1 --labels item_genres.tsv --check 'downstream.variants.h.churn<=0.05'
-
-        stabcli audit runs/ml --labels ml-100k/u.item --variants h,aligned,phi:64 --sigmas 0.5,1,2
-
-        stabcli audit a.vec b.vec c.vec --frequencies counts.tsv --min-frequency 5
-
-        stabcli audit runs/ml --labels ratings_mean.csv --task regression --prefer stability
-
-        stabcli audit runs/exp1 --html audit.html --mlflow --mlflow-experiment embeddings
-
-        stabcli audit runs/ml --labels ml-1m/movies.dat --task multilabel --model gbdt
-
-        stabcli audit runs/ml --labels genres.csv --model sklearn.svm:LinearSVC --model-param C=0.5
-
-        stabcli audit runs/ml --task next-item --interactions ml-1m/ratings.dat --k-list 5,10
-    """
+    """``stabcli audit``: the options as ``stabcli.audit``'s keywords, the report rendered (help: ``HELP``)."""
+    options = api_options(locals(), skip=("inputs",), lists=LISTS, files=True)
     from stabcli.commands.audit import audit
+    from stabcli.reports.audit_render import render_terminal
 
     set_quiet(quiet)
     with spinner("audit") as on_step:
-        report = audit(
-            inputs,
-            normalize=normalize,
-            pairs=pairs,
-            knn_k=knn_k,
-            knn_queries=knn_queries,
-            seed=seed,
-            top=top,
-            min_frequency=min_frequency,
-            frequencies=frequencies,
-            eis_anchor=eis_anchor,
-            eis_alpha=eis_alpha,
-            checks=check,
-            labels=labels,
-            task=task,
-            model=model,
-            model_params=model_param,
-            test_size=test_size,
-            split_seed=split_seed,
-            variants=comma_list(variants, str, "--variants"),
-            featurize_dims=comma_list(featurize_dims, int, "--featurize-dims"),
-            sigmas=comma_list(sigmas, float, "--sigmas"),
-            reference=reference,
-            jobs=jobs,
-            scheduler=scheduler,
-            encoding=encoding,
-            min_class_size=min_class_size,
-            prefer=prefer,
-            key_names=key_names,
-            input_format=input_format,
-            trust_pickle=trust_pickle,
-            keys=keys,
-            interactions=interactions,
-            k_list=comma_list(k_list, int, "--k-list"),
-            profiles=comma_list(profiles, str, "--profiles"),
-            users=users,
-            corpus_format=corpus_format,
-            user_col=user_col,
-            item_col=item_col,
-            time_col=time_col,
-            rating_col=rating_col,
-            min_rating=min_rating,
-            **report_files(json_path, markdown_path, plots, per_key, force, html_path, mlflow, mlflow_experiment),
-            on_step=on_step,
-            on_warning=warn,
-            on_figure=wrote,
-        )
-    from stabcli.reports.audit_render import render_terminal
-
+        report = audit(inputs, **options, on_step=on_step, on_warning=warn, on_figure=wrote)
     render_report(report, fmt, render_terminal)

@@ -27,7 +27,9 @@ from stabcli.cli.options import (
     Task,
     TestSize,
     TrustPickle,
+    api_options,
     check_option,
+    constrained,
     encoding_option,
     knn_queries_option,
     labels_option,
@@ -37,8 +39,7 @@ from stabcli.cli.options import (
     seed_option,
     top_option,
 )
-from stabcli.cli.output import render_report, report_files, set_quiet, spinner, warn, wrote
-from stabcli.constraints import ranged
+from stabcli.cli.output import render_report, set_quiet, spinner, warn, wrote
 
 _Before = Annotated[
     Path, typer.Argument(metavar="BEFORE", help="An embedding file, or a run set (its --reference run).")
@@ -75,11 +76,7 @@ _KnnQueries = Annotated[
 
 _Alpha = Annotated[
     float,
-    typer.Option(
-        "--alpha",
-        metavar="LEVEL",
-        help=ranged("Level of the per-key test and of the FDR of the listed keys.", c.DRIFT_OPTIONS["alpha"]),
-    ),
+    constrained(c.DRIFT_OPTIONS, "alpha", "LEVEL", "Level of the per-key test and of the FDR of the listed keys."),
 ]
 
 
@@ -179,39 +176,11 @@ def drift_cmd(
 
         stabcli drift runs/ml ml-new.npy --noise runs/ml --html drift.html --mlflow
     """
+    options = api_options(locals(), skip=("before", "after", "noise"), files=True)
     from stabcli.commands.drift import drift
     from stabcli.reports.drift_render import render_terminal
 
     set_quiet(quiet)
     with spinner("drift") as on_step:
-        report = drift(
-            before,
-            after,
-            noise,
-            alpha=alpha,
-            measure=measure,
-            allow_noise_mismatch=allow_noise_mismatch,
-            align=align,
-            knn_k=knn_k,
-            knn_queries=knn_queries,
-            top=top,
-            seed=seed,
-            reference=reference,
-            labels=labels,
-            task=task,
-            model=model,
-            model_params=model_param,
-            test_size=test_size,
-            split_seed=split_seed,
-            encoding=encoding,
-            key_names=key_names,
-            checks=check,
-            input_format=input_format,
-            trust_pickle=trust_pickle,
-            keys=keys,
-            **report_files(json_path, markdown_path, plots, per_key, force, html_path, mlflow, mlflow_experiment),
-            on_step=on_step,
-            on_figure=wrote,
-            on_warning=warn,
-        )
+        report = drift(before, after, noise, **options, on_step=on_step, on_figure=wrote, on_warning=warn)
     render_report(report, fmt, render_terminal)

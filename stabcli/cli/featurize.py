@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -14,13 +14,19 @@ from stabcli.cli.options import (
     Quiet,
     ReportFormat,
     TrustPickle,
+    api_options,
+    constrained,
     reference_option,
     seed_option,
 )
 from stabcli.cli.output import err, info, out, set_quiet, write_json_stdout, wrote
-from stabcli.constraints import FEATURIZE_OPTIONS, ranged
+from stabcli.constraints import FEATURIZE_OPTIONS
 from stabcli.reports.schema import dumps
 from stabcli.reports.text import literal
+
+if TYPE_CHECKING:
+    from stabcli.commands.featurize import FeaturizeResult
+    from stabcli.fs.outputs import OutputPlan
 
 _Dim = Annotated[
     int | None,
@@ -40,11 +46,7 @@ _Epsilon = Annotated[
 
 _Sigma = Annotated[
     float,
-    typer.Option(
-        "--sigma",
-        metavar="SIGMA",
-        help=ranged("Direction scale: kernel exp(-sigma^2 |h-h'|^2 / 2).", FEATURIZE_OPTIONS["sigma"]),
-    ),
+    constrained(FEATURIZE_OPTIONS, "sigma", "SIGMA", "Direction scale: kernel exp(-sigma^2 |h-h'|^2 / 2)."),
 ]
 
 
@@ -76,13 +78,11 @@ _SaveTransform = Annotated[
 
 _ChunkRows = Annotated[
     int | None,
-    typer.Option(
-        "--chunk-rows",
-        metavar="N",
-        help=ranged(
-            "Rows per streamed chunk [default: about 1 MB of output, which stays in cache].",
-            FEATURIZE_OPTIONS["chunk_rows"],
-        ),
+    constrained(
+        FEATURIZE_OPTIONS,
+        "chunk_rows",
+        "N",
+        "Rows per streamed chunk, rounded up to a multiple of 256 [default: about 1 MB of output, which stays in cache].",
     ),
 ]
 
@@ -135,51 +135,45 @@ def featurize_cmd(
 
         stabcli featurize runs/exp1 --out runs/exp1-phi --epsilon 0.05 --html featurize.html
     """
+    options = api_options(locals(), skip=("input_path", "output", "html_path"))
     from stabcli.commands.featurize import featurize
     from stabcli.reports.featurize_render import summary_lines
 
     set_quiet(quiet)
-    page = None
-    if html_path is not None:  # checked before any work, against every input and the outputs
-        from stabcli.fs.outputs import OutputPlan, with_companions
-
-        inputs = [*with_companions(input_path), output, *(with_companions(align_to) if align_to else [])]
-        page = OutputPlan(inputs, force=force)
-        page.add(html_path, "--html")
-        page.check()
-
-    result = featurize(
-        input_path,
-        output,
-        dim=dim,
-        epsilon=epsilon,
-        sigma=sigma,
-        seed=seed,
-        normalize=normalize,
-        align_to=align_to,
-        reference=reference,
-        output_format=output_format,
-        chunk_rows=chunk_rows,
-        input_format=input_format,
-        trust_pickle=trust_pickle,
-        keys=keys,
-        save_transform=save_transform,
-        force=force,
-        on_run=lambda name: info(f"featurize: {name} done"),
-    )
+    page = _html_plan(html_path, input_path, output, align_to, force)  # before any work
+    result = featurize(input_path, output, **options, on_run=lambda name: info(f"featurize: {name} done"))
     for note in result.notes:
         err.print(literal(f"note: {note}"), soft_wrap=True)
     if page is not None and html_path is not None:
-        import json
-
-        from stabcli.reports.featurize_render import render_html
-
-        sidecar = json.loads(result.sidecar.read_text(encoding="utf-8")) if result.sidecar.is_file() else None
-        with page:
-            page.write_text(html_path, render_html(result, sidecar, epsilon))
-        wrote(html_path)
+        _write_html(page, html_path, result, epsilon)
     if fmt == "json":
         write_json_stdout(dumps(result))
         return
     for line in summary_lines(result, epsilon):
         out.print(literal(line), soft_wrap=True)
+
+
+def _html_plan(
+    html_path: Path | None, input_path: Path, output: Path, align_to: Path | None, force: bool
+) -> OutputPlan | None:
+    """``--html``'s page checked against every input (with its companion files) and the output."""
+    if html_path is None:
+        return None
+    from stabcli.fs.outputs import OutputPlan, with_companions
+
+    inputs = [*with_companions(input_path), output, *(with_companions(align_to) if align_to else [])]
+    page = OutputPlan(inputs, force=force)
+    page.add(html_path, "--html")
+    page.check()
+    return page
+
+
+def _write_html(page: OutputPlan, html_path: Path, result: FeaturizeResult, epsilon: float | None) -> None:
+    import json
+
+    from stabcli.reports.featurize_render import render_html
+
+    sidecar = json.loads(result.sidecar.read_text(encoding="utf-8")) if result.sidecar.is_file() else None
+    with page:
+        page.write_text(html_path, render_html(result, sidecar, epsilon))
+    wrote(html_path)

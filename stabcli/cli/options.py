@@ -7,6 +7,7 @@ in one command are factories taking that help (``jobs_option("Runs in parallel .
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -14,6 +15,7 @@ import typer
 
 from stabcli import constraints as c
 from stabcli.constraints import Constraint, ranged
+from stabcli.errors import UsageError, quote
 
 # library parameter names whose flag is not simply ``--`` + the name with dashes
 FLAG_NAMES: dict[str, str] = {
@@ -28,6 +30,67 @@ FLAG_NAMES: dict[str, str] = {
 def flag_for(param: str) -> str:
     """The command-line flag of a library parameter name (``knn_k`` → ``--knn-k``)."""
     return FLAG_NAMES.get(param, "--" + param.replace("_", "-"))
+
+
+def constrained(table: Mapping[str, Constraint], name: str, metavar: str, help: str) -> Any:
+    """The option of the library parameter ``name``: its flag (``flag_for``), ``metavar``, and
+    ``help`` followed by the range its options type declares in ``table`` (the library checks
+    the value, with the same message from the CLI and the API)."""
+    return typer.Option(flag_for(name), metavar=metavar, help=ranged(help, table[name]))
+
+
+# -- a command's parameters as its entry point's keywords -----------------------------------
+CLI_ONLY = ("fmt", "quiet")  # how the CLI renders: never the library's
+API_NAMES = {"check": "checks", "model_param": "model_params", "param": "params"}  # repeatable flags: plural keywords
+# a report command's files, in output.report_files' order, and their defaults
+REPORT_FILES: dict[str, Any] = {
+    "json_path": None,
+    "markdown_path": None,
+    "plots": None,
+    "per_key": None,
+    "force": False,
+    "html_path": None,
+    "mlflow": False,
+    "mlflow_experiment": None,
+}
+
+
+def api_options(
+    given: dict[str, Any], skip: tuple[str, ...] = (), lists: dict[str, type] | None = None, files: bool = False
+) -> dict[str, Any]:
+    """A command's parameters (its ``locals()``, taken first thing in its body) as its entry
+    point's keywords: ``--format``, ``--quiet`` and ``skip`` (the positional arguments) left
+    out, repeatable flags renamed (``API_NAMES``), ``lists`` (name → item type) parsed from
+    comma lists, and with ``files`` the report files through ``output.report_files``."""
+    from stabcli.cli.output import report_files
+
+    lists = lists or {}
+    options = {}
+    for name, value in given.items():
+        if name in skip or name in CLI_ONLY or (files and name in REPORT_FILES):
+            continue
+        options[API_NAMES.get(name, name)] = comma_list(value, lists[name], flag_for(name)) if name in lists else value
+    if files:
+        options.update(report_files(*(given.get(name, default) for name, default in REPORT_FILES.items())))
+    return options
+
+
+def comma_list(value: str | None, kind: type, option: str) -> list[Any] | None:
+    """``'16,32'`` → ``[16, 32]``; a bad item is a usage error naming the option."""
+    if value is None:
+        return None
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    try:
+        if kind is not str and not all(item.isascii() for item in items):  # int() reads fullwidth digits
+            raise ValueError(value)
+        parsed = [kind(item) for item in items]
+    except ValueError:
+        raise UsageError(
+            f"{option} {quote(value)}: expected a comma-separated list of {kind.__name__} values"
+        ) from None
+    if not parsed:
+        raise UsageError(f"{option}: empty list")
+    return parsed
 
 
 # -- report output (audit, drift; pretrain's summary) ---------------------------------------
@@ -159,19 +222,11 @@ ModelParam = Annotated[
 ]
 TestSize = Annotated[
     float,
-    typer.Option(
-        "--test-size",
-        metavar="SHARE",
-        help=ranged("Share of labeled keys in the test split.", c.DOWNSTREAM_OPTIONS["test_size"]),
-    ),
+    constrained(c.DOWNSTREAM_OPTIONS, "test_size", "SHARE", "Share of labeled keys in the test split."),
 ]
 SplitSeed = Annotated[
     int,
-    typer.Option(
-        "--split-seed",
-        metavar="SEED",
-        help=ranged("Seed of the train/test split shared by all runs.", c.DOWNSTREAM_OPTIONS["split_seed"]),
-    ),
+    constrained(c.DOWNSTREAM_OPTIONS, "split_seed", "SEED", "Seed of the train/test split shared by all runs."),
 ]
 KeyNames = Annotated[
     Path | None,
@@ -234,6 +289,9 @@ def scheduler_option(help: str) -> Any:
 
 
 # -- interaction tables (pretrain's corpus, audit --task next-item: corpus.CorpusOptions) ----
+CorpusEncoding = Annotated[
+    str, typer.Option("--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides).")
+]
 CorpusFormat = Annotated[
     Literal["auto", "lines", "tagged", "movielens", "interactions"],
     typer.Option(
@@ -293,21 +351,17 @@ EmbeddingModel = Annotated[
         help="word2vec (sentences or item sessions) or doc2vec (tagged documents).",
     ),
 ]
-Dim = Annotated[int, typer.Option("--dim", metavar="N", help=ranged("Embedding dimension.", c.TRAIN_CONFIG["dim"]))]
-Window = Annotated[int, typer.Option("--window", metavar="N", help=ranged("Context window.", c.TRAIN_CONFIG["window"]))]
+Dim = Annotated[int, constrained(c.TRAIN_CONFIG, "dim", "N", "Embedding dimension.")]
+Window = Annotated[int, constrained(c.TRAIN_CONFIG, "window", "N", "Context window.")]
 Negative = Annotated[
     int,
-    typer.Option("--negative", metavar="N", help=ranged("Negative samples (0 = none).", c.TRAIN_CONFIG["negative"])),
+    constrained(c.TRAIN_CONFIG, "negative", "N", "Negative samples (0 = none)."),
 ]
-Epochs = Annotated[
-    int, typer.Option("--epochs", metavar="N", help=ranged("Training epochs.", c.TRAIN_CONFIG["epochs"]))
-]
+Epochs = Annotated[int, constrained(c.TRAIN_CONFIG, "epochs", "N", "Training epochs.")]
 SkipGram = Annotated[bool, typer.Option("--sg/--cbow", help="Skip-gram (doc2vec: PV-DBOW) or CBOW (doc2vec: PV-DM).")]
 MinCount = Annotated[
     int,
-    typer.Option(
-        "--min-count", metavar="N", help=ranged("Ignore tokens seen fewer times.", c.TRAIN_CONFIG["min_count"])
-    ),
+    constrained(c.TRAIN_CONFIG, "min_count", "N", "Ignore tokens seen fewer times."),
 ]
 Params = Annotated[
     list[str], typer.Option("--param", metavar="KEY=VALUE", help="Any other gensim argument (repeatable).")

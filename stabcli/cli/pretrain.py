@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.table import Table
 
 from stabcli.cli.options import (
+    CorpusEncoding,
     CorpusFormat,
     Dim,
     EmbeddingModel,
@@ -29,6 +30,7 @@ from stabcli.cli.options import (
     Timeout,
     UserCol,
     Window,
+    api_options,
     jobs_option,
     scheduler_option,
     seed_option,
@@ -49,6 +51,9 @@ from stabcli.errors import MESSAGE_LIMIT, one_line, shorten
 from stabcli.reports.layout import print_table
 from stabcli.reports.text import literal
 from stabcli.training.pretrain import PretrainResult
+
+if TYPE_CHECKING:
+    from stabcli.reports.tracking import Tracker
 
 
 def run_pretrain(corpus: Path | None, out_dir: Path, **options: Any) -> PretrainResult:
@@ -162,11 +167,6 @@ _Tokenize = Annotated[
 ]
 
 
-_Encoding = Annotated[
-    str, typer.Option("--encoding", metavar="ENCODING", help="Text encoding of the corpus (a byte-order mark decides).")
-]
-
-
 def pretrain_cmd(
     ctx: typer.Context,
     corpus: Path | None = typer.Argument(None, metavar="CORPUS", help="Training corpus (optional with --script)."),
@@ -190,7 +190,7 @@ def pretrain_cmd(
     timeout: Timeout = None,
     corpus_format: CorpusFormat = "auto",
     tokenize: _Tokenize = "none",
-    encoding: _Encoding = "utf-8",
+    encoding: CorpusEncoding = "utf-8",
     user_col: UserCol = None,
     item_col: ItemCol = None,
     time_col: TimeCol = None,
@@ -220,48 +220,31 @@ def pretrain_cmd(
 
         stabcli pretrain sessions.txt --out runs/exp1 --runs 5 --mlflow --mlflow-experiment item2vec
     """
-    from stabcli.commands.common import ReportFiles
-
+    options = api_options(locals(), skip=("ctx", "corpus", "out_dir", "mlflow", "mlflow_experiment"))
     set_quiet(quiet)
-    params = {k: v for k, v in ctx.params.items() if k not in ("mlflow", "mlflow_experiment", "quiet")}
-    if mlflow:
-        quiet_mlflow_logs()
-    tracker = ReportFiles(mlflow=mlflow, mlflow_experiment=mlflow_experiment).open_tracker()  # before any training
-    result = run_pretrain(
-        corpus,
-        out_dir,
-        runs=runs,
-        model=model,
-        dim=dim,
-        window=window,
-        negative=negative,
-        epochs=epochs,
-        sg=sg,
-        min_count=min_count,
-        seed=seed,
-        jobs=jobs,
-        scheduler=scheduler,
-        checkpoints=checkpoints,
-        vary=vary,
-        params=param,
-        force=force,
-        script=script,
-        timeout=timeout,
-        corpus_format=corpus_format,
-        encoding=encoding,
-        user_col=user_col,
-        item_col=item_col,
-        time_col=time_col,
-        rating_col=rating_col,
-        min_rating=min_rating,
-        tokenize=tokenize,
-    )
+    tracker = _open_tracker(mlflow, mlflow_experiment)  # before any training
+    result = run_pretrain(corpus, out_dir, **options)
     if tracker is not None:
-        from stabcli.reports.tracking import log_nested, pretrain_records
-
-        top, children = log_nested(tracker, *pretrain_records(result, params))
-        info(
-            f"logged to MLflow: run {top.run_id} with {len(children)} nested runs in experiment "
-            f"{tracker.experiment!r} at {tracker.tracking_uri}"
+        _log_runs(
+            tracker, result, {k: v for k, v in ctx.params.items() if k not in ("mlflow", "mlflow_experiment", "quiet")}
         )
     report_pretrain(result, fmt)
+
+
+def _open_tracker(mlflow: bool, experiment: str | None) -> Tracker | None:
+    from stabcli.commands.common import ReportFiles
+
+    if mlflow:
+        quiet_mlflow_logs()
+    return ReportFiles(mlflow=mlflow, mlflow_experiment=experiment).open_tracker()
+
+
+def _log_runs(tracker: Tracker, result: PretrainResult, params: dict[str, Any]) -> None:
+    """The run set as one MLflow run with a nested run per training run."""
+    from stabcli.reports.tracking import log_nested, pretrain_records
+
+    top, children = log_nested(tracker, *pretrain_records(result, params))
+    info(
+        f"logged to MLflow: run {top.run_id} with {len(children)} nested runs in experiment "
+        f"{tracker.experiment!r} at {tracker.tracking_uri}"
+    )

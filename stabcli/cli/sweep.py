@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 import typer
 
 from stabcli.cli.options import (
+    CorpusEncoding,
+    CorpusFormat,
     Dim,
     EmbeddingModel,
     Epochs,
@@ -25,6 +27,7 @@ from stabcli.cli.options import (
     TestSize,
     Timeout,
     Window,
+    api_options,
     check_option,
     jobs_option,
     knn_queries_option,
@@ -33,38 +36,82 @@ from stabcli.cli.options import (
     scheduler_option,
     seed_option,
 )
-from stabcli.cli.output import err, render_report, report_files, spinner, warn
+from stabcli.cli.output import err, render_report, spinner, warn
 from stabcli.reports.text import literal
 
-
-def sweep_cmd(
-    corpus: Path = typer.Argument(..., metavar="CORPUS", help="Training corpus (sampled for --sizes)."),
-    out_dir: Path = typer.Option(
-        ..., "--out", "-o", metavar="DIR", help="Sweep directory to create or resume (one run set per cell)."
-    ),
-    grid: str = typer.Option(
-        "",
+_Corpus = Annotated[Path, typer.Argument(metavar="CORPUS", help="Training corpus (sampled for --sizes).")]
+_Out = Annotated[
+    Path,
+    typer.Option("--out", "-o", metavar="DIR", help="Sweep directory to create or resume (one run set per cell)."),
+]
+_Grid = Annotated[
+    str,
+    typer.Option(
         "--grid",
         metavar="'NAME=V,V NAME=V,V'",
         help="Settings to cross: pretrain options (dim, window, negative, epochs, sg, min_count) and the "
         "gensim arguments --param accepts; with --script, the template's {NAME} fields.",
     ),
-    sizes: str = typer.Option(
-        "1", "--sizes", metavar="S,S,...", help="Data sizes: shares of the corpus's sequences in (0, 1], nested."
+]
+_Sizes = Annotated[
+    str,
+    typer.Option("--sizes", metavar="S,S,...", help="Data sizes: shares of the corpus's sequences in (0, 1], nested."),
+]
+_Runs = Annotated[int, typer.Option("--runs", "-n", min=2, metavar="N", help="Runs per cell.")]
+_SwapOne = Annotated[
+    int,
+    typer.Option(
+        "--swap-one", min=0, max=1000, metavar="N", help="Per size, N pairs of samples differing in one sequence."
     ),
-    runs: int = typer.Option(5, "--runs", "-n", min=2, metavar="N", help="Runs per cell."),
-    swap_one: int = typer.Option(
-        0, "--swap-one", min=0, max=1000, metavar="N", help="Per size, N pairs of samples differing in one sequence."
-    ),
-    target: str | None = typer.Option(
-        None,
+]
+_Target = Annotated[
+    str | None,
+    typer.Option(
         "--target",
         metavar="MEASURE=VALUE",
         help="Data size the fit predicts for this value, e.g. knn_overlap=0.8 (an extrapolation beyond the sizes).",
     ),
-    stability: Literal["knn_overlap", "cka_debiased", "cka", "eis", "aligned_noise_share"] = typer.Option(
-        "knn_overlap", "--stability", metavar="MEASURE", help="Stability axis of the Pareto front (with --labels)."
+]
+_Stability = Annotated[
+    Literal["knn_overlap", "cka_debiased", "cka", "eis", "aligned_noise_share"],
+    typer.Option("--stability", metavar="MEASURE", help="Stability axis of the Pareto front (with --labels)."),
+]
+_Script = Annotated[
+    str | None,
+    typer.Option(
+        "--script",
+        metavar="COMMAND",
+        help="Train with your own command: {seed} {out} {run} {corpus} (a token-lines sample) and the --grid fields.",
     ),
+]
+_Seed = Annotated[int, seed_option("Run i of every cell uses SEED + i; the samples are drawn from it.", None)]
+_Jobs = Annotated[int | None, jobs_option("Runs in parallel [default: available cores].")]
+_Scheduler = Annotated[
+    str | None, scheduler_option("Train every run on this Dask scheduler (tcp://host:8786) or local:N.")
+]
+_KnnQueries = Annotated[int, knn_queries_option("Sampled query keys for k-NN overlap, per cell.")]
+_Labels = Annotated[Path | None, labels_option("Key→label file: adds each cell's downstream audit (raw vectors).")]
+_DownstreamModel = Annotated[
+    Literal["logreg", "knn", "ridge"] | None,
+    typer.Option("--downstream-model", metavar="logreg|knn|ridge", help="With --labels [default: logreg or ridge]."),
+]
+_Check = Annotated[list[str], check_option("data_size.knn_instability.b<0")]
+_Plots = Annotated[Path | None, plots_option("Write data_size.png and pareto.png into this directory.")]
+_Force = Annotated[
+    bool,
+    typer.Option("--force", help="Replace a sweep of another corpus or seed, cells of another configuration, outputs."),
+]
+
+
+def sweep_cmd(
+    corpus: _Corpus,
+    out_dir: _Out,
+    grid: _Grid = "",
+    sizes: _Sizes = "1",
+    runs: _Runs = 5,
+    swap_one: _SwapOne = 0,
+    target: _Target = None,
+    stability: _Stability = "knn_overlap",
     model: EmbeddingModel = "word2vec",
     dim: Dim = 32,
     window: Window = 3,
@@ -73,42 +120,27 @@ def sweep_cmd(
     sg: SkipGram = True,
     min_count: MinCount = 1,
     param: Params = [],  # noqa: B006 (typer reads the default)
-    script: str | None = typer.Option(
-        None,
-        "--script",
-        metavar="COMMAND",
-        help="Train with your own command: {seed} {out} {run} {corpus} (a token-lines sample) and the --grid fields.",
-    ),
+    script: _Script = None,
     timeout: Timeout = None,
-    corpus_format: Literal["auto", "lines", "tagged", "movielens", "interactions"] = typer.Option(
-        "auto", "--corpus-format", metavar="FORMAT", help="How to read CORPUS (as pretrain)."
-    ),
-    encoding: str = typer.Option("utf-8", "--encoding", metavar="ENCODING", help="Text encoding of the corpus."),
-    seed: Annotated[int, seed_option("Run i of every cell uses SEED + i; the samples are drawn from it.", None)] = 0,
-    jobs: Annotated[int | None, jobs_option("Runs in parallel [default: available cores].")] = None,
-    scheduler: Annotated[
-        str | None, scheduler_option("Train every run on this Dask scheduler (tcp://host:8786) or local:N.")
-    ] = None,
+    corpus_format: CorpusFormat = "auto",
+    encoding: CorpusEncoding = "utf-8",
+    seed: _Seed = 0,
+    jobs: _Jobs = None,
+    scheduler: _Scheduler = None,
     knn_k: KnnK = 10,
-    knn_queries: Annotated[int, knn_queries_option("Sampled query keys for k-NN overlap, per cell.")] = 1_000,
-    labels: Annotated[
-        Path | None, labels_option("Key→label file: adds each cell's downstream audit (raw vectors).")
-    ] = None,
+    knn_queries: _KnnQueries = 1_000,
+    labels: _Labels = None,
     task: Task = "auto",
-    downstream_model: Literal["logreg", "knn", "ridge"] | None = typer.Option(
-        None, "--downstream-model", metavar="logreg|knn|ridge", help="With --labels [default: logreg or ridge]."
-    ),
+    downstream_model: _DownstreamModel = None,
     test_size: TestSize = 0.2,
     split_seed: SplitSeed = 0,
-    check: Annotated[list[str], check_option("data_size.knn_instability.b<0")] = [],  # noqa: B006 (typer default)
+    check: _Check = [],  # noqa: B006 (typer reads the default)
     fmt: ReportFormat = "table",
     json_path: JsonPath = None,
     markdown_path: MarkdownPath = None,
     html_path: HtmlPath = None,
-    plots: Annotated[Path | None, plots_option("Write data_size.png and pareto.png into this directory.")] = None,
-    force: bool = typer.Option(
-        False, "--force", help="Replace a sweep of another corpus or seed, cells of another configuration, outputs."
-    ),
+    plots: _Plots = None,
+    force: _Force = False,
 ) -> None:
     """Retrain over a grid of settings and data sizes, audit every cell, and fit how
     stability grows with data.
@@ -126,6 +158,7 @@ def sweep_cmd(
 
         stabcli sweep sessions.txt --out sweeps/s4 --sizes 0.25,0.5,1 --swap-one 5 --json sweep.json
     """
+    options = api_options(locals(), skip=("corpus", "out_dir"), files=True)
     from stabcli.commands.sweep import sweep
     from stabcli.reports.sweep_render import render_terminal
 
@@ -133,36 +166,7 @@ def sweep_cmd(
         report = sweep(
             corpus,
             out_dir,
-            grid=grid,
-            sizes=sizes,
-            runs=runs,
-            swap_one=swap_one,
-            target=target,
-            stability=stability,
-            model=model,
-            dim=dim,
-            window=window,
-            negative=negative,
-            epochs=epochs,
-            sg=sg,
-            min_count=min_count,
-            params=param,
-            script=script,
-            timeout=timeout,
-            corpus_format=corpus_format,
-            encoding=encoding,
-            seed=seed,
-            jobs=jobs,
-            scheduler=scheduler,
-            knn_k=knn_k,
-            knn_queries=knn_queries,
-            labels=labels,
-            task=task,
-            downstream_model=downstream_model,
-            test_size=test_size,
-            split_seed=split_seed,
-            checks=check,
-            **report_files(json_path, markdown_path, plots, None, force, html_path),
+            **options,
             on_step=on_step,
             on_warning=warn,
             on_figure=lambda path: err.print(literal(f"wrote {path}"), soft_wrap=True),

@@ -204,6 +204,8 @@ class ReportFiles:
         missing extra or a store MLflow refuses is one error first; None without ``mlflow``."""
         if self.mlflow_experiment is not None and not self.mlflow:
             raise UsageError("--mlflow-experiment only applies with --mlflow")
+        if self.mlflow_experiment is not None and not self.mlflow_experiment.strip():
+            raise UsageError("--mlflow-experiment: empty name; omit it for MLFLOW_EXPERIMENT_NAME or 'stabcli'")
         if not self.mlflow:
             return None
         from stabcli.reports.tracking import Tracker

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stabcli import __version__
-from stabcli.errors import InputError
+from stabcli.errors import InputError, quote
 from stabcli.reports import schema
 from stabcli.reports.schema import Check, JsonReport, doc
 
@@ -150,6 +150,8 @@ def side_of(source: str | Path, data: Any, kind: str) -> Side:
 
 
 def _audit_problem(data: Any) -> str | None:
+    """What makes ``data`` not an audit report's JSON, as far as compare reads it (a measure
+    an older audit lacks is allowed; one of the wrong type is not)."""
     if not isinstance(data, dict):
         return "the JSON is not an object"
     for section, keys in (("input", ("runs", "keys", "dim")), ("representation", ("noise_share",))):
@@ -160,6 +162,62 @@ def _audit_problem(data: Any) -> str | None:
             value = block.get(key)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return f"{section}.{key} is not a number"
+            if section == "input" and not (isinstance(value, int) and value >= 1):
+                return f"input.{key} is {value}, not a positive count"
+    return _measures_problem(data["representation"]) or _downstream_problem(data.get("downstream"))
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _block_problem(block: Any, path: str, keys: Sequence[str]) -> str | None:
+    """A spread block (min/median/max, or mean/std/min/max) or null."""
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        return f"{path} is not an object"
+    bad = next((k for k in keys if not _is_number(block.get(k))), None)
+    return f"{path}.{bad} is not a number" if bad else None
+
+
+def _measures_problem(rep: dict[str, Any]) -> str | None:
+    pairs = rep.get("by_pair")
+    if pairs is not None and not isinstance(pairs, dict):
+        return "representation.by_pair is not an object"
+    for name, _ in REPRESENTATION_MEASURES:
+        value = rep.get(name)
+        path = f"representation.{name}"
+        problem = (
+            _block_problem(value, path, ("mean", "min", "median", "max"))
+            if isinstance(value, dict)
+            else (None if _is_number(value) else f"{path} is not a number")
+        )
+        problem = problem or _block_problem((pairs or {}).get(name), f"representation.by_pair.{name}", _SPREAD)
+        if problem:
+            return problem
+    return None
+
+
+_SPREAD = ("min", "median", "max")
+
+
+def _downstream_problem(ds: Any) -> str | None:
+    if ds is None:
+        return None
+    variants = ds.get("variants") if isinstance(ds, dict) else None
+    if not isinstance(variants, dict):
+        return "downstream.variants is not an object"
+    for variant, block in variants.items():
+        path = f"downstream.variants.{quote(str(variant))}"
+        if not isinstance(block, dict):
+            return f"{path} is not an object"
+        for metric, _ in DOWNSTREAM_METRICS:
+            by_run = block.get(metric.removesuffix("_mean") + "_by_run")
+            if not _is_number(block.get(metric)):
+                return f"{path}.{metric} is not a number"
+            if by_run is not None and not (isinstance(by_run, list) and all(map(_is_number, by_run))):
+                return f"{path}.{metric.removesuffix('_mean')}_by_run is not a list of numbers"
     return None
 
 

@@ -274,16 +274,7 @@ def featurize(
     >>> result.output_dim  # doctest: +SKIP
     64
     """
-    if keywords:
-        from stabcli.commands.common import refuse_unknown, take
-
-        if options is not None or read is not None:
-            raise TypeError("featurize(): give options as an object or as keywords, not both")
-        options = FeaturizeOptions(**take(FeaturizeOptions, keywords))
-        read = ReadOptions(**take(ReadOptions, keywords, {"keys": "keys_file"}))
-        refuse_unknown("featurize", keywords)
-    options = options or FeaturizeOptions()
-    read = read or ReadOptions()
+    options, read = _options(options, read, keywords)
     source, output = Path(input_path), Path(output)
     runset = _open_runset(source)
     plan, sidecar_path, transform_path = _plan_outputs(source, output, options, read, runset, save_transform, force)
@@ -301,30 +292,60 @@ def featurize(
             _featurize_runset(
                 runset, embeddings, plan.staging(output), alignments, directions, options, sidecar, on_run
             )
-        elif fmt == "npy":
-            with open(plan.staging(output), "wb") as file:
-                write_npy(first, file, alignments[0][0], directions, options)
-            plan.write_text(keys_path_for(output), keys_text(first.keys))
         else:
-            features = features_in_memory(first, alignments[0][0], directions, options)
-            write_embedding(plan.staging(output, nested=True), first.keys, features, fmt)
+            _featurize_file(plan, output, fmt, first, alignments[0][0], directions, options)
         plan.write_json(sidecar_path, sidecar)
         if transform_path is not None:
             _save_transform(plan, transform_path, directions, [a[0] for a in alignments], sidecar)
-    residuals = [a for a in alignments if a[1] is not None]
+    before, after = _mean_residuals(alignments)
+    rows, width = len(first.keys), first.dim
     return FeaturizeResult(
-        output,
-        sidecar_path,
-        len(first.keys),
-        first.dim,
-        dim or first.dim,
-        len(embeddings),
-        measured,
-        rr_dim,
-        float(np.mean([a[1] for a in residuals])) if residuals else None,
-        float(np.mean([a[2] for a in residuals])) if residuals else None,
-        notes,
+        output, sidecar_path, rows, width, dim or width, len(embeddings), measured, rr_dim, before, after, notes
     )
+
+
+def _mean_residuals(alignments: list[tuple[Any, Any, Any]]) -> tuple[float | None, float | None]:
+    """The relative Procrustes residuals before and after the rotation, averaged over the
+    aligned inputs; None without ``--align-to``."""
+    residuals = [a for a in alignments if a[1] is not None]
+    if not residuals:
+        return None, None
+    return float(np.mean([a[1] for a in residuals])), float(np.mean([a[2] for a in residuals]))
+
+
+def _options(
+    options: FeaturizeOptions | None, read: ReadOptions | None, keywords: dict[str, Any]
+) -> tuple[FeaturizeOptions, ReadOptions]:
+    """The options as given (objects), or built from keywords (not both); defaults otherwise."""
+    if keywords:
+        from stabcli.commands.common import refuse_unknown, take
+
+        if options is not None or read is not None:
+            raise TypeError("featurize(): give options as an object or as keywords, not both")
+        options = FeaturizeOptions(**take(FeaturizeOptions, keywords))
+        read = ReadOptions(**take(ReadOptions, keywords, {"keys": "keys_file"}))
+        refuse_unknown("featurize", keywords)
+    return options or FeaturizeOptions(), read or ReadOptions()
+
+
+def _featurize_file(
+    plan: OutputPlan,
+    output: Path,
+    fmt: str,
+    embedding: Embedding,
+    rotation: np.ndarray | None,
+    directions: np.ndarray | None,
+    options: FeaturizeOptions,
+) -> None:
+    """One embedding file's features into the plan's staging: .npy streamed chunk by chunk
+    (with its keys file), other formats computed in memory."""
+    if fmt == "npy":
+        with open(plan.staging(output), "wb") as file:
+            write_npy(embedding, file, rotation, directions, options)
+        plan.write_text(keys_path_for(output), keys_text(embedding.keys))
+    else:
+        features = features_in_memory(embedding, rotation, directions, options)
+        write_embedding(plan.staging(output, nested=True), embedding.keys, features, fmt)
 
 
 def _plan_outputs(

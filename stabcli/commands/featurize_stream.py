@@ -16,7 +16,7 @@ import numpy as np
 
 from stabcli.errors import InputError, OptionError, quote
 from stabcli.inputs.embeddings import Embedding, fits_float32, require_finite
-from stabcli.measure.fourier import blocked_matmul, fourier_features
+from stabcli.measure.fourier import aligned_chunk_rows, blocked_matmul, fourier_features
 from stabcli.measure.metrics import SMALLEST_RELIABLE_NORM32, inverse_norms, row_norms, unit_rows
 
 if TYPE_CHECKING:
@@ -30,7 +30,10 @@ CHUNK_BYTES = 1 << 20
 
 
 def chunk_rows_for(chunk_rows: int | None, width: int) -> int:
-    return chunk_rows or max(256, CHUNK_BYTES // (4 * width))
+    """Rows per chunk: ``--chunk-rows`` or about CHUNK_BYTES of output, rounded up to whole
+    GEMM blocks so every chunk starts where the unchunked product starts a block (a row's
+    bits then never depend on the chunk size)."""
+    return aligned_chunk_rows(chunk_rows or CHUNK_BYTES // (4 * width))
 
 
 def _float32_carries(block: np.ndarray, norms: np.ndarray) -> bool:

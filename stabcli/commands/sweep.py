@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,7 @@ from stabcli.measure.align import match_keys, matched_vectors
 from stabcli.reports import schema
 from stabcli.reports.audit_report import AuditReport
 from stabcli.reports.sweep_report import Pareto, PowerLaw, SizePoint, SwapOne, SweepCell, SweepReport, Target
+from stabcli.runset.manifest import corpus_reading
 from stabcli.runset.reader import RunSet
 from stabcli.training import sweep_plan as plan
 from stabcli.training.pretrain import Backend, TrainConfig, local_backend, parse_params
@@ -118,6 +119,8 @@ def parse_target(text: str) -> tuple[str, float]:
     if not sep or name not in TARGETS:
         raise UsageError(f"--target {quote(text)}: expected MEASURE=VALUE with MEASURE one of {', '.join(TARGETS)}")
     try:
+        if not raw.isascii():  # float() also reads fullwidth digits
+            raise ValueError(raw)
         value = float(raw)
     except ValueError:
         raise UsageError(f"--target {quote(text)}: {quote(raw.strip())} is not a number") from None
@@ -225,7 +228,8 @@ def _options(
     config = TrainConfig(**take(TrainConfig, options), params=params)
     corpus_options = CorpusOptions(**take(CorpusOptions, options, {"corpus_format": "format"}))
     grid = options.pop("grid", None) or {}
-    sizes = options.pop("sizes", None) or [1.0]
+    sizes = options.pop("sizes", None)
+    sizes = [1.0] if sizes is None else sizes
     settings = SweepOptions(
         grid=plan.parse_grid(grid, model, config.script) if isinstance(grid, str) else dict(grid),
         sizes=plan.parse_sizes(sizes) if isinstance(sizes, str) else sorted(float(v) for v in sizes),
@@ -298,13 +302,19 @@ def run_sweep(
     identity = {
         "schema_version": SCHEMA_VERSION,
         "corpus_sha256": file_sha256(Path(corpus_path)),
-        "corpus_format": corpus.format,
+        "corpus_reading": corpus_reading(  # what pretrain's resume compares: --tokenize, columns, encoding
+            {
+                "format": corpus.format,
+                "encoding": corpus.encoding,
+                "columns": corpus.columns,
+                "options": asdict(corpus_options),
+            }
+        ),
         "model": config.model if config.script is None else "script",
         "seed": options.seed,
     }
     order = plan.nested_order(n, options.seed)
-    if plan.sample_indices(order, options.sizes[0]).size < 2:
-        raise UsageError(f"--sizes {options.sizes[0]:g}: {n} sequences give a sample of 1; use larger sizes")
+    plan.check_samples(corpus.sequences, order, cells, script=config.script is not None)
     train = partial(train_one, jobs=jobs, force=force, tagged=corpus.tags is not None, backend=backend, timeout=timeout)
     swap_sets: dict[float, tuple[Path, list[Path]]] = {}
     with SweepDir(root, identity, force) as directory:

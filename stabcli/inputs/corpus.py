@@ -201,6 +201,15 @@ class Corpus:
             "columns": dict(self.columns) or None,
         }
 
+    def token_lines(self) -> bytes:
+        """The corpus as plain UTF-8 token lines (``tag<TAB>tokens`` when tagged): what every
+        training run reads, and what a sweep samples."""
+        lines = []
+        for i, seq in enumerate(self.sequences):
+            prefix = self.tags[i] + "\t" if self.tags is not None else ""
+            lines.append(prefix + " ".join(seq) + "\n")
+        return "".join(lines).encode("utf-8")
+
     def describe(self) -> str:
         """One line for people: format, how a table was read, and the counts."""
         how = self.format

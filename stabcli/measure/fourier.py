@@ -16,6 +16,7 @@ import numpy as np
 
 from stabcli.errors import OptionError, quote
 from stabcli.measure.metrics import inverse_norms, unit_rows
+from stabcli.measure.threads import one_blas_thread
 
 
 def check_output_dim(n_components: object, param: str = "n_components") -> None:
@@ -44,31 +45,44 @@ def draw_directions(input_dim: int, n_components: int, sigma: float, seed: int |
     return np.random.default_rng(seed).normal(0.0, sigma, size=(input_dim, n_components // 2))
 
 
-MATMUL_BLOCK_ROWS = 4096
-"""Rows per block in :func:`blocked_matmul` (memory only: a row's bits never depend on it)."""
+MATMUL_BLOCK_ROWS = 256
+"""Rows per GEMM in :func:`blocked_matmul`; callers that stream a matrix in chunks start
+every chunk at a multiple of it (:func:`aligned_chunk_rows`)."""
+
+
+def aligned_chunk_rows(rows: int) -> int:
+    """``rows`` rounded up to a whole number of :data:`MATMUL_BLOCK_ROWS` blocks."""
+    return -(-max(rows, 1) // MATMUL_BLOCK_ROWS) * MATMUL_BLOCK_ROWS
 
 
 def blocked_matmul(X: np.ndarray, W: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``X @ W`` whose every row is computed the same way however many rows X has.
+    """``X @ W`` in fixed blocks, so a row's bits depend only on X's rows, never on how a
+    caller splits X into chunks, nor on the BLAS thread count.
 
     A BLAS GEMM's summation order depends on its shape, the kernel, the thread count and, on
-    some kernels (OpenBLAS Haswell), on the other rows of the block. So the product is
-    accumulated here with elementwise numpy operations, ``Σ_j X[:, j] · W[j]`` in a fixed
-    order of j: each output row depends only on its own input row and W, so streaming a file
-    in chunks of any size, or all at once, gives the same bits on one machine whatever the
-    BLAS kernel or thread count (docs/reproducibility.md).
+    some kernels (OpenBLAS Haswell), on the other rows of the block. So the product is one
+    GEMM per block of :data:`MATMUL_BLOCK_ROWS` rows counted from X's first row, every block
+    the same shape (the last one zero-padded), copied into the same buffer, on one BLAS
+    thread. A chunk that starts at a multiple of the block size therefore sees exactly the
+    blocks the whole matrix does: streaming a file in any such chunks, or all at once, gives
+    the same bits on one machine (docs/reproducibility.md). Another kernel gives other bits,
+    within float32's dot-product error bound.
     """
     dtype = np.result_type(X.dtype, W.dtype)
     n, d = X.shape
-    weights = np.asarray(W, dtype=dtype)
+    weights = np.ascontiguousarray(W, dtype=dtype)
     if out is None:
         out = np.empty((n, weights.shape[1]), dtype=dtype)
-    for start in range(0, n, MATMUL_BLOCK_ROWS):
-        rows = np.asarray(X[start : start + MATMUL_BLOCK_ROWS], dtype=dtype)
-        target = out[start : start + rows.shape[0]]
-        target[...] = 0
-        for j in range(d):
-            target += rows[:, j, None] * weights[j]
+    block = np.zeros((MATMUL_BLOCK_ROWS, d), dtype=dtype)
+    product = np.empty((MATMUL_BLOCK_ROWS, weights.shape[1]), dtype=dtype)
+    with one_blas_thread():
+        for start in range(0, n, MATMUL_BLOCK_ROWS):
+            rows = X[start : start + MATMUL_BLOCK_ROWS]
+            count = rows.shape[0]
+            block[:count] = rows
+            block[count:] = 0
+            np.matmul(block, weights, out=product)
+            out[start : start + count] = product[:count]
     return out
 
 

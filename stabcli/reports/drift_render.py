@@ -12,7 +12,7 @@ from rich.table import Table
 from stabcli.environment import describe
 from stabcli.reports import html
 from stabcli.reports.checks import md_checks, print_checks
-from stabcli.reports.drift_report import DriftReport, PerKey
+from stabcli.reports.drift_report import DriftReport, NoiseSection, PerKey
 from stabcli.reports.figures import PLOTS_INSTALL, png, pyplot
 from stabcli.reports.figures import save as save_figures
 from stabcli.reports.html import Cell, Figure
@@ -69,12 +69,19 @@ def notes(report: DriftReport) -> list[str]:
     return ([sentence] if sentence else []) + warnings
 
 
-def summary_rows(report: DriftReport) -> list[tuple[str, str, str, str | None]]:
+Row = tuple[str, str, str, str | None]  # measure, value, how to read it, JSON path of the value or None
+
+
+def summary_rows(report: DriftReport) -> list[Row]:
     """(measure, value, how to read it, JSON path of the value or None) rows shared by the
-    terminal, Markdown and HTML views."""
-    d, noise, inp = report.drift, report.noise, report.input
+    terminal, Markdown and HTML views: the change, then the noise band's verdict."""
+    return _change_rows(report) + (_noise_rows(report, report.noise) if report.noise is not None else [])
+
+
+def _change_rows(report: DriftReport) -> list[Row]:
+    d, inp = report.drift, report.input
     knn_how = f"{d.knn_keys:,} keys" + (" (seeded sample)" if d.knn_sampled else " (every key)")
-    rows: list[tuple[str, str, str, str | None]] = [
+    rows: list[Row] = [
         (
             "keys compared / added / removed",
             f"{inp.keys_compared:,} / {inp.keys_added:,} / {inp.keys_removed:,}",
@@ -117,62 +124,66 @@ def summary_rows(report: DriftReport) -> list[tuple[str, str, str, str | None]]:
         )
     else:
         rows.append(("alignment", "none", "--no-align: coordinates compared raw", None))
-    if noise is not None:
-        rows += [
-            (
-                "median noise",
-                _num(noise.noise_median, 4),
-                f"a key's RMS {noise.measure} change between two noise runs ({noise.runs} runs, {noise.pairs} pairs)",
-                "noise.noise_median",
-            ),
-            (
-                "drift / noise",
-                f"{noise.drift_to_noise:.3g}×",
-                f"median {noise.measure} change over median noise",
-                "noise.drift_to_noise",
-            ),
-            (
-                "global ratio",
-                f"{noise.global_ratio:.3g}",
-                f"this refresh's typical ratio vs a noise pair's; "
-                f"level applied {noise.level_factor:.3g} "
-                f"(noise pairs {noise.level_range_low:.3g}–{noise.level_range_high:.3g})",
-                "noise.global_ratio",
-            ),
-            (
-                "moved",
-                f"{d.moved_count:,} ({_pct(d.moved_share)})",
-                f"p < {noise.alpha:g}; {d.expected_false_positives:.3g} expected by chance",
-                "drift.moved_count",
-            ),
-            ("listed at FDR", f"{d.discoveries:,}", f"Benjamini–Hochberg q ≤ {noise.alpha:g}", "drift.discoveries"),
-            (
-                "beyond the global change",
-                f"{d.moved_beyond_global:,}",
-                "discoveries once the typical key's change is divided out"
-                + (" (the whole embedding moved)" if d.global_moved else " (equal to FDR: no global move)"),
-                "drift.moved_beyond_global",
-            ),
-        ]
-        for name, test in (d.by_measure or {}).items():
-            rows.append(
-                (
-                    f"{name} test",
-                    f"{test.moved_count:,} / {test.discoveries:,}",
-                    f"moved / at FDR; global ratio {test.global_ratio:.3g} (noise pairs "
-                    f"{test.level_range_low:.3g}–{test.level_range_high:.3g})"
-                    + (" · decides moved" if name == noise.measure else ""),
-                    None,
-                )
-            )
+    return rows
+
+
+def _noise_rows(report: DriftReport, noise: NoiseSection) -> list[Row]:
+    d = report.drift
+    rows: list[Row] = [
+        (
+            "median noise",
+            _num(noise.noise_median, 4),
+            f"a key's RMS {noise.measure} change between two noise runs ({noise.runs} runs, {noise.pairs} pairs)",
+            "noise.noise_median",
+        ),
+        (
+            "drift / noise",
+            f"{noise.drift_to_noise:.3g}×",
+            f"median {noise.measure} change over median noise",
+            "noise.drift_to_noise",
+        ),
+        (
+            "global ratio",
+            f"{noise.global_ratio:.3g}",
+            f"this refresh's typical ratio vs a noise pair's; "
+            f"level applied {noise.level_factor:.3g} "
+            f"(noise pairs {noise.level_range_low:.3g}–{noise.level_range_high:.3g})",
+            "noise.global_ratio",
+        ),
+        (
+            "moved",
+            f"{d.moved_count:,} ({_pct(d.moved_share)})",
+            f"p < {noise.alpha:g}; {d.expected_false_positives:.3g} expected by chance",
+            "drift.moved_count",
+        ),
+        ("listed at FDR", f"{d.discoveries:,}", f"Benjamini–Hochberg q ≤ {noise.alpha:g}", "drift.discoveries"),
+        (
+            "beyond the global change",
+            f"{d.moved_beyond_global:,}",
+            "discoveries once the typical key's change is divided out"
+            + (" (the whole embedding moved)" if d.global_moved else " (equal to FDR: no global move)"),
+            "drift.moved_beyond_global",
+        ),
+    ]
+    for name, test in (d.by_measure or {}).items():
         rows.append(
             (
-                "smallest p",
-                f"{noise.smallest_empirical_p:.2g}",
-                f"1/(1 + {noise.null_samples:,} null samples): smaller p-values come from the fitted tail",
-                "noise.smallest_empirical_p",
+                f"{name} test",
+                f"{test.moved_count:,} / {test.discoveries:,}",
+                f"moved / at FDR; global ratio {test.global_ratio:.3g} (noise pairs "
+                f"{test.level_range_low:.3g}–{test.level_range_high:.3g})"
+                + (" · decides moved" if name == noise.measure else ""),
+                None,
             )
         )
+    rows.append(
+        (
+            "smallest p",
+            f"{noise.smallest_empirical_p:.2g}",
+            f"1/(1 + {noise.null_samples:,} null samples): smaller p-values come from the fitted tail",
+            "noise.smallest_empirical_p",
+        )
+    )
     return rows
 
 

@@ -6,13 +6,9 @@ files, ``reader`` opens a run set, ``writer`` holds the lock and publishes runs.
 """
 
 from stabcli.runset.layout import (
-    CORPUS_COUNTS,
     EPOCHS,
-    KEY_COUNTS,
     KEYS,
-    LOCK,
     LOG,
-    LOSSES,
     MANIFEST,
     PROGRESS,
     SCHEMA_VERSION,
@@ -21,12 +17,10 @@ from stabcli.runset.layout import (
     check_input_outside,
     check_removable_runset,
     checkpoint_path,
-    enclosing_runset,
     entry_kind,
     is_runset,
     owned,
     remove_stabcli_entries,
-    run_dir,
     run_name,
 )
 from stabcli.runset.manifest import read_losses, read_manifest
@@ -34,13 +28,9 @@ from stabcli.runset.reader import RunSet, complete_runs
 from stabcli.runset.writer import RunSetLock, RunSetWriter, check_keys, write_run
 
 __all__ = [
-    "CORPUS_COUNTS",
     "EPOCHS",
     "KEYS",
-    "KEY_COUNTS",
-    "LOCK",
     "LOG",
-    "LOSSES",
     "MANIFEST",
     "PROGRESS",
     "SCHEMA_VERSION",
@@ -54,14 +44,12 @@ __all__ = [
     "check_removable_runset",
     "checkpoint_path",
     "complete_runs",
-    "enclosing_runset",
     "entry_kind",
     "is_runset",
     "owned",
     "read_losses",
     "read_manifest",
     "remove_stabcli_entries",
-    "run_dir",
     "run_name",
     "write_run",
 ]

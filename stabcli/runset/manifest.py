@@ -74,21 +74,54 @@ def read_manifest(root: Path) -> dict[str, Any]:
     return manifest
 
 
+def corpus_reading(corpus: dict[str, Any] | None) -> dict[str, Any]:
+    """How a manifest's corpus (its ``corpus`` entry) was read into the sequences trained: the
+    format as resolved, the encoding used, the columns as read (user, item, time, rating),
+    ``--min-rating`` and ``--tokenize``. The same corpus bytes read the same way give the same
+    sequences; an option that changes none of these (``--corpus-format auto`` resolving to
+    ``lines``) changes nothing."""
+    corpus = corpus or {}
+    options = corpus.get("options") or {}
+    return {
+        "format": corpus.get("format"),
+        "encoding": corpus.get("encoding") or options.get("encoding"),
+        "columns": corpus.get("columns") or None,
+        "min_rating": options.get("min_rating"),
+        "tokenize": options.get("tokenize") or "none",
+    }
+
+
 def identity(manifest: dict[str, Any]) -> dict[str, Any]:
-    """What makes two pretrains the same run set: configuration, corpus sha256 and seed."""
+    """What makes two pretrains the same run set: configuration, corpus sha256, how the
+    corpus was read (:func:`corpus_reading`; none in script mode without a corpus) and seed."""
+    corpus = manifest.get("corpus")
     return {
         "config": manifest.get("config"),
-        "corpus_sha256": (manifest.get("corpus") or {}).get("sha256"),
+        "corpus_sha256": (corpus or {}).get("sha256"),
+        "corpus_reading": corpus_reading(corpus) if corpus else None,
         "seed": manifest.get("seed"),
+    }
+
+
+def _flat(ident: dict[str, Any]) -> dict[str, Any]:
+    reading = {f"corpus {name}": value for name, value in (ident.get("corpus_reading") or {}).items()}
+    return {
+        **(ident.get("config") or {}),
+        "corpus sha256": ident.get("corpus_sha256"),
+        **reading,
+        "seed": ident.get("seed"),
     }
 
 
 def describe_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
     """Up to four ``name old → new`` differences between two :func:`identity` dicts."""
-    flat_old = {**(old.get("config") or {}), "corpus sha256": old["corpus_sha256"], "seed": old["seed"]}
-    flat_new = {**(new["config"] or {}), "corpus sha256": new["corpus_sha256"], "seed": new["seed"]}
-    diffs = [f"{k} {flat_old.get(k)!r} → {flat_new.get(k)!r}" for k in flat_new if flat_old.get(k) != flat_new.get(k)]
-    diffs += [f"{k} {flat_old[k]!r} → unset" for k in flat_old if k not in flat_new]
+    flat_old, flat_new = _flat(old), _flat(new)
+    diffs = [
+        f"{k} {quote(flat_old.get(k))} → {quote(flat_new.get(k))}"
+        for k in flat_new
+        if flat_old.get(k) != flat_new.get(k)
+    ]
+    diffs += [f"{k} {quote(flat_old[k])} → unset" for k in flat_old if k not in flat_new]
     return ", ".join(diffs[:4]) or "unknown difference"
 
 

@@ -36,6 +36,7 @@ from stabcli.runset import (
     read_losses,
     run_name,
 )
+from stabcli.runset.manifest import identity as manifest_identity
 from stabcli.training.config import MODELS, VARY, TrainConfig, parse_params
 from stabcli.training.processes import cpu_count, kill_orphans_of, kill_pool_workers, live_groups, worker_init
 from stabcli.training.trainers import PLACEHOLDERS, RunResult, RunTask, execute, script_argv
@@ -180,11 +181,7 @@ def pretrain(
     _check_resources(
         root, config, runs, min(jobs, runs), len(vocabulary), corpus.n_tokens if corpus else 0, data.words(config)
     )
-    identity = {
-        "config": config.identity(),
-        "corpus_sha256": data.info["sha256"] if data.info else None,
-        "seed": seed,
-    }
+    identity = manifest_identity({"config": config.identity(), "corpus": data.info, "seed": seed})
     info = {"stabcli_version": __version__, "gensim_version": _gensim_version(), "corpus": data.info}
 
     with RunSetWriter(root) as writer:
@@ -253,6 +250,7 @@ class _TrainingData:
             "path": str(Path(corpus_path).resolve()),
             "sha256": file_sha256(Path(corpus_path)),
             "format": corpus.format,
+            "encoding": corpus.encoding,
             "options": asdict(corpus_options),
             "sequences": len(corpus.sequences),
             "tokens": corpus.n_tokens,
@@ -267,7 +265,7 @@ class _TrainingData:
         runs read (None without a vocabulary: each script run brings its own keys)."""
         if self.vocabulary and self.corpus is not None:
             writer.write_keys(self.vocabulary, self.counts)
-            return writer.write_corpus_copy(_prepared_corpus(self.corpus))
+            return writer.write_corpus_copy(self.corpus.token_lines())
         if self.corpus is not None:  # a script's keys are its own: record every corpus key's count
             writer.write_corpus_counts(self.key_counts)
         return None
@@ -440,15 +438,6 @@ def _gensim_version() -> str:
     from importlib.metadata import version
 
     return version("gensim")
-
-
-def _prepared_corpus(corpus: Corpus) -> bytes:
-    """The corpus as plain token lines (``tag<TAB>tokens`` when tagged), read by every run."""
-    lines = []
-    for i, seq in enumerate(corpus.sequences):
-        prefix = corpus.tags[i] + "\t" if corpus.tags is not None else ""
-        lines.append(prefix + " ".join(seq) + "\n")
-    return "".join(lines).encode("utf-8")
 
 
 class _ProgressPoller:

@@ -22,7 +22,7 @@ from stabcli.runset.layout import check_removable_runset, is_runset, remove_stab
 from stabcli.runset.manifest import load_json
 from stabcli.runset.writer import RunSetLock
 from stabcli.training import sweep_plan as plan
-from stabcli.training.pretrain import Backend, TrainConfig, _prepared_corpus, pretrain
+from stabcli.training.pretrain import Backend, TrainConfig, pretrain
 
 MANIFEST = "sweep.json"
 CORPORA, CELLS, SWAP = "corpora", "cells", "swap"
@@ -90,7 +90,7 @@ def train_one(
 
 
 def prepared_lines(corpus: Corpus) -> list[bytes]:
-    return _prepared_corpus(corpus).splitlines(keepends=True)
+    return corpus.token_lines().splitlines(keepends=True)
 
 
 def _sample(lines: list[bytes], indices: Sequence[int] | np.ndarray) -> bytes:

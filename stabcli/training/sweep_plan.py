@@ -18,6 +18,8 @@ import ast
 import itertools
 import math
 import re
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,15 +32,18 @@ from stabcli.training.trainers import PLACEHOLDERS
 CONFIG_FIELDS = ("dim", "window", "negative", "epochs", "sg", "min_count")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCRIPT_VALUE = re.compile(r"^[A-Za-z0-9._+-]+$")
+_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 MAX_CELLS = 1000
 
 
 def parse_grid(text: str, model: str = "word2vec", script: str | None = None) -> dict[str, list[Any]]:
     """``'name=v1,v2 name2=v3'`` → ``{name: [v1, v2], name2: [v3]}`` in the order given.
 
-    Values are Python literals (``0.001``, ``True``), never evaluated as code. Without a
-    script every name must be a pretrain option or an accepted gensim argument, each value
-    in its range; with a script every name must be a ``{name}`` field of the template.
+    Values are Python literals (``0.001``, ``True``), never evaluated as code, or with a
+    script the text as written. Without a script every name must be a pretrain option or an
+    accepted gensim argument, each value in its range; with a script every name must be a
+    ``{name}`` field of the template. Values equal as numbers (``1``, ``1.0``, ``True``)
+    are one value given twice.
     """
     grid: dict[str, list[Any]] = {}
     for item in text.split():
@@ -49,10 +54,10 @@ def parse_grid(text: str, model: str = "word2vec", script: str | None = None) ->
             raise UsageError(f"--grid {quote(item)}: {quote(name)} is not a parameter name")
         if name in grid:
             raise UsageError(f"--grid: {name} is given twice")
-        values = [_literal(v) for v in raw.split(",")]
+        values = [v if script is not None else _literal(v) for v in raw.split(",")]  # a script gets the text
         if any(v == "" for v in values):
             raise UsageError(f"--grid {quote(item)}: empty value")
-        if len(set(map(repr, values))) != len(values):
+        if any(_same(a, b) for i, a in enumerate(values) for b in values[:i]):  # 1, 1.0 and True are one value
             raise UsageError(f"--grid {quote(item)}: a value is repeated")
         grid[name] = values
     if script is None:
@@ -81,6 +86,14 @@ def parse_grid(text: str, model: str = "word2vec", script: str | None = None) ->
     return grid
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal grid values (``1``, ``1.0`` and ``True`` configure the same cell)."""
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
 def _literal(raw: str) -> Any:
     try:
         return ast.literal_eval(raw)
@@ -93,6 +106,8 @@ def parse_sizes(text: str) -> list[float]:
     sizes = []
     for item in text.split(","):
         try:
+            if not item.isascii():  # float() also reads fullwidth and other scripts' digits
+                raise ValueError(item)
             value = float(item)
         except ValueError:
             raise UsageError(f"--sizes {quote(text)}: {quote(item.strip())} is not a number") from None
@@ -121,6 +136,16 @@ def size_label(size: float) -> str:
 def cells(grid: dict[str, list[Any]], sizes: list[float], base: TrainConfig) -> list[Cell]:
     """Every (grid combination, size), sizes outermost; each configuration validated here
     (an out-of-range value is a UsageError naming it) before anything is trained."""
+    for smaller, larger in itertools.pairwise(sorted(sizes)):
+        if size_label(smaller) == size_label(larger):
+            raise UsageError(f"--sizes {smaller},{larger}: the same size to 6 digits ({size_label(larger)})")
+    if base.script is not None:
+        unfilled = sorted(set(_FIELD.findall(base.script)) - set(grid) - {p.strip("{}") for p in PLACEHOLDERS})
+        if unfilled:
+            raise UsageError(
+                f"--script: {{{unfilled[0]}}} is neither a field stabcli fills ({' '.join(PLACEHOLDERS)}) nor a "
+                "--grid name; every cell would run it literally"
+            )
     names = list(grid)
     combos = list(itertools.product(*(grid[n] for n in names)))
     if len(combos) * len(sizes) > MAX_CELLS:
@@ -172,6 +197,40 @@ def _flag(value: Any) -> bool:
     if value in (0, 1) and type(value) in (int, bool):
         return bool(value)
     raise OptionError("sg", "must be 0 or 1 (True or False)")
+
+
+def check_samples(
+    sequences: Sequence[Sequence[str]], order: np.ndarray, cells: Sequence[Cell], script: bool
+) -> dict[float, int]:
+    """The sample size (in sequences) of each of the cells' sizes; UsageError before anything
+    is written when a sample holds fewer than 2 sequences, two sizes give the same sample,
+    or a cell's min_count leaves fewer than 2 keys in its
+    sample (gensim trainers; a script reads its own vocabulary)."""
+    sizes = sorted({cell.size for cell in cells})
+    counts = {size: int(sample_indices(order, size).size) for size in sizes}
+    n = len(order)
+    for smaller, larger in itertools.pairwise(sizes):
+        if counts[smaller] == counts[larger]:
+            raise UsageError(
+                f"--sizes {smaller},{larger}: both give the same sample ({counts[smaller]:,} of {n:,} sequences); "
+                "choose sizes further apart"
+            )
+    if sizes and counts[sizes[0]] < 2:
+        raise UsageError(f"--sizes {sizes[0]:g}: {n} sequences give a sample of 1; use larger sizes")
+    if script:
+        return counts
+    for size in sizes:
+        tokens = Counter(t for i in sample_indices(order, size) for t in sequences[int(i)])
+        for cell in (c for c in cells if c.size == size):
+            min_count = cell.config.min_count
+            kept = sum(1 for c in tokens.values() if c >= min_count)
+            if kept < 2:
+                option = f"--grid min_count={min_count}" if "min_count" in cell.values else f"--min-count {min_count}"
+                raise UsageError(
+                    f"{option}: the {size_label(size)} sample ({counts[size]:,} sequences) has {kept} distinct "
+                    f"token(s) occurring at least {min_count} time(s); an embedding needs at least 2"
+                )
+    return counts
 
 
 def nested_order(n: int, seed: int) -> np.ndarray:

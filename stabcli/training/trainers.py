@@ -8,6 +8,7 @@ A new trainer is one function registered in ``TRAINERS``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -16,7 +17,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,14 +115,7 @@ def train_gensim(task: RunTask) -> float | None:
     config, work = task.config, task.work
     assert task.keys_file is not None and task.corpus_copy is not None
     keys = task.keys_file.read_text(encoding="utf-8").splitlines()
-    with open(task.corpus_copy, "rb") as fh:
-        lines = fh.read().splitlines()
-    rng = np.random.default_rng(task.seed)
-    if config.vary == "shuffle":
-        lines = [lines[i] for i in rng.permutation(len(lines))]
-    elif config.vary == "bootstrap":
-        lines = [lines[i] for i in rng.integers(0, len(lines), size=len(lines))]
-
+    lines = _varied_lines(task.corpus_copy, config.vary, task.seed)
     losses: list[float | None] = []
     is_word2vec = config.model == "word2vec"
 
@@ -155,39 +149,61 @@ def train_gensim(task: RunTask) -> float | None:
         callbacks=[EpochEnd()],
         **config.params,
     )
-    handler = logging.FileHandler(work / LOG, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    gensim_logger = logging.getLogger("gensim")
-    previous = gensim_logger.level, gensim_logger.propagate
-    gensim_logger.addHandler(handler)
-    gensim_logger.setLevel(logging.INFO)
-    gensim_logger.propagate = False  # gensim's output belongs in the run's log.txt, not on the terminal
     own_corpus = work / "corpus.txt"
     try:
-        if is_word2vec:
-            corpus_file = task.corpus_copy
-            if config.vary != "seed":
-                corpus_file = own_corpus
-                corpus_file.write_bytes(b"\n".join(lines) + b"\n")
-            model = Word2Vec(corpus_file=str(corpus_file), sg=int(config.sg), compute_loss=True, **common)
-        else:
-            documents = []
-            for line in lines:
-                tag, _, text = line.decode("utf-8").partition("\t")
-                documents.append(TaggedDocument(text.split(), [tag]))
-            model = Doc2Vec(documents=documents, dm=0 if config.sg else 1, **common)
+        with _gensim_log(work / LOG):
+            if is_word2vec:
+                corpus_file = task.corpus_copy
+                if config.vary != "seed":
+                    corpus_file = own_corpus
+                    corpus_file.write_bytes(b"\n".join(lines) + b"\n")
+                model = Word2Vec(corpus_file=str(corpus_file), sg=int(config.sg), compute_loss=True, **common)
+            else:
+                documents = []
+                for line in lines:
+                    tag, _, text = line.decode("utf-8").partition("\t")
+                    documents.append(TaggedDocument(text.split(), [tag]))
+                model = Doc2Vec(documents=documents, dm=0 if config.sg else 1, **common)
     except (TypeError, ValueError, RuntimeError) as exc:  # gensim rejecting a --param value
         raise RunFailed(f"gensim failed: {exc}") from None
     finally:
-        gensim_logger.removeHandler(handler)
-        gensim_logger.level, gensim_logger.propagate = previous
-        handler.close()
         own_corpus.unlink(missing_ok=True)
 
     vectors, run_keys = _vectors_in_key_order(model, keys, is_word2vec)
     losses = [v if v is None or np.isfinite(v) else None for v in losses]
     write_run(work, vectors, run_keys, shared_keys=keys, losses=losses, name="gensim")
     return losses[-1] if losses else None
+
+
+def _varied_lines(corpus_copy: Path, vary: str, seed: int) -> list[bytes]:
+    """The corpus lines a run trains on: as they are (``--vary seed``), shuffled, or a
+    bootstrap sample of them, drawn from the run's seed."""
+    with open(corpus_copy, "rb") as fh:
+        lines = fh.read().splitlines()
+    rng = np.random.default_rng(seed)
+    if vary == "shuffle":
+        lines = [lines[i] for i in rng.permutation(len(lines))]
+    elif vary == "bootstrap":
+        lines = [lines[i] for i in rng.integers(0, len(lines), size=len(lines))]
+    return lines
+
+
+@contextlib.contextmanager
+def _gensim_log(path: Path) -> Iterator[None]:
+    """gensim's log into the run's log.txt, not on the terminal, while the model trains."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    gensim_logger = logging.getLogger("gensim")
+    previous = gensim_logger.level, gensim_logger.propagate
+    gensim_logger.addHandler(handler)
+    gensim_logger.setLevel(logging.INFO)
+    gensim_logger.propagate = False
+    try:
+        yield
+    finally:
+        gensim_logger.removeHandler(handler)
+        gensim_logger.level, gensim_logger.propagate = previous
+        handler.close()
 
 
 def _vectors_in_key_order(model: Any, keys: list[str], is_word2vec: bool) -> tuple[np.ndarray, list[str]]:

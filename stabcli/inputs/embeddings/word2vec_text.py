@@ -53,12 +53,6 @@ def glove_line(line: bytes) -> bool:
     return True
 
 
-def sniff_glove(head: bytes) -> bool:
-    """A file whose first line is ``key v1 … vd``, not ``count dim``."""
-    first = head.removeprefix(BOM).split(b"\n", 1)[0]
-    return b"\n" in head and glove_line(first)
-
-
 def _row(path: Path, lineno: int, raw: bytes, dim: int | None) -> tuple[str, np.ndarray]:
     try:
         fields = raw.decode("utf-8").rstrip("\r\n").rstrip(" ").split(" ")

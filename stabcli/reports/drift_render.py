@@ -19,10 +19,7 @@ from stabcli.reports.html import Cell, Figure
 from stabcli.reports.layout import print_table
 from stabcli.reports.schema import dumps, to_json
 from stabcli.reports.summary import cut_note
-from stabcli.reports.text import json_number as _json_number
-from stabcli.reports.text import literal, md_code, md_text
-from stabcli.reports.text import num as _num
-from stabcli.reports.text import pct as _pct
+from stabcli.reports.text import json_number, literal, md_code, md_text, num, pct
 
 PLOT_NAMES = ("drift_vs_noise.png", "drift_distribution.png")
 
@@ -35,15 +32,15 @@ def verdict(report: DriftReport) -> str:
     d, noise, inp = report.drift, report.noise, report.input
     if noise is None:
         return (
-            f"median drift {_num(d.distance_median, 3)} (cosine {_num(d.cosine_distance_median, 3)}) · "
-            f"k-NN overlap {_num(d.knn_overlap, 3)} · no noise band: change cannot be separated from training "
+            f"median drift {num(d.distance_median, 3)} (cosine {num(d.cosine_distance_median, 3)}) · "
+            f"k-NN overlap {num(d.knn_overlap, 3)} · no noise band: change cannot be separated from training "
             "noise (add --noise RUNSET)"
         )
     return (
-        f"moved: {_pct(d.moved_share)} of keys in {MEASURE_WORDS[noise.measure]} ({d.moved_count:,} of "
+        f"moved: {pct(d.moved_share)} of keys in {MEASURE_WORDS[noise.measure]} ({d.moved_count:,} of "
         f"{inp.keys_compared:,}; {d.expected_false_positives:.3g} expected by chance at alpha {noise.alpha:g}) · "
         f"{d.discoveries:,} at FDR {noise.alpha:g} · drift/noise {noise.drift_to_noise:.3g}× · "
-        f"k-NN overlap {_num(d.knn_overlap, 3)}"
+        f"k-NN overlap {num(d.knn_overlap, 3)}"
     )
 
 
@@ -53,11 +50,11 @@ def global_sentence(report: DriftReport) -> str | None:
     d, noise, inp = report.drift, report.noise, report.input
     if noise is None or not d.global_moved:
         return None
-    residual = f", rotation residual {_num(inp.alignment_residual, 3)}" if inp.alignment_residual is not None else ""
+    residual = f", rotation residual {num(inp.alignment_residual, 3)}" if inp.alignment_residual is not None else ""
     return (
         f"The whole embedding moved: the typical key's {noise.measure} changed {noise.global_ratio:.3g}× as much as "
         f"between two noise runs (noise pairs {noise.level_range_low:.3g}–{noise.level_range_high:.3g}); global "
-        f"scale ×{_num(d.global_scale, 3)}{residual}. {d.moved_beyond_global:,} key(s) moved beyond the global change "
+        f"scale ×{num(d.global_scale, 3)}{residual}. {d.moved_beyond_global:,} key(s) moved beyond the global change "
         f"(FDR {noise.alpha:g}; drift.moved_beyond_global)."
     )
 
@@ -90,25 +87,25 @@ def _change_rows(report: DriftReport) -> list[Row]:
         ),
         (
             "median distance",
-            _num(d.distance_median, 4),
-            f"‖before − after‖; p90 {_num(d.distance_p90, 4)}, p99 {_num(d.distance_p99, 4)}",
+            num(d.distance_median, 4),
+            f"‖before − after‖; p90 {num(d.distance_p90, 4)}, p99 {num(d.distance_p99, 4)}",
             "drift.distance_median",
         ),
         (
             "median cosine distance",
-            _num(d.cosine_distance_median, 4),
-            f"1 − cos; p90 {_num(d.cosine_distance_p90, 4)}",
+            num(d.cosine_distance_median, 4),
+            f"1 − cos; p90 {num(d.cosine_distance_p90, 4)}",
             "drift.cosine_distance_median",
         ),
         (
             "median norm change",
-            _num(d.norm_change_median, 3),
-            f"‖after‖ − ‖before‖; relative {_num(d.relative_norm_change_median, 3)}",
+            num(d.norm_change_median, 3),
+            f"‖after‖ − ‖before‖; relative {num(d.relative_norm_change_median, 3)}",
             "drift.norm_change_median",
         ),
         (
             f"k-NN overlap@{d.knn_k}",
-            _num(d.knn_overlap, 3),
+            num(d.knn_overlap, 3),
             f"shared neighbours BEFORE vs AFTER, {knn_how}, chance {d.knn_chance:.2g}",
             "drift.knn_overlap",
         ),
@@ -117,7 +114,7 @@ def _change_rows(report: DriftReport) -> list[Row]:
         rows.append(
             (
                 "alignment residual",
-                _num(inp.alignment_residual, 3),
+                num(inp.alignment_residual, 3),
                 "‖AFTER·Q − BEFORE‖ / ‖BEFORE‖ after Procrustes",
                 "input.alignment_residual",
             )
@@ -132,7 +129,7 @@ def _noise_rows(report: DriftReport, noise: NoiseSection) -> list[Row]:
     rows: list[Row] = [
         (
             "median noise",
-            _num(noise.noise_median, 4),
+            num(noise.noise_median, 4),
             f"a key's RMS {noise.measure} change between two noise runs ({noise.runs} runs, {noise.pairs} pairs)",
             "noise.noise_median",
         ),
@@ -152,7 +149,7 @@ def _noise_rows(report: DriftReport, noise: NoiseSection) -> list[Row]:
         ),
         (
             "moved",
-            f"{d.moved_count:,} ({_pct(d.moved_share)})",
+            f"{d.moved_count:,} ({pct(d.moved_share)})",
             f"p < {noise.alpha:g}; {d.expected_false_positives:.3g} expected by chance",
             "drift.moved_count",
         ),
@@ -209,16 +206,16 @@ def _top_rows(report: DriftReport) -> list[list[str]]:
         cells = {
             "key": t.key,
             "name": t.name or "",
-            "distance": _num(t.distance, 3),
-            "cosine": _num(t.cosine_distance, 3),
-            "rel. norm": _num(t.relative_norm_change, 2),
-            "direction p": _num(t.direction_p, 2),
-            "length p": _num(t.length_p, 2),
-            "noise band": _num(t.noise_band, 3),
-            "ratio": _num(t.ratio, 3),
-            "q": _num(t.q_value, 2),
+            "distance": num(t.distance, 3),
+            "cosine": num(t.cosine_distance, 3),
+            "rel. norm": num(t.relative_norm_change, 2),
+            "direction p": num(t.direction_p, 2),
+            "length p": num(t.length_p, 2),
+            "noise band": num(t.noise_band, 3),
+            "ratio": num(t.ratio, 3),
+            "q": num(t.q_value, 2),
             "frequency": "—" if t.frequency is None else f"{int(t.frequency):,}",
-            f"k-NN@{report.drift.knn_k}": _num(t.knn_overlap, 2),
+            f"k-NN@{report.drift.knn_k}": num(t.knn_overlap, 2),
         }
         rows.append([cells[h] for h in headers])
     return rows
@@ -240,17 +237,17 @@ def downstream_rows(report: DriftReport) -> list[tuple[str, str]]:
     ds = report.downstream
     assert ds is not None, "downstream_rows needs a report with a downstream section"
     label = "accuracy" if ds.metric == "accuracy" else "R²"
-    churn = (lambda v: _pct(v)) if ds.task == "classification" else (lambda v: _num(v, 3) + " RMS")
+    churn = (lambda v: pct(v)) if ds.task == "classification" else (lambda v: num(v, 3) + " RMS")
     rows = [
-        (f"BEFORE model on BEFORE ({label})", _num(ds.before, 3)),
-        (f"refit on AFTER ({label})", _num(ds.refit, 3)),
-        (f"BEFORE model on raw AFTER ({label})", f"{_num(ds.stale_raw, 3)} (drop {_num(ds.drop_raw, 3)})"),
+        (f"BEFORE model on BEFORE ({label})", num(ds.before, 3)),
+        (f"refit on AFTER ({label})", num(ds.refit, 3)),
+        (f"BEFORE model on raw AFTER ({label})", f"{num(ds.stale_raw, 3)} (drop {num(ds.drop_raw, 3)})"),
     ]
     if ds.stale_aligned is not None:
         rows.append(
             (
                 f"BEFORE model on aligned AFTER ({label})",
-                f"{_num(ds.stale_aligned, 3)} (drop {_num(ds.drop_aligned, 3)})",
+                f"{num(ds.stale_aligned, 3)} (drop {num(ds.drop_aligned, 3)})",
             )
         )
     rows.append(("prediction churn, refit vs BEFORE", churn(ds.churn_refit)))
@@ -372,7 +369,7 @@ def render_html(
         *[html.paragraph(note, "fail" if note.startswith("warning") else None) for note in notes(report)],
     ]
     rows: list[list[str | Cell]] = [
-        [name, Cell(value, _json_number(data, path), path) if path else value, reading]
+        [name, Cell(value, json_number(data, path), path) if path else value, reading]
         for name, value, reading, path in summary_rows(report)
     ]
     body.append(html.section("Drift", html.table(["measure", "value", "reading"], rows, reading_column=2)))
@@ -395,7 +392,7 @@ def render_html(
             )
         )
     if report.checks:
-        body.append(html.section("Checks", html.checks_table(report.checks, _num)))
+        body.append(html.section("Checks", html.checks_table(report.checks, num)))
     body.append(html.section("Figures", html.figures(figures, PLOTS_INSTALL)))
     if per_key is not None:
         frame = per_key.frame()
@@ -405,7 +402,7 @@ def render_html(
         else:
             order = np.argsort(-frame["distance"].to_numpy(dtype=float), kind="stable")
             what = "largest distance first"
-        body.append(html.section("Every key", html.key_table(frame, table_id="keys", order=order, fmt=_num, what=what)))
+        body.append(html.section("Every key", html.key_table(frame, table_id="keys", order=order, fmt=num, what=what)))
     return html.page("stabcli drift", verdict(report), body, report_json or dumps(report), report.stabcli_version)
 
 

@@ -92,6 +92,7 @@ NUMERIC_MODULES = {
     "test_featurize.py",
     "test_metrics.py",
     "test_reproducibility.py",
+    "test_rowpass.py",
     "test_sample_data.py",
     "test_training.py",
 }

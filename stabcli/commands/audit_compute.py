@@ -5,7 +5,7 @@ training section, computed over the runs ``audit_inputs.load_runs`` aligned."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ from stabcli.fs.resources import require_memory
 from stabcli.inputs.embeddings import Embedding
 from stabcli.measure import anchor as spectral
 from stabcli.measure import metrics as m
+from stabcli.measure import rowpass
 from stabcli.measure.align import generalized_procrustes, matched_vectors
 from stabcli.measure.threads import one_blas_thread
 from stabcli.reports.audit_report import (
@@ -52,12 +53,15 @@ class Frame:
     grams: m.Grams
     rotations: list[np.ndarray]
     iterations: int
+    first: rowpass.FirstPass
+    second: rowpass.SecondPass
 
 
 def frame_of(runs: Runs, options: AuditOptions, step: Callable[[str], None]) -> Frame:
     arrays = _normalized(runs.arrays) if options.normalize else runs.arrays
     step("cross-Gram blocks")
-    grams = m.gram_blocks(arrays)
+    first = rowpass.first_pass(arrays)
+    grams = first.grams
     zero = [runs.names[r] for r in grams.zero_runs()]
     if zero:
         raise InputError(
@@ -66,7 +70,8 @@ def frame_of(runs: Runs, options: AuditOptions, step: Callable[[str], None]) -> 
         )
     step("Procrustes alignment")
     rotations, iterations = generalized_procrustes(grams)
-    return Frame(arrays, grams, rotations, iterations)
+    step("aligned rows")
+    return Frame(arrays, grams, rotations, iterations, first, rowpass.second_pass(arrays, grams, rotations))
 
 
 @dataclass(frozen=True)
@@ -167,9 +172,9 @@ def least_stable_keys(
     return candidates[order[: options.top]], len(candidates)
 
 
-def pair_spreads(arrays: Sequence[np.ndarray], grams: m.Grams, knn_by_pair: np.ndarray) -> ByPair:
+def pair_spreads(grams: m.Grams, knn_by_pair: np.ndarray, displacement: np.ndarray) -> ByPair:
     """The spread over run pairs of k-NN overlap, CKA, eigenspace overlap, PIP loss
-    (absolute and relative) and semantic displacement."""
+    (absolute and relative) and semantic displacement (``displacement``, by pair)."""
     relative = m.relative_pip_loss_by_pair(grams)
     return ByPair(
         knn_overlap=pair_spread(knn_by_pair.mean(axis=1)),
@@ -177,7 +182,7 @@ def pair_spreads(arrays: Sequence[np.ndarray], grams: m.Grams, knn_by_pair: np.n
         eigenspace_overlap=pair_spread(m.pairwise_values(grams, m.eigenspace_overlap)),
         pip_loss=pair_spread(m.pairwise_values(grams, m.pip_loss)),
         pip_loss_relative=pair_spread(relative if relative is not None else np.empty(0)),
-        semantic_displacement=pair_spread(m.displacement_by_pair(arrays, grams)),
+        semantic_displacement=pair_spread(displacement),
     )
 
 
@@ -198,9 +203,8 @@ def representation_report(
     frequency, source = key_frequencies(runs, frequencies)
 
     step("coordinate noise")
-    raw = m.noise_share(arrays)
-    aligned = m.noise_share(arrays, frame.rotations)
-    energy = m.per_key_energy(arrays, aligned.scale)  # in the scaled units of per_key_variance_scaled
+    raw, aligned = frame.first.raw, frame.second.aligned
+    energy = frame.second.energy  # in the scaled units of per_key_variance_scaled
     assert aligned.per_key_variance_scaled is not None  # noise_share always sets it
     relative = m.relative_instability(aligned.per_key_variance_scaled, energy, d)
     step("inner products")
@@ -227,6 +231,7 @@ def representation_report(
         if frequency is not None
         else []
     )
+    displacement = frame.first.displacement_by_pair()
     counts, edges = np.histogram(raw.per_dim, bins=HISTOGRAM_BINS, range=(0.0, 1.0))
     pure_std = m.pure_noise_share_std(grams)
     section = RepresentationSection(
@@ -251,8 +256,8 @@ def representation_report(
         pip_loss_relative=m.relative_pip_loss(grams),
         cka=m.pairwise_mean(grams, m.linear_cka),
         eigenspace_overlap=m.pairwise_mean(grams, m.eigenspace_overlap),
-        semantic_displacement=m.semantic_displacement(arrays, grams),
-        by_pair=pair_spreads(arrays, grams, by_pair[:, : len(queries)]),
+        semantic_displacement=float(np.mean(displacement)),
+        by_pair=pair_spreads(grams, by_pair[:, : len(queries)], displacement),
         least_stable=_unstable_keys(least_idx, stats, energy, aligned.scale, bands, key_names or {}),
         least_stable_ranked=ranked,
         min_frequency=options.min_frequency,
@@ -345,7 +350,7 @@ def spectral_fields(
         "eis_anchor": anchor.source,
         "eis_keys": keys,
         "weighted_eigenspace_overlap": pair_spread(overlap),
-        "cka_debiased": pair_spread(spectral.debiased_cka_pairs(frame.arrays, grams)),
+        "cka_debiased": pair_spread(spectral.debiased_cka_pairs(frame.arrays, grams, frame.second.norm_products)),
     }
 
 

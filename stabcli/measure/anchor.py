@@ -226,8 +226,9 @@ def debiased_cka(grams: m.Grams, norm_products: np.ndarray, r: int, s: int) -> f
     return h_rs / math.sqrt(h_rr * h_ss)
 
 
-def debiased_cka_pairs(runs: Sequence[np.ndarray], grams: m.Grams) -> np.ndarray:
-    """Debiased linear CKA of every run pair r<s (one extra O(R·n·d) pass for the row norms)."""
-    products = centered_norm_products(runs, grams)
+def debiased_cka_pairs(runs: Sequence[np.ndarray], grams: m.Grams, products: np.ndarray | None = None) -> np.ndarray:
+    """Debiased linear CKA of every run pair r<s (one extra O(R·n·d) pass for the row norms,
+    unless ``products``, ``centered_norm_products``, comes from a pass already made)."""
+    products = centered_norm_products(runs, grams) if products is None else products
     R = grams.G.shape[0]
     return np.array([debiased_cka(grams, products, r, s) for r, s in combinations(range(R), 2)])

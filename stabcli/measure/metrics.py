@@ -16,7 +16,7 @@ from itertools import combinations
 import numpy as np
 
 from stabcli.measure.align import rotation_from_cross
-from stabcli.measure.numerics import CHUNK_ELEMENTS, block_scale, peak, row_chunks
+from stabcli.measure.numerics import CHUNK_ELEMENTS, block_scale, peak, row_chunks, wide_chunks
 from stabcli.measure.threads import small_linalg
 
 # Values whose magnitude lies in [2^-SAFE_EXPONENT, 2^SAFE_EXPONENT] are used as they are:
@@ -110,17 +110,25 @@ def noise_share(runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | No
         var_sum += var.sum(axis=0)
         energy_sum += np.square(stack).mean(axis=0).sum(axis=0)
         per_key[rows] = var.mean(axis=1) if d else 0.0
-    R = len(runs)
+    return share_from_sums(var_sum, energy_sum, per_key, len(runs), common.scale)
+
+
+def share_from_sums(
+    var_sum: np.ndarray, energy_sum: np.ndarray, per_key: np.ndarray, runs: int, scale: float
+) -> NoiseShare:
+    """The ``NoiseShare`` of ``Σ_i Var_r(H[i,j])`` and ``Σ_i E_r[H[i,j]²]`` per dimension and
+    every key's mean variance over dimensions, all of the runs divided by ``scale``."""
+    n, d = len(per_key), len(var_sum)
     total = energy_sum.sum()
     per_dim = np.divide(var_sum, energy_sum, out=np.zeros(d), where=energy_sum > 0)
     overall = float(var_sum.sum() / total) if total > 0 else 0.0
-    variance_per_dim = var_sum / n * R / (R - 1)
+    variance_per_dim = var_sum / n * runs / (runs - 1)
     return NoiseShare(
         overall,
         per_dim,
-        _rescaled_array(variance_per_dim, common.scale, 2),
-        _rescaled_array(per_key, common.scale, 2),
-        common.scale,
+        _rescaled_array(variance_per_dim, scale, 2),
+        _rescaled_array(per_key, scale, 2),
+        scale,
         per_key,
     )
 
@@ -275,19 +283,26 @@ def semantic_displacement(runs: Sequence[np.ndarray], grams: Grams) -> float:
 def displacement_by_pair(runs: Sequence[np.ndarray], grams: Grams) -> np.ndarray:
     """Per run pair r<s (``itertools.combinations`` order), the mean over keys of
     ``1 − cos(h_r(i), h_s(i) Q_sr)`` after orthogonal Procrustes of run s onto run r."""
-    pairs = list(combinations(range(len(runs)), 2))
-    rotations = {(r, s): rotation_from_cross(grams.G[s, r]) for r, s in pairs}
     # Σ_i u_r(i)·(u_s(i) Q) = tr(U_rᵀ U_s Q) for the unit rows U: the cross-Gram blocks of the
     # unit rows (one symmetric product per chunk) replace a row-by-row product per run pair
     R, d = len(runs), runs[0].shape[1]
     joint = np.zeros((R * d, R * d))
-    for _, stack in row_chunks(runs):
-        units = unit_rows(stack)  # cosines are per-row scale invariant: safe for any finite magnitude
-        wide = np.ascontiguousarray(units.transpose(1, 0, 2)).reshape(-1, R * d)
-        joint += wide.T @ wide
-    unit_grams = joint.reshape(R, d, R, d)
-    cosines = np.array([np.einsum("ab,ba->", unit_grams[r, :, s, :], rotations[r, s]) for r, s in pairs])
-    return 1.0 - cosines / runs[0].shape[0]
+    for _, wide in wide_chunks(runs):
+        units = unit_rows(wide.reshape(len(wide), R, d)).reshape(len(wide), R * d)
+        joint += units.T @ units
+    return displacement_from_unit_grams(joint, grams)
+
+
+@small_linalg
+def displacement_from_unit_grams(unit_joint: np.ndarray, grams: Grams) -> np.ndarray:
+    """``displacement_by_pair`` from ``Σ_i u(i)u(i)ᵀ`` of the side-by-side unit rows
+    ``u(i) = [u_0(i), …, u_{R−1}(i)]`` (``[R·d, R·d]``; cosines are per-row scale invariant,
+    so unit rows are safe for any finite magnitude) and the cross-Gram blocks."""
+    R, d = grams.G.shape[0], grams.G.shape[2]
+    unit_grams = unit_joint.reshape(R, d, R, d)
+    pairs = list(combinations(range(R), 2))
+    cosines = [np.einsum("ab,ba->", unit_grams[r, :, s, :], rotation_from_cross(grams.G[s, r])) for r, s in pairs]
+    return 1.0 - np.array(cosines) / grams.n
 
 
 def sample_pairs(n: int, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -406,9 +421,11 @@ def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray
             best_ids = np.take_along_axis(ids, top, axis=1)
             continue
         assert best_ids is not None
-        hit_rows, hit_cols = np.nonzero(scores > best_scores.min(axis=1)[:, None])
-        if hit_rows.size == 0:
+        # flat indices: numpy's 2-D nonzero is several times slower on a sparse mask
+        flat = np.flatnonzero(scores > best_scores.min(axis=1)[:, None])
+        if flat.size == 0:
             continue
+        hit_rows, hit_cols = np.divmod(flat, scores.shape[1])
         rows = np.unique(hit_rows)
         cand_rows = np.concatenate([np.repeat(rows, k), hit_rows])
         cand_scores = np.concatenate([best_scores[rows].ravel(), scores[hit_rows, hit_cols]])

@@ -25,6 +25,27 @@ def row_chunks(
         yield rows, stack
 
 
+CACHE_ELEMENTS = 1 << 20  # float64 elements per chunk of a pass that also works elementwise (8 MiB)
+
+
+def wide_chunks(runs: Sequence[np.ndarray], elements: int | None = None) -> Iterator[tuple[slice, np.ndarray]]:
+    """Yield (row slice, float64 ``[c, R·d]``) with run r's rows in columns ``r·d … (r+1)·d``,
+    converted straight into one reused buffer of about ``elements`` values (default
+    ``CACHE_ELEMENTS``): one copy per
+    chunk, no page faults after the first, and elementwise work on it stays in cache. The
+    buffer is overwritten by the next chunk."""
+    n, d = runs[0].shape
+    R = len(runs)
+    step = max(1, (elements or CACHE_ELEMENTS) // (R * max(d, 1)))
+    buffer = np.empty((min(step, n), R * d))
+    for start in range(0, n, step):
+        rows = slice(start, min(n, start + step))
+        wide = buffer[: rows.stop - start]
+        for r, h in enumerate(runs):
+            wide[:, r * d : (r + 1) * d] = h[rows]
+        yield rows, wide
+
+
 def peak(x: np.ndarray) -> float:
     """Largest absolute value of ``x`` (0 for an empty array), without an ``abs`` copy."""
     return float(max(x.max(), -x.min())) if x.size else 0.0

@@ -153,6 +153,9 @@ def read_keys(path: Path) -> list[str]:
 
 def check_keys(path: Path, keys: list[str], unit: str = "") -> None:
     """No empty or repeated key; ``unit`` "" names lines (``path:3:``), else e.g. ``key #3``."""
+    distinct = set(keys)
+    if len(distinct) == len(keys) and "" not in distinct:  # the common case, without a Python loop
+        return
     seen: dict[str, int] = {}
     where = (lambda i: f"{path}:{i}:") if not unit else (lambda i: f"{path}: {unit}{i}:")
     for i, key in enumerate(keys, start=1):

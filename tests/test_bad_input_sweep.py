@@ -15,6 +15,15 @@ TEMPLATE = "python train.py --corpus {corpus} --out {out} --seed {seed} --w {w}"
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
+        (["--grid", "nope=1"], "--grid nope: not a pretrain option"),
+        (["--grid", "window=0"], "--grid window=0: must be at least 1"),
+        (["--sizes", "0,1"], "--sizes '0,1': 0 is not a share in (0, 1]"),
+        (["--runs", "1"], "'-n': Input should be greater than or equal to 2"),
+        (["--target", "knn_overlap=1.5"], "--target 'knn_overlap=1.5'"),
+        (["--target", "speed=1"], "expected MEASURE=VALUE"),
+        (["--check", "pareto.front.0>1"], "--check pareto.front.0: the Pareto front needs --labels FILE"),
+        (["--check", "cells.x.nothing>1"], "--check: no 'nothing' in cells.x"),
+        (["--vary", "shuffle"], "No such option: --vary"),
         # the same cell twice: values equal as numbers, sizes equal to the 6 digits of their names or in sequences
         (["--grid", "sg=1,True"], "--grid 'sg=1,True': a value is repeated"),
         (["--grid", "alpha=1,1.0"], "--grid 'alpha=1,1.0': a value is repeated"),

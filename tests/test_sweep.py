@@ -259,29 +259,6 @@ def test_cli_sweep_writes_every_output(tmp_path):
 
 
 @pytest.mark.bad_input
-@pytest.mark.parametrize(
-    ("extra", "fragment"),
-    [
-        (["--grid", "nope=1"], "--grid nope: not a pretrain option"),
-        (["--grid", "window=0"], "--grid window=0: must be at least 1"),
-        (["--sizes", "0,1"], "--sizes '0,1': 0 is not a share in (0, 1]"),
-        (["--runs", "1"], "'-n': Input should be greater than or equal to 2"),
-        (["--target", "knn_overlap=1.5"], "--target 'knn_overlap=1.5'"),
-        (["--target", "speed=1"], "expected MEASURE=VALUE"),
-        (["--check", "pareto.front.0>1"], "--check pareto.front.0: the Pareto front needs --labels FILE"),
-        (["--check", "cells.x.nothing>1"], "--check: no 'nothing' in cells.x"),
-        (["--vary", "shuffle"], "No such option: --vary"),
-    ],
-)
-def test_bad_sweep_options(tmp_path, extra, fragment):
-    corpus = tmp_path / "c.txt"
-    corpus.write_text(make_sessions(30, 12), encoding="utf-8")
-    before = files_state(tmp_path)
-    result = runner.invoke(app, ["sweep", str(corpus), "--out", str(tmp_path / "sw"), *extra])
-    assert_bad_input(result, fragment, tmp_path, before)
-
-
-@pytest.mark.bad_input
 def test_sweep_refuses_a_directory_that_is_not_a_sweep_and_inputs_inside_it(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text(make_sessions(30, 12), encoding="utf-8")

@@ -1,15 +1,17 @@
 """What `audit --labels` adds to an audit, per model: wall time and peak RSS, in fresh processes.
 
     python benchmarks/bench_downstream.py                  # 10 runs × 50,000 keys × 64 dims, 12 classes
-    python benchmarks/bench_downstream.py --models logreg,gbdt --n 200000
-    python benchmarks/bench_downstream.py --variants h         # 10 fits per model
+    python benchmarks/bench_downstream.py --runs 3 --n 2000 --dim 16   # a check that it works (minutes)
+    python benchmarks/bench_downstream.py --models logreg,gbdt --variants h   # 10 fits per model
 
 Synthetic runs: 12 Gaussian clusters (the cluster is the label) plus per-run noise, each
 run rotated. The same run set is audited without `--labels`, then with `--labels --model M`
-for every model (default variants: h, avg, aligned, phi:64, phi:128; phi:64 only for the
-costly gbdt and mlp). Each audit is measured in its own wrapper process, so every peak RSS
-is that audit's (workers included). Prints the times and the downstream numbers; writes
-benchmarks/results/downstream.json.
+for every model: logreg, knn, ridge, gbdt, mlp and one estimator by import path
+(`sklearn.svm:LinearSVC`); default variants h, avg, aligned, phi:64, phi:128 (phi:64 only
+for the costly gbdt, mlp and imported estimators). Each audit runs in its own wrapper
+process, so every peak RSS (ru_maxrss of the wrapper's children: the largest process of that
+audit, workers included) is that audit's. Prints one JSON line per measurement (with the
+load average before and after it) and writes them all to benchmarks/results/downstream.json.
 """
 
 from __future__ import annotations
@@ -71,50 +73,62 @@ def measured(argv: list[str]) -> tuple[float, float, str]:
     return seconds, peak, stdout
 
 
+MODELS = "logreg,knn,ridge,gbdt,mlp,sklearn.svm:LinearSVC"
+
+
+def measurement(name: str, argv: list[str], common: dict) -> tuple[dict, str]:
+    """One measured audit as a JSON-ready dict (printed as one line) and its stdout."""
+    load_before = os.getloadavg()[0]
+    seconds, peak, stdout = measured(argv)
+    entry = {
+        **common,
+        "measurement": name,
+        "seconds": round(seconds, 1),
+        "peak_rss_mb": round(peak),
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+    }
+    return entry, stdout
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--n", type=int, default=50_000)
+    parser.add_argument("--n", type=int, default=50_000, help="keys")
     parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--models", default="logreg,ridge,knn,gbdt,mlp")
+    parser.add_argument("--models", default=MODELS, help=f"comma-separated --model values [{MODELS}]")
     parser.add_argument("--variants", default=None, help="passed to --variants [default: each model's default set]")
     args = parser.parse_args()
-    results: dict = {
+    common = {
+        "bench": "downstream",
         "date": time.strftime("%Y-%m-%d"),
         "cores": len(os.sched_getaffinity(0)),
-        "load_before": os.getloadavg()[0],
         "runs": args.runs,
         "keys": args.n,
         "dim": args.dim,
         "variants": args.variants or "each model's default",
     }
     metrics = ("accuracy_mean", "accuracy_std", "churn", "stale_accuracy_mean")
+    lines = []
     with tempfile.TemporaryDirectory(prefix="stabcli-bench-") as tmp:
         root = Path(tmp) / "runs"
         labels = make_runset(root, args.runs, args.n, args.dim, classes=12)
         base = ["audit", str(root), "--format", "json"]
-        seconds, peak, _ = measured(base)
-        results["audit"] = {"seconds": round(seconds, 1), "peak_rss_mb": round(peak)}
-        print(f"{'audit':>22}: {seconds:6.1f} s, peak RSS {peak:,.0f} MB", flush=True)
+        entry, _ = measurement("audit", base, common)
+        lines.append(entry)
+        print(json.dumps(entry), flush=True)
         for model in args.models.split(","):
-            name = f"audit --labels --model {model}"
             chosen = ["--variants", args.variants] if args.variants else []
-            seconds, peak, stdout = measured(base + ["--labels", str(labels), "--model", model, *chosen])
+            argv = base + ["--labels", str(labels), "--model", model, *chosen]
+            entry, stdout = measurement(f"audit --labels --model {model}", argv, common)
             ds = json.loads(stdout)["downstream"]
-            results[name] = {
-                "seconds": round(seconds, 1),
-                "peak_rss_mb": round(peak),
-                "fits": sum(len(v["accuracy_by_run"]) for v in ds["variants"].values()),
-                "variants": {k: {m: v[m] for m in metrics} for k, v in ds["variants"].items()},
-            }
-            print(f"{name:>22}: {seconds:6.1f} s, peak RSS {peak:,.0f} MB", flush=True)
-            for k, v in results[name]["variants"].items():
-                print(f"  {k:>8}: " + ", ".join(f"{m} {'—' if x is None else f'{x:.4f}'}" for m, x in v.items()))
-    results["load_after"] = os.getloadavg()[0]
+            entry["fits"] = sum(len(v["accuracy_by_run"]) for v in ds["variants"].values())
+            entry["results"] = {k: {m: v[m] for m in metrics} for k, v in ds["variants"].items()}
+            lines.append(entry)
+            print(json.dumps(entry), flush=True)
     out = ROOT / "benchmarks" / "results" / "downstream.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out}")
+    out.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
 if __name__ == "__main__":

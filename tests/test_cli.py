@@ -160,7 +160,9 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 def test_demo_trains_the_sample(tmp_path):
-    result = invoke("demo", "--out", tmp_path / "demo")
+    # demo --help's one example, run with its directory in tmp_path (test_help_examples runs the others)
+    (argv,) = help_examples("demo")
+    result = invoke(*[str(tmp_path / "demo") if a == "/tmp/stabcli-demo" else a for a in argv])
     assert result.exit_code == 0, result.output
     assert result.stdout.count("complete") == 5
     assert "coordinates: " in result.stdout and "Representation stability" in result.stdout

@@ -53,8 +53,10 @@ def test_audit_reports_identical_runs_in_the_json_terminal_and_markdown(tmp_path
     first = np.load(root / "run-000" / "vectors.npy")
     np.save(root / "run-002" / "vectors.npy", (first.astype(np.float64) @ rotation(6, 9)).astype(np.float32))
     reason = "run-000 and run-002 are identical or exact rotations of each other"
-    result = runner.invoke(app, ["audit", str(root), "--format", "json", "--markdown", str(tmp_path / "a.md")])
+    outputs = ["--markdown", str(tmp_path / "a.md"), "--html", str(tmp_path / "a.html")]
+    result = runner.invoke(app, ["audit", str(root), "--format", "json", *outputs])
     assert result.exit_code == 0, result.output
+    assert f"<p>Warning: {reason}" in (tmp_path / "a.html").read_text(encoding="utf-8")
     degenerate = json.loads(result.stdout)["input"]["degenerate"]
     assert degenerate["pairs"] == [["run-000", "run-002"]]
     assert degenerate["reason"].startswith(reason) and "zero by construction" in degenerate["reason"]

@@ -197,6 +197,8 @@ def render_html(
     from stabcli.reports.schema import dumps, to_json
 
     body = [html.paragraph(input_line(report)), html.paragraph(_sources(report), "note")]
+    if report.input.degenerate is not None:
+        body.append(html.paragraph(f"Warning: {report.input.degenerate.reason}"))
     body += _html_representation(report, to_json(report))
     training = _html_training(report)
     if training:

@@ -24,6 +24,11 @@ TEMPLATE = "python train.py --corpus {corpus} --out {out} --seed {seed} --w {w}"
         (["--check", "pareto.front.0>1"], "--check pareto.front.0: the Pareto front needs --labels FILE"),
         (["--check", "cells.x.nothing>1"], "--check: no 'nothing' in cells.x"),
         (["--vary", "shuffle"], "No such option: --vary"),
+        # a check or target on what this sweep does not measure: refused before training, not failed after it
+        (["--target", "churn=0.1"], "--target 'churn=0.1': churn is measured with --labels FILE"),
+        (["--check", "data_size.eis.b<0"], "--check data_size.eis.b: the data-size curves need at least two --sizes"),
+        (["--sizes", "0.5,1", "--check", "data_size.churn.b<0"], "data_size.churn.b: the churn curve needs --labels"),
+        (["--check", "swap_one.curve.b<0"], "--check swap_one.curve.b: needs --swap-one N"),
         # the same cell twice: values equal as numbers, sizes equal to the 6 digits of their names or in sequences
         (["--grid", "sg=1,True"], "--grid 'sg=1,True': a value is repeated"),
         (["--grid", "alpha=1,1.0"], "--grid 'alpha=1,1.0': a value is repeated"),

@@ -178,7 +178,7 @@ def sweep(corpus: str | Path, out: str | Path, **options: Any) -> SweepReport:
     jobs, force, timeout = options.pop("jobs", None), options.get("force", False), options.pop("timeout", None)
     files = ReportFiles.take(options)
     config, corpus_options, settings, audit, downstream = _options(options, jobs)
-    validate_checks(checks, labels=downstream is not None, target=settings.target is not None)
+    validate_checks(checks, settings, labels=downstream is not None)
     files.check_formats()
     inputs = [Path(corpus), *([downstream.labels] if downstream else [])]
     report_plan = files.plan([Path(corpus)], inputs[1:])
@@ -289,7 +289,7 @@ def run_sweep(
     step = on_step or (lambda _: None)
     root = Path(out)
     cells = plan.cells(options.grid, list(options.sizes), config)  # every configuration checked before work
-    validate_checks(checks, labels=downstream is not None, target=options.target is not None)
+    validate_checks(checks, options, labels=downstream is not None)
     if config.script is not None and "{corpus}" not in config.script:
         raise UsageError("--script: a sweep trains on samples of CORPUS; the template needs {corpus}")
     if config.vary != "seed":
@@ -338,14 +338,25 @@ def run_sweep(
     return replace(report, checks=results, passed=all(c.passed for c in results))
 
 
-def validate_checks(expressions: Sequence[str], labels: bool, target: bool) -> None:
-    """Every ``--check`` path resolved against the sweep report's types before any work."""
+def validate_checks(expressions: Sequence[str], options: SweepOptions, labels: bool) -> None:
+    """Every ``--check`` path resolved against the sweep report's types, and ``--target``
+    against what the sweep measures, before any work: a section or curve this sweep cannot
+    produce is a UsageError, not a check that fails after training."""
+    if options.target is not None and parse_target(options.target)[0] == "churn" and not labels:
+        raise UsageError(f"--target {quote(options.target)}: churn is measured with --labels FILE")
 
     def needs(path: str) -> str | None:
-        if path.split(".")[0] == "pareto" and not labels:
+        parts = path.split(".")
+        if parts[0] == "pareto" and not labels:
             return "the Pareto front needs --labels FILE"
-        if path.split(".")[0] == "target" and not target:
+        if parts[0] == "target" and options.target is None:
             return "needs --target"
+        if parts[0] == "data_size" and len(options.sizes) < 2:
+            return "the data-size curves need at least two --sizes"
+        if parts[0] == "data_size" and parts[1:2] == ["churn"] and not labels:
+            return "the churn curve needs --labels FILE"
+        if parts[0] == "swap_one" and not options.swap_one:
+            return "needs --swap-one N"
         return None
 
     schema.validate_checks(SweepReport, expressions, needs)

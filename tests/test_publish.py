@@ -156,7 +156,7 @@ def test_stdout_on_a_full_device_is_one_line_and_exit_2(tmp_path, argv):
 
 @pytest.mark.parametrize(
     ("limit", "name"),
-    [(400, "stabcli.json"), (1_000, "keys.txt"), (4_000, ".corpus.txt")],
+    [(400, "stabcli.json"), (1_300, "keys.txt"), (4_000, ".corpus.txt")],  # keys.txt: 1,350 bytes
     ids=["manifest", "keys", "corpus-copy"],
 )
 def test_pretrain_under_a_file_size_limit_is_one_line_and_resumes(tmp_path, limit, name):

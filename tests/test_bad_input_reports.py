@@ -118,3 +118,13 @@ def test_an_empty_mlflow_experiment_name(tmp_path):
     make_runset(tmp_path / "runs", runs=2, n=12)
     result, before = run(tmp_path, "audit", tmp_path / "runs", *FAST, "--mlflow", "--mlflow-experiment", " ")
     assert_bad_input(result, "--mlflow-experiment: empty name", tmp_path, before)
+
+
+def test_an_mlflow_store_that_is_not_a_database(tmp_path, monkeypatch):
+    """``MLFLOW_TRACKING_URI=sqlite:///notes.txt``: SQLAlchemy's error was a 300-line traceback, exit 1."""
+    pytest.importorskip("mlflow")
+    make_runset(tmp_path / "runs", runs=2, n=12)
+    (tmp_path / "notes.txt").write_text("mine, not a database\n")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'notes.txt'}")
+    result, before = run(tmp_path, "audit", tmp_path / "runs", *FAST, "--mlflow")
+    assert_bad_input(result, "notes.txt: file is not a database", tmp_path, before)

@@ -212,6 +212,11 @@ def _mlflow_errors(uri: str | None) -> Iterator[None]:
         raise UsageError(f"{where}: {exc.message.strip().splitlines()[0]}") from None
     except OSError as exc:
         raise UsageError(f"{where}: {exc}") from None
+    except Exception as exc:  # the store's database driver (SQLAlchemy: a file that is not a database)
+        if not type(exc).__module__.startswith("sqlalchemy"):
+            raise
+        cause = getattr(exc, "orig", None) or exc
+        raise UsageError(f"{where}: {str(cause).strip().splitlines()[0]}") from None
 
 
 def pretrain_records(result: Any, options: Mapping[str, Any]) -> tuple[RunRecord, list[RunRecord]]:

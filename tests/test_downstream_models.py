@@ -260,3 +260,44 @@ def test_mean_flip_rate_is_the_churn_and_the_per_key_columns_cover_the_test_keys
 def test_make_model_wraps_classifiers_one_vs_rest_for_multilabel():
     model = make_model("gbdt", "multilabel")
     assert isinstance(model, OneVsRestClassifier) and model.estimator.random_state == 0
+
+
+NOISY_MODEL = """
+import os
+
+from sklearn.linear_model import LogisticRegression
+
+
+class Noisy(LogisticRegression):
+    def fit(self, X, y, sample_weight=None):
+        print("python-level noise")  # as an estimator with verbose=True does
+        os.write(1, b"fd-level noise\\n")  # as libsvm's printf does
+        return super().fit(X, y, sample_weight)
+"""
+
+
+@pytest.mark.parametrize("command", ["audit", "drift"])
+def test_what_a_users_model_prints_goes_to_stderr_and_json_stays_parseable(tmp_path, command):
+    """``--model sklearn.svm:SVC --model-param verbose=True`` wrote libsvm's progress into
+    ``--format json``'s stdout; both a Python print and a write to descriptor 1 now reach stderr."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import make_runset
+
+    (tmp_path / "noisy_model.py").write_text(NOISY_MODEL)
+    runs = make_runset(tmp_path / "runs", runs=2, n=40, dim=4)
+    labels = tmp_path / "labels.tsv"
+    labels.write_text("".join(f"k{i}\tg{i % 2}\n" for i in range(40)))
+    inputs = [runs] if command == "audit" else [runs / "run-000" / "vectors.npy", runs / "run-001" / "vectors.npy"]
+    args = [*inputs, "--labels", labels, "--model", "noisy_model:Noisy", "--format", "json"]
+    args += ["--knn-k", "3"] if command == "audit" else []
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "stabcli", command, *map(str, args)], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["downstream"] is not None
+    assert "python-level noise" in result.stderr and "fd-level noise" in result.stderr

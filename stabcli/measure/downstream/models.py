@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import re
+import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, redirect_stdout
 from typing import Any
 
 from stabcli.errors import OptionError, quote, quoted
@@ -181,3 +184,36 @@ def _set_params(name: str, estimator: Any, params: dict[str, Any]) -> None:
                 validate()
         except (ValueError, TypeError) as exc:
             raise OptionError("model_params", f"{name}: {exc}") from None
+
+
+@contextmanager
+def output_to_stderr() -> Iterator[None]:
+    """While estimators fit, what they print goes to stderr, at the Python level and at file
+    descriptor 1 (libsvm's printf under ``verbose=True``, a ``--model module:Class`` that
+    prints, the worker processes started meanwhile): stdout is the caller's, and
+    ``stabcli ... --format json`` must stay parseable."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no descriptor 1 (closed): the Python-level redirect still holds
+        saved = None
+    if saved is not None:
+        os.dup2(2, 1)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _flush_c_stdio()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush_c_stdio() -> None:
+    """``fflush(NULL)``: C code's buffered stdout reaches the descriptor it was written to."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library to reach (not Linux or macOS)
+        pass

@@ -30,7 +30,13 @@ from sklearn.metrics import accuracy_score, f1_score, mean_squared_error, r2_sco
 from stabcli.errors import InputError, OptionError
 from stabcli.fs.resources import available_memory, human_bytes
 from stabcli.measure.downstream.flips import Bands, KeyFlips, PerKeyFlips, flips_summary, key_flips
-from stabcli.measure.downstream.models import KNN_NEIGHBOURS, is_costly, make_model, parse_model_params
+from stabcli.measure.downstream.models import (
+    KNN_NEIGHBOURS,
+    is_costly,
+    make_model,
+    output_to_stderr,
+    parse_model_params,
+)
 from stabcli.measure.downstream.options import DownstreamOptions, Variant, parse_variants
 from stabcli.measure.downstream.recommend import FEATURIZED_INPUT, recommend
 from stabcli.measure.downstream.targets import Targets, split, targets_for
@@ -261,12 +267,14 @@ def run_fits(
     plan: Plan, jobs_list: Sequence[_Job], n_jobs: int | None, step: Callable[[str], None]
 ) -> dict[str, list[_Fit]]:
     """Every fit of ``jobs_list`` in one parallel pass (joblib: processes, or the Dask cluster
-    of the active backend); the fits of each variant in run order."""
+    of the active backend); the fits of each variant in run order. What the estimators
+    print goes to stderr (``models.output_to_stderr``)."""
     targets, train, test = plan.targets, plan.train, plan.test
     step(f"downstream: {len(jobs_list)} {plan.model} fits on {len(train):,} keys")
     parallel = Parallel(n_jobs=min(n_jobs or cpu_count(), len(jobs_list)), return_as="generator")
     fits: dict[str, list[_Fit]] = {}
-    with warnings.catch_warnings():  # joblib's own warnings never reach the user's stderr
+    # joblib's own warnings never reach the user's stderr; what an estimator prints goes there, not to stdout
+    with warnings.catch_warnings(), output_to_stderr():
         warnings.simplefilter("ignore")
         outputs = parallel(
             delayed(_fit_predict)(

@@ -229,21 +229,24 @@ SLOW_FEATURIZE = (
 
 
 def start_slow_featurize(tmp_path: Path, new_session: bool = False):
-    """A real ``stabcli featurize`` of 2,000 rows into ``out.npy`` with every chunk delayed, so
-    a signal lands while it writes. Returns the process and the names in ``tmp_path`` before it."""
+    """A real ``stabcli featurize`` into ``out.npy`` of 200 chunks (of 256 rows, the smallest
+    chunk featurize streams), each delayed by 20 ms, so a signal or a second command lands
+    while it writes. Returns the process and the names in ``tmp_path`` before it."""
     from stabcli.inputs.embeddings import write_embedding
+    from stabcli.measure.fourier import MATMUL_BLOCK_ROWS
 
+    rows = 200 * MATMUL_BLOCK_ROWS
     write_embedding(
         tmp_path / "in.npy",
-        [f"k{i}" for i in range(2000)],
-        np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32),
+        [f"k{i}" for i in range(rows)],
+        np.random.default_rng(0).standard_normal((rows, 8)).astype(np.float32),
     )
     slow = tmp_path / "slow.py"
     slow.write_text(SLOW_FEATURIZE)
     before = sorted(p.name for p in tmp_path.iterdir())
     argv = [sys.executable, str(slow), "featurize", str(tmp_path / "in.npy"), "--out", str(tmp_path / "out.npy")]
     proc = start_process(
-        [*argv, "--dim", "8", "--chunk-rows", "10"],
+        [*argv, "--dim", "8", "--chunk-rows", str(MATMUL_BLOCK_ROWS)],
         start_new_session=new_session,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

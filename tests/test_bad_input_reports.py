@@ -128,3 +128,15 @@ def test_an_mlflow_store_that_is_not_a_database(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'notes.txt'}")
     result, before = run(tmp_path, "audit", tmp_path / "runs", *FAST, "--mlflow")
     assert_bad_input(result, "notes.txt: file is not a database", tmp_path, before)
+
+
+@pytest.mark.parametrize("uri", ["sqlite:///{runs}/mlflow.db", "file://{runs}", "{runs}/store"])
+def test_an_mlflow_store_inside_an_input(tmp_path, monkeypatch, uri):
+    """A tracking store inside the audited run set: MLflow wrote its experiment directory or
+    database into the input (and a file store scanned the runs as experiments)."""
+    pytest.importorskip("mlflow")
+    runs = make_runset(tmp_path / "runs", runs=2, n=12)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri.format(runs=runs))
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    result, before = run(tmp_path, "audit", runs, *FAST, "--mlflow")
+    assert_bad_input(result, f"the tracking store lies in the input {runs}", tmp_path, before)

@@ -265,7 +265,7 @@ def audit(inputs: str | Path | Sequence[str | Path], **options: Any) -> AuditRep
 
     call = _AuditCall.parse(inputs, options)
     plan = call.files.plan(call.paths, call.more_inputs())
-    tracker = call.files.open_tracker()
+    tracker = call.files.open_tracker(plan)
     names, counts = _key_tables(call.key_names, call.frequencies, call.encoding)
     runs = load_runs(call.paths, on_warning=call.callbacks.on_warning, read=call.read)
     downstream = call.downstream

@@ -199,17 +199,30 @@ class ReportFiles:
         plan.check()  # before any work: nothing of the inputs is overwritten, nothing existing without --force
         return plan
 
-    def open_tracker(self) -> Tracker | None:
+    def open_tracker(self, plan: OutputPlan | None = None) -> Tracker | None:
         """The MLflow experiment to log into (``mlflow``), opened before any work so that a
-        missing extra or a store MLflow refuses is one error first; None without ``mlflow``."""
+        missing extra or a store MLflow refuses is one error first; None without ``mlflow``.
+        Given the command's ``plan``, a tracking store (file or SQLite) inside an input is refused."""
         if self.mlflow_experiment is not None and not self.mlflow:
             raise UsageError("--mlflow-experiment only applies with --mlflow")
         if self.mlflow_experiment is not None and not self.mlflow_experiment.strip():
             raise UsageError("--mlflow-experiment: empty name; omit it for MLFLOW_EXPERIMENT_NAME or 'stabcli'")
         if not self.mlflow:
             return None
-        from stabcli.reports.tracking import Tracker
+        from stabcli.reports.tracking import Tracker, require_mlflow, store_path
 
+        if plan is not None:
+            require_mlflow()
+            import mlflow
+
+            uri = mlflow.get_tracking_uri()
+            store = store_path(uri)
+            holder = plan.input_holding(store) if store is not None else None
+            if holder is not None:
+                raise UsageError(
+                    f"MLflow at {uri}: the tracking store lies in the input {holder}; point MLFLOW_TRACKING_URI elsewhere"
+                )
+            return Tracker(self.mlflow_experiment, tracking_uri=uri)
         return Tracker(self.mlflow_experiment)
 
     def write(

@@ -355,7 +355,7 @@ def compare(a: str | Path, b: str | Path, **options: Any) -> CompareReport:
     refuse_unknown("compare", options)
     validate_checks(checks)  # a typo fails before any input is read
     plan = files.plan([a, b])
-    tracker = files.open_tracker()
+    tracker = files.open_tracker(plan)
 
     def audit(path: Path) -> dict[str, Any]:
         return schema.to_json(build_report(load_runs([path], on_warning=on_warning), settings))

@@ -129,7 +129,7 @@ def drift(before: str | Path, after: str | Path, noise: str | Path | None = None
 
     call = _DriftCall.parse(before, after, noise, options)
     plan = call.files.plan(call.sides(), call.more_inputs())
-    tracker = call.files.open_tracker()
+    tracker = call.files.open_tracker(plan)
     if call.allow_mismatch and call.noise is None:
         only_with("--noise RUNSET", [("--allow-noise-mismatch", True)])
     inputs = load_inputs(call.before, call.after, call.noise, call.settings.reference, call.read, call.allow_mismatch)

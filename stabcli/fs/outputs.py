@@ -222,6 +222,15 @@ class OutputPlan:
         """Declare an input; a directory makes everything inside it an input too."""
         self._inputs.append(Path(path))
 
+    def input_holding(self, path: str | Path) -> Path | None:
+        """The declared input that ``path`` is, or lies inside (symlinks resolved); None."""
+        real = Path(os.path.realpath(path))
+        for given in self._inputs:
+            target = Path(os.path.realpath(given))
+            if real == target or _inside(real, target):
+                return given
+        return None
+
     def add(
         self,
         path: str | Path,

@@ -197,6 +197,21 @@ class Tracker:
         return LoggedRun(run_id, self.experiment_id, run.info.artifact_uri)
 
 
+def store_path(uri: str) -> Path | None:
+    """The local file or directory a tracking URI writes (``sqlite:///PATH``, ``file:PATH``,
+    a bare path: MLflow's file store); None for a server."""
+    from urllib.parse import unquote, urlparse
+
+    if uri.startswith("sqlite:///"):
+        return Path(unquote(uri.removeprefix("sqlite:///").split("?")[0]) or ".").absolute()
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path)).absolute()
+    if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):
+        return Path(uri).absolute()
+    return None
+
+
 @contextmanager
 def _mlflow_errors(uri: str | None) -> Iterator[None]:
     """MLflow's refusals (a file store without MLFLOW_ALLOW_FILE_STORE, an unreachable

@@ -341,14 +341,15 @@ def compare(a: str | Path, b: str | Path, **options: Any) -> CompareReport:
         ``report.passed`` is false when a check failed.
     """
     from stabcli.commands.audit import AuditOptions, build_report, load_runs
-    from stabcli.commands.common import Renderings, ReportFiles, log_run, params_given, refuse_unknown, take, warn
+    from stabcli.commands.common import Callbacks, Renderings, ReportFiles, params_given, publish, refuse_unknown, take
     from stabcli.reports import compare_render
 
     a, b = Path(a), Path(b)
     options = dict(options)
     params = {"a": str(a), "b": str(b), **params_given(options)}
-    on_warning = options.pop("on_warning", None) or warn
-    on_figure, on_logged = options.pop("on_figure", None), options.pop("on_logged", None)
+    if "on_step" in options:  # compare reports no progress: refused as any unknown keyword
+        refuse_unknown("compare", {"on_step": options["on_step"]})
+    callbacks = Callbacks.take(options)
     checks = list(options.pop("checks", ()))
     files = ReportFiles.take(options)
     settings = AuditOptions(**take(AuditOptions, options))
@@ -358,15 +359,12 @@ def compare(a: str | Path, b: str | Path, **options: Any) -> CompareReport:
     tracker = files.open_tracker(plan)
 
     def audit(path: Path) -> dict[str, Any]:
-        return schema.to_json(build_report(load_runs([path], on_warning=on_warning), settings))
+        return schema.to_json(build_report(load_runs([path], on_warning=callbacks.on_warning), settings))
 
     report = evaluate_checks(compare_audits(*load_sides([a, b], audit)), checks)
     text = schema.dumps(report)
     renderings = Renderings(
         text, lambda _: compare_render.render_markdown(report), page=lambda *_: compare_render.render_html(report, text)
     )
-    for path in files.write(plan, text, renderings=renderings, on_warning=on_warning):
-        if on_figure is not None:
-            on_figure(path)
-    log_run(tracker, "compare", params, renderings, on_logged)
+    publish(files, plan, renderings, callbacks, (tracker, "compare", params))
     return report

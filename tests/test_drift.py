@@ -652,13 +652,25 @@ CONFIG_8 = {"model": "word2vec", "dim": 8, "window": 3, "negative": 3, "epochs":
         ({"config": {**CONFIG_8, "epochs": 20}}, "epochs"),
         ({"config": {**CONFIG_8, "window": 5, "negative": 10}}, "negative"),
         ({"corpus": {"sha256": "a" * 64, "options": {"format": "lines", "tokenize": "simple"}}}, "corpus tokenize"),
-        ({"corpus": {"sha256": "a" * 64, "options": {"format": "lines"}, "columns": {"user": "s"}}}, "corpus columns"),
+        (
+            {
+                "corpus": {
+                    "sha256": "a" * 64,
+                    "options": {"format": "lines", "encoding": "utf-8"},
+                    "columns": {"user": "s"},
+                }
+            },
+            "corpus columns",
+        ),
         ({"corpus": {"sha256": "a" * 64, "options": {"format": "lines", "encoding": "latin-1"}}}, "corpus encoding"),
     ],
 )
 def test_noise_from_other_data_or_configuration_is_refused_unless_allowed(tmp_path, changed, field):
     base = rng_matrix(n=120, d=8, seed=21)
-    manifest = {"corpus": {"sha256": "a" * 64, "options": {"format": "lines"}}, "config": CONFIG_8}
+    corpus = {"sha256": "a" * 64, "options": {"format": "lines", "encoding": "utf-8"}}
+    if field == "corpus columns":
+        corpus["columns"] = {"user": "u"}
+    manifest = {"corpus": corpus, "config": CONFIG_8}
     before = runset_like(tmp_path / "before", base, manifest)
     noise = runset_like(tmp_path / "noise", base, {**manifest, **changed})
     after = write_and_path(tmp_path, "after.npy", RunSet.open(before).load(1).vectors)
@@ -673,6 +685,20 @@ def test_noise_from_other_data_or_configuration_is_refused_unless_allowed(tmp_pa
     assert any(field in w and "--allow-noise-mismatch" in w for w in data["warnings"])
     same = runner.invoke(app, ["drift", str(before), str(after), "--noise", str(before), "--format", "json"])
     assert json.loads(same.stdout)["noise"]["compatibility"] == "checked"
+
+
+def test_a_noise_set_from_before_0_3_without_encoding_or_columns_is_compatible(tmp_path):
+    """Manifests written before 0.3 record neither the encoding nor the columns: unknown, not
+    different (but a field they do record, like --tokenize's default, is still compared)."""
+    base = rng_matrix(n=120, d=8, seed=23)
+    corpus = {"sha256": "a" * 64, "options": {"format": "lines", "encoding": "utf-8"}, "columns": {"user": "u"}}
+    before = runset_like(tmp_path / "before", base, {"corpus": corpus, "config": CONFIG_8})
+    old = {"sha256": "a" * 64, "options": {"format": "lines"}}
+    noise = runset_like(tmp_path / "noise", base, {"corpus": old, "config": CONFIG_8})
+    after = write_and_path(tmp_path, "after.npy", RunSet.open(before).load(1).vectors)
+    result = runner.invoke(app, ["drift", str(before), str(after), "--noise", str(noise), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["noise"]["compatibility"] == "checked"
 
 
 def test_plain_files_with_noise_of_another_scale_get_a_warning(tmp_path):

@@ -162,6 +162,20 @@ def test_resume_keeps_finished_runs_and_redoes_missing_ones(tmp_path, sessions_f
     assert not (root / ".run-002.partial").exists()
 
 
+def test_a_run_set_from_before_0_3_resumes(tmp_path, sessions_file):
+    """A manifest written before 0.3 records neither the corpus encoding nor its columns:
+    the run set resumes (they are unknown, not different)."""
+    root = tmp_path / "runs"
+    pretrain(root, sessions_file, SMALL, runs=1, jobs=1)
+    manifest = json.loads((root / "stabcli.json").read_text())
+    manifest["corpus"].pop("encoding", None)
+    manifest["corpus"].pop("columns", None)
+    manifest["corpus"].get("options", {}).pop("encoding", None)
+    (root / "stabcli.json").write_text(json.dumps(manifest))
+    result = pretrain(root, sessions_file, SMALL, runs=2, jobs=1)
+    assert [r.status for r in result.runs] == ["kept", "complete"]
+
+
 def test_other_config_is_refused_unless_forced(tmp_path, sessions_file):
     root = tmp_path / "runs"
     pretrain(root, sessions_file, SMALL, runs=1, jobs=1)

@@ -21,7 +21,7 @@ from stabcli.measure.align import match_keys, matched_vectors, rows_of
 from stabcli.reports.drift_report import DEFAULT_MEASURE
 from stabcli.runset import RunSet, is_runset
 from stabcli.runset.layout import run_name
-from stabcli.runset.manifest import corpus_reading
+from stabcli.runset.manifest import corpus_reading, reading_differences
 
 # the training configuration fields a noise run set must share with BEFORE's (checkpoints do not change vectors)
 NOISE_CONFIG_IGNORED = ("checkpoints",)
@@ -197,9 +197,8 @@ def noise_mismatches(before: dict[str, Any], noise: dict[str, Any]) -> list[tupl
     if b_corpus.get("sha256") != n_corpus.get("sha256"):
         out.append(("corpus sha256", b_corpus.get("sha256"), n_corpus.get("sha256")))
     b_reading, n_reading = corpus_reading(b_corpus), corpus_reading(n_corpus)  # pretrain's resume identity
-    for name in b_reading:
-        if b_reading[name] != n_reading[name]:
-            out.append((f"corpus {name}", b_reading[name], n_reading[name]))
+    for name in reading_differences(b_reading, n_reading):
+        out.append((f"corpus {name}", b_reading[name], n_reading[name]))
     b_config, n_config = before.get("config") or {}, noise.get("config") or {}
     for name in sorted(set(b_config) | set(n_config)):
         if name not in NOISE_CONFIG_IGNORED and b_config.get(name) != n_config.get(name):

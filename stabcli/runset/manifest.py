@@ -91,6 +91,34 @@ def corpus_reading(corpus: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
+# Reading fields that manifests written before 0.3 do not record: missing on one side they
+# are unknown, not different (an older run set resumes, and serves as drift's noise set).
+UNRECORDED_BEFORE_0_3 = ("encoding", "columns")
+
+
+def reading_differences(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
+    """The :func:`corpus_reading` fields on which two readings differ; a field in
+    ``UNRECORDED_BEFORE_0_3`` that one side does not record is not a difference."""
+    old, new = old or {}, new or {}
+    return [
+        name
+        for name in sorted(set(old) | set(new))
+        if old.get(name) != new.get(name)
+        and not (name in UNRECORDED_BEFORE_0_3 and (old.get(name) is None or new.get(name) is None))
+    ]
+
+
+def same_identity(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether two :func:`identity` dicts are the same run set (an unrecorded reading field
+    of an older manifest matches anything)."""
+    rest = ("config", "corpus_sha256", "seed")
+    if any(old.get(name) != new.get(name) for name in rest):
+        return False
+    if (old.get("corpus_reading") is None) != (new.get("corpus_reading") is None):
+        return False
+    return not reading_differences(old.get("corpus_reading"), new.get("corpus_reading"))
+
+
 def identity(manifest: dict[str, Any]) -> dict[str, Any]:
     """What makes two pretrains the same run set: configuration, corpus sha256, how the
     corpus was read (:func:`corpus_reading`; none in script mode without a corpus) and seed."""

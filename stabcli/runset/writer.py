@@ -44,7 +44,7 @@ from stabcli.runset.layout import (
     run_dir,
     run_name,
 )
-from stabcli.runset.manifest import check_losses, describe_difference, identity, now, read_manifest
+from stabcli.runset.manifest import check_losses, describe_difference, identity, now, read_manifest, same_identity
 
 
 def check_keys(keys: Sequence[str], where: str) -> None:
@@ -152,7 +152,7 @@ class RunSetWriter:
         if (self.root / MANIFEST).exists():
             old = read_manifest(self.root)
             old_identity = identity(old)
-            if old_identity == identity_:
+            if same_identity(old_identity, identity_):
                 old.update(updated=now(), stabcli_version=info["stabcli_version"])
                 if info.get("corpus"):
                     old["corpus"] = info["corpus"]

@@ -139,4 +139,14 @@ def test_an_mlflow_store_inside_an_input(tmp_path, monkeypatch, uri):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri.format(runs=runs))
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     result, before = run(tmp_path, "audit", runs, *FAST, "--mlflow")
-    assert_bad_input(result, f"the tracking store lies in the input {runs}", tmp_path, before)
+    assert_bad_input(result, f"the tracking store lies inside {runs}, which this command reads", tmp_path, before)
+
+
+def test_an_mlflow_store_inside_the_run_set_pretrain_writes(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    (tmp_path / "c.txt").write_text("a b c d\nb c d e\n" * 10)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    result, before = run(
+        tmp_path, "pretrain", tmp_path / "c.txt", "--out", tmp_path / "runs", "--runs", "2", "--mlflow"
+    )
+    assert_bad_input(result, f"the tracking store lies inside {tmp_path / 'runs'}, which", tmp_path, before)

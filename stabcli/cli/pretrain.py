@@ -222,7 +222,7 @@ def pretrain_cmd(
     """
     options = api_options(locals(), skip=("ctx", "corpus", "out_dir", "mlflow", "mlflow_experiment"))
     set_quiet(quiet)
-    tracker = _open_tracker(mlflow, mlflow_experiment)  # before any training
+    tracker = _open_tracker(mlflow, mlflow_experiment, [p for p in (corpus, out_dir) if p is not None])
     result = run_pretrain(corpus, out_dir, **options)
     if tracker is not None:
         _log_runs(
@@ -231,12 +231,14 @@ def pretrain_cmd(
     report_pretrain(result, fmt)
 
 
-def _open_tracker(mlflow: bool, experiment: str | None) -> Tracker | None:
+def _open_tracker(mlflow: bool, experiment: str | None, paths: list[Path]) -> Tracker | None:
+    """Before any training; a tracking store inside the corpus or the run set written is refused."""
     from stabcli.commands.common import ReportFiles
+    from stabcli.fs.outputs import OutputPlan
 
     if mlflow:
         quiet_mlflow_logs()
-    return ReportFiles(mlflow=mlflow, mlflow_experiment=experiment).open_tracker()
+    return ReportFiles(mlflow=mlflow, mlflow_experiment=experiment).open_tracker(OutputPlan(paths))
 
 
 def _log_runs(tracker: Tracker, result: PretrainResult, params: dict[str, Any]) -> None:

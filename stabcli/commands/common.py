@@ -220,7 +220,8 @@ class ReportFiles:
             holder = plan.input_holding(store) if store is not None else None
             if holder is not None:
                 raise UsageError(
-                    f"MLflow at {uri}: the tracking store lies in the input {holder}; point MLFLOW_TRACKING_URI elsewhere"
+                    f"MLflow at {uri}: the tracking store lies inside {holder}, which this command reads or "
+                    "writes; point MLFLOW_TRACKING_URI elsewhere"
                 )
             return Tracker(self.mlflow_experiment, tracking_uri=uri)
         return Tracker(self.mlflow_experiment)

@@ -38,7 +38,7 @@ def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
     """``repr(value)`` for a message, shortened to about ``limit`` characters: how every
     message quotes a user's value (a label, a key, a class name, an option value), so a
     300,000-character label is never copied whole into an error or a warning."""
-    return repr(shorten(value, limit)) if isinstance(value, str) else shorten(repr(value), limit)
+    return repr(shorten(value, limit)) if isinstance(value, str) else shorten(one_line(repr(value)), limit)
 
 
 class StabcliError(ValueError):
@@ -66,7 +66,9 @@ class OptionError(UsageError):
     (``knn_k``); the CLI shows it as its flag (``--knn-k``)."""
 
     def __init__(self, param: str, problem: str):
-        self.problem = shorten(problem, MESSAGE_LIMIT)
+        # room for "param: " and shorten's own marker, so the message is not cut a second time
+        # (which would miscount what was left out)
+        self.problem = shorten(problem, MESSAGE_LIMIT - len(param) - 60)
         super().__init__(f"{param}: {self.problem}")
         self.param = param
 

@@ -656,18 +656,19 @@ CONFIG_8 = {"model": "word2vec", "dim": 8, "window": 3, "negative": 3, "epochs":
             {
                 "corpus": {
                     "sha256": "a" * 64,
-                    "options": {"format": "lines", "encoding": "utf-8"},
+                    "options": {"format": "lines"},
+                    "encoding": "utf-8",
                     "columns": {"user": "s"},
                 }
             },
             "corpus columns",
         ),
-        ({"corpus": {"sha256": "a" * 64, "options": {"format": "lines", "encoding": "latin-1"}}}, "corpus encoding"),
+        ({"corpus": {"sha256": "a" * 64, "options": {"format": "lines"}, "encoding": "iso8859-1"}}, "corpus encoding"),
     ],
 )
 def test_noise_from_other_data_or_configuration_is_refused_unless_allowed(tmp_path, changed, field):
     base = rng_matrix(n=120, d=8, seed=21)
-    corpus = {"sha256": "a" * 64, "options": {"format": "lines", "encoding": "utf-8"}}
+    corpus = {"sha256": "a" * 64, "options": {"format": "lines"}, "encoding": "utf-8"}
     if field == "corpus columns":
         corpus["columns"] = {"user": "u"}
     manifest = {"corpus": corpus, "config": CONFIG_8}
@@ -691,9 +692,9 @@ def test_a_noise_set_from_before_0_3_without_encoding_or_columns_is_compatible(t
     """Manifests written before 0.3 record neither the encoding nor the columns: unknown, not
     different (but a field they do record, like --tokenize's default, is still compared)."""
     base = rng_matrix(n=120, d=8, seed=23)
-    corpus = {"sha256": "a" * 64, "options": {"format": "lines", "encoding": "utf-8"}, "columns": {"user": "u"}}
+    corpus = {"sha256": "a" * 64, "options": {"format": "lines"}, "encoding": "iso8859-1", "columns": {"user": "u"}}
     before = runset_like(tmp_path / "before", base, {"corpus": corpus, "config": CONFIG_8})
-    old = {"sha256": "a" * 64, "options": {"format": "lines"}}
+    old = {"sha256": "a" * 64, "options": {"format": "lines", "encoding": "latin-1"}}  # as typed, no codec
     noise = runset_like(tmp_path / "noise", base, {"corpus": old, "config": CONFIG_8})
     after = write_and_path(tmp_path, "after.npy", RunSet.open(before).load(1).vectors)
     result = runner.invoke(app, ["drift", str(before), str(after), "--noise", str(noise), "--format", "json"])

@@ -53,6 +53,8 @@ def test_quote_shortens_and_keeps_one_line():
     long = quote("x" * HUGE)
     assert len(long) < QUOTE_LIMIT + 40 and f"{HUGE - QUOTE_LIMIT:,} characters" in long
     assert "\n" not in quote("a\nb" * HUGE) and len(quote(list(range(HUGE)))) < QUOTE_LIMIT + 40
+    assert "\n" not in quote(np.arange(4.0).reshape(2, 2))  # numpy's repr spans lines
+    assert f"{HUGE - (MESSAGE_LIMIT - 5 - 60):,} characters" in str(OptionError("model", "z" * HUGE))
 
 
 def test_every_error_is_capped_for_library_callers():

@@ -151,6 +151,20 @@ def test_identical_runs_have_no_list_churn_and_rotated_runs_need_alignment_when_
     assert turned["recall_mean"] > 0.25 and turned["stale_recall_raw"] < 0.5 * turned["recall_mean"]
 
 
+def test_float64_runs_beyond_float32_range_score_as_their_directions(tmp_path):
+    """Scores are cosines: runs scaled by 1e39 (float64, beyond float32's range) give the
+    report of the unscaled runs, for h and for avg (they were inf, then NaN scores)."""
+    rng = np.random.default_rng(5)
+    n_items = 200
+    arrays = [rng.standard_normal((n_items, 8)) for _ in range(3)]
+    path = write_interactions(tmp_path / "log.csv", 150, n_items, rng)
+    plain = runs_report(arrays, path, k_list=[5], variants=["h", "avg"])
+    scaled = runs_report([a * 1e39 for a in arrays], path, k_list=[5], variants=["h", "avg"])
+    for variant in ("h", "avg"):
+        for key, value in plain["variants"][variant]["mean"]["5"].items():
+            assert scaled["variants"][variant]["mean"]["5"][key] == pytest.approx(value, abs=1e-9), (variant, key)
+
+
 def test_unrelated_runs_churn_at_chance_and_users_are_sampled(tmp_path):
     rng = np.random.default_rng(3)
     arrays = [rng.standard_normal((500, 8)).astype(np.float32) for _ in range(3)]

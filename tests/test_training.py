@@ -163,14 +163,14 @@ def test_resume_keeps_finished_runs_and_redoes_missing_ones(tmp_path, sessions_f
 
 
 def test_a_run_set_from_before_0_3_resumes(tmp_path, sessions_file):
-    """A manifest written before 0.3 records neither the corpus encoding nor its columns:
-    the run set resumes (they are unknown, not different)."""
+    """A manifest written before 0.3 records neither the codec used nor the columns (only
+    ``--encoding`` as typed): the run set resumes (they are unknown, not different)."""
     root = tmp_path / "runs"
     pretrain(root, sessions_file, SMALL, runs=1, jobs=1)
     manifest = json.loads((root / "stabcli.json").read_text())
     manifest["corpus"].pop("encoding", None)
     manifest["corpus"].pop("columns", None)
-    manifest["corpus"].get("options", {}).pop("encoding", None)
+    manifest["corpus"].setdefault("options", {})["encoding"] = "LATIN1"  # --encoding as typed, not a codec name
     (root / "stabcli.json").write_text(json.dumps(manifest))
     result = pretrain(root, sessions_file, SMALL, runs=2, jobs=1)
     assert [r.status for r in result.runs] == ["kept", "complete"]

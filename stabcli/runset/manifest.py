@@ -84,7 +84,9 @@ def corpus_reading(corpus: dict[str, Any] | None) -> dict[str, Any]:
     options = corpus.get("options") or {}
     return {
         "format": corpus.get("format"),
-        "encoding": corpus.get("encoding") or options.get("encoding"),
+        # the codec actually used (recorded since 0.3); an older manifest's ``--encoding`` as
+        # typed ("latin-1", "utf-16") is not that name, so it counts as unrecorded
+        "encoding": corpus.get("encoding"),
         "columns": corpus.get("columns") or None,
         "min_rating": options.get("min_rating"),
         "tokenize": options.get("tokenize") or "none",

@@ -384,13 +384,15 @@ def next_item_report(
             total = np.zeros(arrays[0].shape, dtype=np.float64)
             for a, q in zip(arrays, rotations, strict=True):
                 total += np.asarray(a, dtype=np.float64) @ q
-            runs = [(total / R).astype(np.float32)]
+            runs = [total / R]
 
         def space(r: int) -> np.ndarray:
-            x = np.asarray(runs[r], dtype=np.float32)
+            # normalized in the input's precision, then float32: float64 rows beyond float32's
+            # range (1e39) would become inf, NaN unit vectors and NaN scores
+            x = np.asarray(runs[r])
             if directions is not None:
                 x = fourier_features(np.asarray(x, dtype=np.float64), directions, normalize=True)
-            return unit_rows(np.asarray(x, dtype=np.float32))
+            return unit_rows(x).astype(np.float32, copy=False)
 
         return len(runs), space
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +32,6 @@ import numpy as np
 from stabcli import __version__
 from stabcli.commands.audit import AuditOptions, build_report, load_runs
 from stabcli.errors import InputError, UsageError, quote
-from stabcli.fs.atomic import file_sha256
 from stabcli.inputs.corpus import CorpusOptions, read_corpus
 from stabcli.inputs.labels import read_label_sets
 from stabcli.measure import curves
@@ -44,7 +43,7 @@ from stabcli.reports.sweep_report import Pareto, PowerLaw, SizePoint, SwapOne, S
 from stabcli.runset.manifest import corpus_reading
 from stabcli.runset.reader import RunSet
 from stabcli.training import sweep_plan as plan
-from stabcli.training.pretrain import Backend, TrainConfig, local_backend, parse_params
+from stabcli.training.pretrain import Backend, TrainConfig, corpus_entry, local_backend, parse_params
 from stabcli.training.sweep_dir import (
     CELLS,
     SweepDir,
@@ -299,17 +298,11 @@ def run_sweep(
         keys = set(corpus.tags) if corpus.tags is not None else {t for s in corpus.sequences for t in s}
         read_label_sets(downstream.labels, keys, downstream.encoding)
     n = len(corpus.sequences)
+    entry = corpus_entry(corpus_path, corpus, corpus_options)  # what pretrain's manifest records
     identity = {
         "schema_version": SCHEMA_VERSION,
-        "corpus_sha256": file_sha256(Path(corpus_path)),
-        "corpus_reading": corpus_reading(  # what pretrain's resume compares: --tokenize, columns, encoding
-            {
-                "format": corpus.format,
-                "encoding": corpus.encoding,
-                "columns": corpus.columns,
-                "options": asdict(corpus_options),
-            }
-        ),
+        "corpus_sha256": entry["sha256"],
+        "corpus_reading": corpus_reading(entry),  # what pretrain's resume compares: --tokenize, columns, encoding
         "model": config.model if config.script is None else "script",
         "seed": options.seed,
     }

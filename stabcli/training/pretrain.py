@@ -212,6 +212,25 @@ def pretrain(
     )
 
 
+def corpus_entry(corpus_path: str | Path, corpus: Corpus, corpus_options: CorpusOptions) -> dict[str, Any]:
+    """The ``corpus`` entry of a run set's manifest: the file, its sha256 and how it was read
+    (what :func:`stabcli.runset.manifest.corpus_reading` compares on resume, and what a
+    sweep directory and drift's noise check compare too)."""
+    summary = corpus.summary()
+    return {
+        "path": str(Path(corpus_path).resolve()),
+        "sha256": file_sha256(Path(corpus_path)),
+        "format": corpus.format,
+        "encoding": corpus.encoding,
+        "options": asdict(corpus_options),
+        "sequences": len(corpus.sequences),
+        "tokens": corpus.n_tokens,
+        "delimiter": summary["delimiter"],
+        "header": summary["header"],
+        "columns": summary["columns"],
+    }
+
+
 @dataclass
 class _TrainingData:
     """The corpus a pretrain reads (none in script mode without CORPUS): its vocabulary and
@@ -246,19 +265,7 @@ class _TrainingData:
                 )
             check_keys(vocabulary, f"{corpus_path}: {'tag' if corpus.tags is not None else 'token'}")
             counts = [key_counts[k] for k in vocabulary]
-        info = {
-            "path": str(Path(corpus_path).resolve()),
-            "sha256": file_sha256(Path(corpus_path)),
-            "format": corpus.format,
-            "encoding": corpus.encoding,
-            "options": asdict(corpus_options),
-            "sequences": len(corpus.sequences),
-            "tokens": corpus.n_tokens,
-            "delimiter": summary["delimiter"],
-            "header": summary["header"],
-            "columns": summary["columns"],
-        }
-        return cls(corpus, vocabulary, counts, key_counts, summary, info)
+        return cls(corpus, vocabulary, counts, key_counts, summary, corpus_entry(corpus_path, corpus, corpus_options))
 
     def write(self, writer: RunSetWriter) -> Path | None:
         """The keys and their training counts into the run set; returns the corpus copy the

@@ -158,7 +158,7 @@ def test_checks():
 # ------------------------------------------------------------ typed report, new content
 
 from conftest import make_interactions, make_runset, make_zipf_text  # noqa: E402
-from stabcli.measure import metrics  # noqa: E402
+from stabcli.measure import metrics, neighbours  # noqa: E402
 from stabcli.reports.schema import dumps  # noqa: E402
 
 
@@ -358,7 +358,7 @@ def test_pairwise_measures_report_their_spread_over_run_pairs(tmp_path):
         ("eigenspace_overlap", metrics.pairwise_values(grams, metrics.eigenspace_overlap)),
         ("pip_loss", metrics.pairwise_values(grams, metrics.pip_loss)),
         ("semantic_displacement", metrics.displacement_by_pair(arrays, grams)),
-        ("knn_overlap", metrics.knn_overlap_by_pair(arrays, np.arange(60), 3).mean(axis=1)),
+        ("knn_overlap", neighbours.knn_overlap_by_pair(arrays, np.arange(60), 3).mean(axis=1)),
     ):
         spread = getattr(spreads, name)
         assert (spread.min, spread.median, spread.max) == pytest.approx(

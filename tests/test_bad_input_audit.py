@@ -137,8 +137,9 @@ def test_unknown_check_path_fails_before_any_work(tmp_path, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a metric ran before the --check paths were validated")
 
-    for name in ("gram_blocks", "noise_share", "knn_overlap", "inner_product_noise_share"):
+    for name in ("gram_blocks", "noise_share", "inner_product_noise_share"):
         monkeypatch.setattr(metrics, name, forbidden)
+    monkeypatch.setattr("stabcli.commands.audit_compute.knn_overlap_by_pair", forbidden)
     monkeypatch.setattr("stabcli.commands.audit.load_runs", forbidden)
     before = files_state(tmp_path)
     start = time.perf_counter()

@@ -9,6 +9,7 @@ from scipy.stats import ortho_group
 
 from stabcli.measure import metrics as m
 from stabcli.measure.align import generalized_procrustes, rotation_from_cross
+from stabcli.measure.neighbours import knn_overlap, knn_overlap_by_pair, nearest_neighbours
 
 N, D, R = 60, 5, 4
 
@@ -122,7 +123,7 @@ def direct_neighbours(h, queries, k):
 def test_nearest_neighbours_match_brute_force(monkeypatch):
     h = random_runs()[0]
     queries = np.array([0, 5, 17, 59])
-    got = m.nearest_neighbours(h, queries, 7)
+    got = nearest_neighbours(h, queries, 7)
     want = direct_neighbours(h, queries, 7)
     assert [set(row) for row in got] == [set(row) for row in want]
     for q, row in zip(queries, got, strict=False):
@@ -140,7 +141,7 @@ def test_knn_overlap_matches_direct_computation():
         ],
         axis=0,
     )
-    np.testing.assert_allclose(m.knn_overlap(runs, queries, 5), direct, atol=1e-12)
+    np.testing.assert_allclose(knn_overlap(runs, queries, 5), direct, atol=1e-12)
 
 
 # ------------------------------------------------------------------ known answers
@@ -154,7 +155,7 @@ def all_metrics(runs):
         "share": m.noise_share(runs).overall,
         "aligned": m.noise_share(runs, rotations).overall,
         "inner": m.inner_product_noise_share(runs, first, second),
-        "knn": float(m.knn_overlap(runs, np.arange(40), 5).mean()),
+        "knn": float(knn_overlap(runs, np.arange(40), 5).mean()),
         "pip": m.pairwise_mean(grams, m.pip_loss),
         "pip_relative": m.pairwise_mean(grams, m.pip_loss) / np.sqrt(m.frobenius_sq(grams.G[0, 0])),
         "cka": m.pairwise_mean(grams, m.linear_cka),
@@ -204,7 +205,7 @@ def test_zero_rows_do_not_divide_by_zero():
         h[3] = 0
     first, second = np.array([3, 1]), np.array([1, 3])
     assert np.isfinite(m.inner_product_noise_share(runs, first, second))
-    assert np.isfinite(m.knn_overlap(runs, np.array([3, 4]), 3)).all()
+    assert np.isfinite(knn_overlap(runs, np.array([3, 4]), 3)).all()
 
 
 def test_unit_rows_of_float32_rows_whose_squares_under_or_overflow():
@@ -256,7 +257,7 @@ def invariant_metrics(runs):
         "aligned": aligned.overall,
         "least_stable_order": np.argsort(-aligned.per_key_variance_scaled, kind="stable")[:10],
         "inner": m.inner_product_noise_share(runs, first, second),
-        "knn": m.knn_overlap(runs, np.arange(30), 5),
+        "knn": knn_overlap(runs, np.arange(30), 5),
         "pip_relative": m.relative_pip_loss(grams),
         "cka": m.pairwise_mean(grams, m.linear_cka),
         "eig": m.pairwise_mean(grams, m.eigenspace_overlap),
@@ -404,11 +405,11 @@ def test_per_pair_values_average_to_the_reported_means():
     runs = _structured_runs(R=4, n=120)
     grams = m.gram_blocks(runs)
     pairs = list(combinations(range(4), 2))
-    by_pair = m.knn_overlap_by_pair(runs, np.arange(30), 5)
+    by_pair = knn_overlap_by_pair(runs, np.arange(30), 5)
     assert by_pair.shape == (6, 30)
-    np.testing.assert_allclose(by_pair.mean(axis=0), m.knn_overlap(runs, np.arange(30), 5), atol=1e-12)
+    np.testing.assert_allclose(by_pair.mean(axis=0), knn_overlap(runs, np.arange(30), 5), atol=1e-12)
     for p, (r, s) in enumerate(pairs):  # one pair alone gives the same value as its row
-        np.testing.assert_allclose(by_pair[p], m.knn_overlap([runs[r], runs[s]], np.arange(30), 5), atol=1e-12)
+        np.testing.assert_allclose(by_pair[p], knn_overlap([runs[r], runs[s]], np.arange(30), 5), atol=1e-12)
         assert m.displacement_by_pair(runs, grams)[p] == pytest.approx(
             m.semantic_displacement([runs[r], runs[s]], m.gram_blocks([runs[r], runs[s]])), rel=1e-9
         )

@@ -19,6 +19,7 @@ from stabcli.measure import anchor as spectral
 from stabcli.measure import metrics as m
 from stabcli.measure import rowpass
 from stabcli.measure.align import generalized_procrustes, matched_vectors
+from stabcli.measure.neighbours import knn_overlap_by_pair
 from stabcli.measure.threads import one_blas_thread
 from stabcli.reports.audit_report import (
     ByPair,
@@ -212,7 +213,7 @@ def representation_report(
     inner = m.inner_product_noise_share(arrays, first, second)
     step("nearest neighbours")
     queries, extra = _knn_queries(n, options, frequency, rng)
-    by_pair = m.knn_overlap_by_pair(arrays, np.concatenate([queries, extra]), options.knn_k)
+    by_pair = knn_overlap_by_pair(arrays, np.concatenate([queries, extra]), options.knn_k)
     knn = np.full(n, np.nan)
     knn[np.concatenate([queries, extra])] = by_pair.mean(axis=0)
     least_idx, ranked = least_stable_keys(knn, relative, frequency, options)

@@ -20,6 +20,7 @@ from stabcli.measure import metrics as m
 from stabcli.measure.align import match_keys, matched_vectors
 from stabcli.measure.anchor import DEFAULT_EIS_ALPHA
 from stabcli.measure.degenerate import DegenerateRuns, degenerate_runs
+from stabcli.measure.threads import ordered_map
 from stabcli.runset import RunSet, is_runset
 
 
@@ -110,7 +111,8 @@ def load_runs(
         raise InputError(f"{embeddings[1].source}: no keys in common with {first.source}")
     if first.dim == 0:
         raise InputError(f"{first.source}: vectors have 0 dimensions; there is nothing to compare")
-    arrays = [matched_vectors(emb, idx, keys) for emb, idx in zip(embeddings, rows, strict=True)]
+    # a run per worker: the finite check reads every value
+    arrays = list(ordered_map(lambda run: matched_vectors(run[0], run[1], keys), zip(embeddings, rows, strict=True)))
     if dropped and on_warning:  # after the checks: a bad input is one error line, not a warning and an error
         on_warning(f"{dropped} keys are not in every run and were left out; comparing {len(keys)} common keys")
     degenerate = degenerate_runs(names, arrays)  # reported in input.degenerate, the terminal and Markdown

@@ -17,6 +17,7 @@ from stabcli.errors import OptionError
 from stabcli.measure import drift_stats as dm
 from stabcli.measure import metrics as m
 from stabcli.measure.align import procrustes_rotation
+from stabcli.measure.neighbours import knn_overlap
 from stabcli.reports.drift_report import (
     ADDED_REMOVED_LISTED,
     DownstreamSection,
@@ -211,7 +212,7 @@ def _knn_overlap(inputs: DriftInputs, options: DriftOptions, top_idx: list[int])
         rng = np.random.default_rng(options.seed)
         queries, sampled = np.sort(rng.choice(n, size=min(options.knn_queries, n), replace=False)), True
     extra = np.setdiff1d(np.asarray(top_idx, dtype=np.int64), queries) if sampled else np.empty(0, dtype=np.int64)
-    overlaps = m.knn_overlap([inputs.b, inputs.a], np.concatenate([queries, extra]), options.knn_k)
+    overlaps = knn_overlap([inputs.b, inputs.a], np.concatenate([queries, extra]), options.knn_k)
     knn = np.full(n, np.nan)
     knn[queries] = overlaps[: len(queries)]
     knn[extra] = overlaps[len(queries) :]

@@ -56,7 +56,7 @@ def match_keys(key_lists: Sequence[Sequence[str]]) -> KeyMatch:
     """Match several key lists: the common keys in the first list's order and, per list, the
     row of each (None for every list when all lists are equal)."""
     first = list(key_lists[0])
-    if all(list(keys) == first for keys in key_lists[1:]):
+    if all(keys is key_lists[0] or list(keys) == first for keys in key_lists[1:]):
         return KeyMatch(first, [None] * len(key_lists), key_lists)
     common = set(first).intersection(*map(set, key_lists[1:]))
     keys = [k for k in first if k in common]

@@ -42,7 +42,12 @@ class Basis:
 
     @classmethod
     def of(cls, gram: np.ndarray) -> Basis:
-        w, inverse = m._left_basis(gram)
+        return cls.from_left(m._left_basis(gram))
+
+    @classmethod
+    def from_left(cls, basis: tuple[np.ndarray, np.ndarray]) -> Basis:
+        """From ``metrics._left_basis``'s (V, 1/Σ)."""
+        w, inverse = basis
         return cls(w, 1.0 / inverse)
 
 
@@ -161,7 +166,7 @@ def weighted_eigenspace_overlap(
     Normalized it lies in [0, 1] and is scale invariant; unnormalized it is in the input's
     units (``inf`` beyond float64's range)."""
     c = block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])
-    b_r, b_s = Basis.of(grams.G[r, r] / c), Basis.of(grams.G[s, s] / c)
+    b_r, b_s = Basis.from_left(grams.left_basis(r, c)), Basis.from_left(grams.left_basis(s, c))
     if not len(b_r.s) or not len(b_s.s):
         return 0.0
     top = float(b_s.s.max())  # divide the weights by the largest: S^{2e} never overflows

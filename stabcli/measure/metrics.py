@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 
 import numpy as np
@@ -69,6 +69,19 @@ def rescaled(value: float, scale: float, power: int = 1) -> float:
     """``value · scale^power`` without warnings: inf above float64's range, NaN for a
     non-zero value below it (a variance of 1e-300 values is not 0)."""
     return float(_rescaled_array(np.float64(value), scale, power))
+
+
+def mean_std(values: list[float]) -> tuple[float, float | None]:
+    """Mean and std (ddof=1); the std is taken around the first value (shift invariant), so
+    identical runs give exactly 0 instead of rounding noise. Both are computed on the values
+    divided by a power of two near their largest, so RMSEs near 1e300 do not overflow."""
+    if len(values) < 2:
+        return float(values[0]), None
+    array = np.asarray(values, dtype=np.float64)
+    with np.errstate(all="ignore"):  # an inf RMSE (labels beyond float64) gives inf/NaN, reported as null
+        mean = rescaled(float(np.mean(array / block_scale(array))), block_scale(array))
+        shifted = array - array[0]
+        return mean, rescaled(float(np.std(shifted / block_scale(shifted), ddof=1)), block_scale(shifted))
 
 
 @dataclass
@@ -160,6 +173,10 @@ class Grams:
     n: int
     scale: float = 1.0
     peaks: np.ndarray | None = None  # [R] largest |value| of every run (float64 input only)
+    # left_basis results by (run, divisor): every pair metric of a run needs the same basis
+    _bases: dict[tuple[int, float], tuple[np.ndarray, np.ndarray]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def zero_runs(self) -> list[int]:
         """Positions of the runs whose values are all 0. Exact: float32 squares never
@@ -168,6 +185,15 @@ class Grams:
         if self.peaks is not None:
             return [r for r in range(R) if self.peaks[r] == 0]
         return [r for r in range(R) if not np.any(self.G[r, r].diagonal())]
+
+    def left_basis(self, r: int, c: float) -> tuple[np.ndarray, np.ndarray]:
+        """``_left_basis(G[r, r] / c)``, computed once per run and divisor (read-only arrays)."""
+        if (r, c) not in self._bases:
+            basis = _left_basis(self.G[r, r] / c)
+            for array in basis:
+                array.flags.writeable = False
+            self._bases[(r, c)] = basis
+        return self._bases[(r, c)]
 
     def centered(self, r: int, s: int) -> np.ndarray:
         """``X_rᵀ X_s`` for the column-centred matrices (divided by ``scale²``)."""
@@ -266,8 +292,8 @@ def eigenspace_overlap(grams: Grams, r: int, s: int) -> float:
     """Eigenspace overlap ``‖UᵀŨ‖_F² / max(d, d̃)`` with U, Ũ the left singular vectors
     (May et al. 2019, anchor-stability); computed as ``Σ_r⁻¹ V_rᵀ G_rs V_s Σ_s⁻¹``."""
     c = block_scale(grams.G[r, r], grams.G[s, s], grams.G[r, s])  # the overlap is scale invariant
-    v_r, inv_r = _left_basis(grams.G[r, r] / c)
-    v_s, inv_s = _left_basis(grams.G[s, s] / c)
+    v_r, inv_r = grams.left_basis(r, c)
+    v_s, inv_s = grams.left_basis(s, c)
     if not len(inv_r) or not len(inv_s):  # a zero run spans nothing
         return 0.0
     cross = (inv_r[:, None] * (v_r.T @ (grams.G[r, s] / c) @ v_s)) * inv_s[None, :]
@@ -390,72 +416,6 @@ def inner_product_noise_share(runs: Sequence[np.ndarray], first: np.ndarray, sec
         cos[r] = np.einsum("pd,pd->p", unit_rows(a), unit_rows(b))
     energy = np.square(cos).mean(axis=0).sum()
     return float(cos.var(axis=0).sum() / energy) if energy > 0 else 0.0
-
-
-def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    """Indices ``[q, k]`` of each query's k nearest keys by cosine, excluding the query itself.
-
-    Streams keys in chunks against the q queries (O(q·n·d) time, O(q·chunk) memory). After
-    the first chunk only scores above a query's current k-th best are merged, which keeps
-    the selection cost far below a full partition of every chunk. The neighbours come back
-    as a set per query, not in rank order.
-    """
-    n = h.shape[0]
-    q_unit = unit_rows(np.asarray(h[queries])).astype(np.float32, copy=False)  # unit before float32: 1e300 stays finite
-    step = max(k + 1, CHUNK_ELEMENTS // max(len(queries), 1))
-    best_scores: np.ndarray | None = None
-    best_ids: np.ndarray | None = None
-    for start in range(0, n, step):
-        chunk = unit_rows(np.asarray(h[start : start + step])).astype(np.float32, copy=False)
-        scores = q_unit @ chunk.T
-        inside = (queries >= start) & (queries < start + chunk.shape[0])
-        scores[np.flatnonzero(inside), queries[inside] - start] = -np.inf
-        if best_scores is None or best_scores.shape[1] < k:
-            ids = np.broadcast_to(np.arange(start, start + chunk.shape[0]), scores.shape)
-            if best_scores is not None:
-                scores = np.concatenate([best_scores, scores], axis=1)
-                ids = np.concatenate([best_ids, ids], axis=1)
-            keep = min(k, scores.shape[1])
-            top = np.argpartition(-scores, keep - 1, axis=1)[:, :keep]
-            best_scores = np.take_along_axis(scores, top, axis=1)
-            best_ids = np.take_along_axis(ids, top, axis=1)
-            continue
-        assert best_ids is not None
-        # flat indices: numpy's 2-D nonzero is several times slower on a sparse mask
-        flat = np.flatnonzero(scores > best_scores.min(axis=1)[:, None])
-        if flat.size == 0:
-            continue
-        hit_rows, hit_cols = np.divmod(flat, scores.shape[1])
-        rows = np.unique(hit_rows)
-        cand_rows = np.concatenate([np.repeat(rows, k), hit_rows])
-        cand_scores = np.concatenate([best_scores[rows].ravel(), scores[hit_rows, hit_cols]])
-        cand_ids = np.concatenate([best_ids[rows].ravel(), hit_cols + start])
-        order = np.lexsort((cand_ids, -cand_scores, cand_rows))  # by row, then best score first
-        sorted_rows = cand_rows[order]
-        group_start = np.searchsorted(sorted_rows, sorted_rows, side="left")
-        first_k = order[np.arange(len(order)) - group_start < k]  # every row has >= k candidates
-        best_scores[rows] = cand_scores[first_k].reshape(len(rows), k)
-        best_ids[rows] = cand_ids[first_k].reshape(len(rows), k)
-    assert best_ids is not None  # n > k keys: the first chunk filled it
-    return best_ids
-
-
-def knn_overlap(runs: Sequence[np.ndarray], queries: np.ndarray, k: int) -> np.ndarray:
-    """Per query, ``|N_r(x) ∩ N_s(x)| / k`` averaged over run pairs r<s (Wendlandt et al.
-    2018; anchor-stability ``knn``). Returns one value per query."""
-    return knn_overlap_by_pair(runs, queries, k).mean(axis=0)
-
-
-def knn_overlap_by_pair(runs: Sequence[np.ndarray], queries: np.ndarray, k: int) -> np.ndarray:
-    """``|N_r(x) ∩ N_s(x)| / k`` for every run pair r<s (rows, ``combinations`` order) and
-    query (columns): the spread of k-NN overlap over run pairs."""
-    neighbours = [nearest_neighbours(h, queries, k) for h in runs]
-    pairs = list(combinations(range(len(runs)), 2))
-    overlap = np.zeros((len(pairs), len(queries)))
-    for p, (r, s) in enumerate(pairs):
-        common = (neighbours[r][:, :, None] == neighbours[s][:, None, :]).any(axis=2).sum(axis=1)
-        overlap[p] = common / k
-    return overlap
 
 
 def pairwise_values(grams: Grams, metric: Callable[[Grams, int, int], float]) -> np.ndarray:

@@ -4,6 +4,7 @@ side, and the power-of-two scale that keeps squares inside float64's range."""
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -31,19 +32,40 @@ CACHE_ELEMENTS = 1 << 20  # float64 elements per chunk of a pass that also works
 def wide_chunks(runs: Sequence[np.ndarray], elements: int | None = None) -> Iterator[tuple[slice, np.ndarray]]:
     """Yield (row slice, float64 ``[c, R·d]``) with run r's rows in columns ``r·d … (r+1)·d``,
     converted straight into one reused buffer of about ``elements`` values (default
-    ``CACHE_ELEMENTS``): one copy per
-    chunk, no page faults after the first, and elementwise work on it stays in cache. The
-    buffer is overwritten by the next chunk."""
+    ``CACHE_ELEMENTS``): one copy per chunk, no page faults after the first, and elementwise
+    work on it stays in cache. The buffer is overwritten by the next chunk."""
+    buffer = WideBuffer()
+    for rows in wide_slices(runs, elements):
+        yield rows, buffer.read(runs, rows)
+
+
+def wide_slices(runs: Sequence[np.ndarray], elements: int | None = None) -> list[slice]:
+    """The row slices of ``wide_chunks``: about ``elements`` (default ``CACHE_ELEMENTS``)
+    float64 values of the side-by-side runs each."""
     n, d = runs[0].shape
-    R = len(runs)
-    step = max(1, (elements or CACHE_ELEMENTS) // (R * max(d, 1)))
-    buffer = np.empty((min(step, n), R * d))
-    for start in range(0, n, step):
-        rows = slice(start, min(n, start + step))
-        wide = buffer[: rows.stop - start]
+    step = max(1, (elements or CACHE_ELEMENTS) // (len(runs) * max(d, 1)))
+    return [slice(start, min(n, start + step)) for start in range(0, n, step)]
+
+
+class WideBuffer:
+    """A reused float64 buffer per thread for ``[c, R·d]`` chunks of side-by-side runs: a
+    worker of ``threads.ordered_map`` reads its chunk into its own buffer, so chunks are
+    read in parallel and no page is faulted twice."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def read(self, runs: Sequence[np.ndarray], rows: slice) -> np.ndarray:
+        """Rows ``rows`` of every run side by side (valid until this thread's next read)."""
+        d = runs[0].shape[1]
+        shape = (rows.stop - rows.start, len(runs) * d)
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is None or buffer.shape[0] < shape[0] or buffer.shape[1] != shape[1]:
+            buffer = self._local.buffer = np.empty(shape)
+        wide = buffer[: shape[0]]
         for r, h in enumerate(runs):
             wide[:, r * d : (r + 1) * d] = h[rows]
-        yield rows, wide
+        return wide
 
 
 def peak(x: np.ndarray) -> float:

@@ -9,9 +9,11 @@ n×d runs, so that each run is read twice (and the k-NN queries once more), not 
   (debiased CKA).
 
 Each result equals the function of ``metrics`` or ``anchor`` that computes it alone (the
-tests compare them). The rows come through ``wide_chunks``: one reused float64 buffer, the
-products are float64 BLAS calls on it (numpy's symmetric product for ``wᵀw``), memory
-O(chunk + R²·d²).
+tests compare them). The rows come in the chunks of ``numerics.wide_slices``; each chunk is
+read into its worker's float64 buffer and reduced there by ``threads.ordered_map``'s
+workers (float64 BLAS calls, numpy's symmetric product for ``wᵀw``), and the chunks' sums
+are added in row order, so the numbers do not depend on the number of workers. Memory
+O(workers · chunk + R²·d²).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from stabcli.measure import metrics as m
-from stabcli.measure.numerics import wide_chunks
+from stabcli.measure.numerics import CHUNK_ELEMENTS, WideBuffer, peak, wide_slices
+from stabcli.measure.threads import ordered_map
 
 
 @dataclass
@@ -47,32 +50,42 @@ def first_pass(runs: Sequence[np.ndarray]) -> FirstPass:
     """Cross-Gram blocks, unit-row blocks and raw noise in one pass (O(R²·n·d²) time)."""
     R = len(runs)
     n, d = runs[0].shape
-    sums, var_sum, per_key = np.zeros(R * d), np.zeros(d), np.empty(n)
-    joint, unit_joint = np.zeros((R * d, R * d)), np.zeros((R * d, R * d))
-    peaks = np.zeros(R)
-    common = m._CommonScale(runs)
-    for rows, wide in wide_chunks(runs):
-        if common.active and d:  # float32 runs need no peaks: a zero run shows as a zero Gram diagonal
-            stack = wide.reshape(len(wide), R, d)
-            peaks = np.maximum(peaks, np.maximum(stack.max(axis=(0, 2)), -stack.min(axis=(0, 2))))
-        wide, factor = common.update(wide)
-        if factor != 1.0:  # the scale grew: earlier sums are in the old units
-            sums *= factor
-            joint *= factor**2
-            var_sum *= factor**2
-            per_key[: rows.start] *= factor**2
-        joint += wide.T @ wide  # one symmetric product: numpy uses BLAS syrk
-        sums += wide.sum(axis=0)
+    peaks = run_peaks(runs) if m.may_need_scaling(runs) else None  # float32 squares cannot overflow
+    scale = m.power_of_two_scale(float(peaks.max())) if peaks is not None and R else 1.0
+    buffer = WideBuffer()
+
+    def chunk(rows: slice) -> tuple[slice, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        wide = buffer.read(runs, rows)
+        if scale != 1.0:
+            wide /= scale  # a power of two: exact
         stack = wide.reshape(len(wide), R, d)
         variance = _run_variance(stack, axis=1)
-        var_sum += variance.sum(axis=0)
-        per_key[rows] = variance.mean(axis=1) if d else 0.0
         units = m.unit_rows(stack).reshape(len(wide), R * d)
-        unit_joint += units.T @ units
+        # wide.T @ wide: one symmetric product, numpy uses BLAS syrk
+        return rows, wide.T @ wide, wide.sum(axis=0), variance.sum(axis=0), variance, units.T @ units
+
+    sums, var_sum, per_key = np.zeros(R * d), np.zeros(d), np.empty(n)
+    joint, unit_joint = np.zeros((R * d, R * d)), np.zeros((R * d, R * d))
+    for rows, gram, column_sums, variance_sum, variance, unit_gram in ordered_map(chunk, wide_slices(runs)):
+        joint += gram
+        sums += column_sums
+        var_sum += variance_sum
+        per_key[rows] = variance.mean(axis=1) if d else 0.0
+        unit_joint += unit_gram
     G = joint.reshape(R, d, R, d).transpose(0, 2, 1, 3).copy()
-    grams = m.Grams(G, sums.reshape(R, d) / n, n, common.scale, peaks if common.active else None)
+    grams = m.Grams(G, sums.reshape(R, d) / n, n, scale, peaks)
     energy_sum = np.einsum("rjj->j", G[np.arange(R), np.arange(R)]) / R  # Σ_i E_r[H[i,j]²]
-    return FirstPass(grams, m.share_from_sums(var_sum, energy_sum, per_key, R, common.scale), unit_joint)
+    return FirstPass(grams, m.share_from_sums(var_sum, energy_sum, per_key, R, scale), unit_joint)
+
+
+def run_peaks(runs: Sequence[np.ndarray]) -> np.ndarray:
+    """The largest absolute value of every run, read in row chunks (no float64 copy)."""
+    return np.array(list(ordered_map(_peak_of, runs)), dtype=np.float64)
+
+
+def _peak_of(h: np.ndarray) -> float:
+    step = max(1, CHUNK_ELEMENTS // max(h.shape[1], 1))
+    return max((peak(np.asarray(h[start : start + step])) for start in range(0, h.shape[0], step)), default=0.0)
 
 
 def _run_variance(stack: np.ndarray, axis: int) -> np.ndarray:
@@ -86,19 +99,26 @@ def second_pass(runs: Sequence[np.ndarray], grams: m.Grams, rotations: Sequence[
     products, in the units of ``grams.scale`` (O(R·n·d²) time)."""
     R, d, n = grams.G.shape[0], grams.G.shape[2], grams.n
     turn = np.asarray(rotations, dtype=np.float64)
-    var_sum, per_key, energy = np.zeros(d), np.empty(n), np.empty(n)
-    products = np.zeros((R, R))
-    for rows, wide in wide_chunks(runs):
+    buffer = WideBuffer()
+
+    def chunk(rows: slice) -> tuple[slice, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        wide = buffer.read(runs, rows)
         if grams.scale != 1.0:
-            wide = wide / grams.scale
+            wide /= grams.scale
         stack = wide.reshape(len(wide), R, d)
         variance = _run_variance(np.matmul(stack.transpose(1, 0, 2), turn), axis=0)
-        var_sum += variance.sum(axis=0)
-        per_key[rows] = variance.mean(axis=1) if d else 0.0
-        energy[rows] = np.einsum("ij,ij->i", wide, wide) / R
+        energy = np.einsum("ij,ij->i", wide, wide) / R
         centred = stack - grams.means[None, :, :]
         k = np.einsum("crd,crd->cr", centred, centred)
-        products += k.T @ k
+        return rows, variance.sum(axis=0), variance, energy, k.T @ k
+
+    var_sum, per_key, energy = np.zeros(d), np.empty(n), np.empty(n)
+    products = np.zeros((R, R))
+    for rows, variance_sum, variance, key_energy, product in ordered_map(chunk, wide_slices(runs)):
+        var_sum += variance_sum
+        per_key[rows] = variance.mean(axis=1) if d else 0.0
+        energy[rows] = key_energy
+        products += product
     # the energy per dimension after rotation, Σ_i E_r[(H_r Q_r)[i,j]²], from the diagonal blocks
     energy_sum = sum(np.einsum("ij,ik,kj->j", turn[r], grams.G[r, r], turn[r]) for r in range(R)) / R
     return SecondPass(m.share_from_sums(var_sum, energy_sum, per_key, R, grams.scale), energy, products)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ class RunSet:
     root: Path
     manifest: dict[str, Any]
     runs: list[int]
+    # keys files read so far: runs sharing ``keys.txt`` share one list (read once, matched by identity)
+    _keys_read: dict[Path, list[str]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def open(cls, root: str | Path) -> RunSet:
@@ -69,7 +71,13 @@ class RunSet:
     def shared_keys(self) -> list[str] | None:
         """The keys of ``keys.txt`` shared by runs without their own, or None without one."""
         path = self.root / KEYS
-        return read_keys(path) if path.is_file() else None
+        return self.keys_in(path) if path.is_file() else None
+
+    def keys_in(self, path: Path) -> list[str]:
+        """The keys of the keys file ``path``, read once per run set (the same list after)."""
+        if path not in self._keys_read:
+            self._keys_read[path] = read_keys(path)
+        return self._keys_read[path]
 
     def load(self, index: int) -> Embedding:
         """Keys and memory-mapped float32 vectors of run ``index``."""
@@ -79,7 +87,7 @@ class RunSet:
         require_real_dtype(vectors_path, vectors)
         own_keys = run / KEYS
         keys_file = own_keys if own_keys.is_file() else self.root / KEYS
-        keys = read_keys(keys_file)
+        keys = self.keys_in(keys_file)
         if vectors.ndim != 2 or len(keys) != vectors.shape[0]:
             raise InputError(f"{vectors_path}: shape {vectors.shape} does not match {len(keys)} keys in {keys_file}")
         return Embedding(keys, vectors, vectors_path)
@@ -100,7 +108,7 @@ class RunSet:
         path = self.root / KEY_COUNTS
         if not path.is_file():
             return self._corpus_counts()
-        keys = read_keys(self.root / KEYS)
+        keys = self.keys_in(self.root / KEYS)
         try:
             counts = [int(line) for line in path.read_text(encoding="utf-8").split()]
         except (UnicodeDecodeError, ValueError):

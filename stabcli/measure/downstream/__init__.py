@@ -6,24 +6,50 @@ representation fluctuates least?
 targets and the split), ``protocol`` (the one protocol: fits, metrics, churn, stale model),
 ``flips`` (per-key instability), ``recommend`` (the recommended variant), ``nextitem`` (the
 next-item recommendation task).
+
+The names of ``protocol`` and ``targets`` are imported when first used: those modules
+import scikit-learn (about a second), which an audit without ``--labels`` never needs, and
+importing any submodule (``nextitem``, ``options``) runs this file first.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from stabcli.measure.downstream.models import BUILTIN_MODELS, MODEL_SEED, make_model, parse_model_params
 from stabcli.measure.downstream.options import TASKS, DownstreamOptions, Variant, parse_variants
-from stabcli.measure.downstream.protocol import (
-    Plan,
-    churn,
-    downstream_audit,
-    downstream_report,
-    label_churn,
-    plan_downstream,
-    prediction_scores,
-    refresh_report,
-)
 from stabcli.measure.downstream.recommend import recommend
-from stabcli.measure.downstream.targets import Targets, split, targets_for
+
+if TYPE_CHECKING:
+    from stabcli.measure.downstream.protocol import (
+        Plan,
+        churn,
+        downstream_audit,
+        downstream_report,
+        label_churn,
+        plan_downstream,
+        prediction_scores,
+        refresh_report,
+    )
+    from stabcli.measure.downstream.targets import Targets, split, targets_for
 
 MODELS = BUILTIN_MODELS
+
+_LAZY = {  # the modules that import scikit-learn, and their names
+    "protocol": (
+        "Plan",
+        "churn",
+        "downstream_audit",
+        "downstream_report",
+        "label_churn",
+        "plan_downstream",
+        "prediction_scores",
+        "refresh_report",
+    ),
+    "targets": ("Targets", "split", "targets_for"),
+}
+_HOME_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "BUILTIN_MODELS",
@@ -48,3 +74,11 @@ __all__ = [
     "split",
     "targets_for",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME_OF:
+        raise AttributeError(f"module {__name__} has no attribute {name}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME_OF[name]}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value

@@ -50,8 +50,7 @@ from stabcli.constraints import NEXT_ITEM_OPTIONS, Constraint, validate_params
 from stabcli.errors import InputError, OptionError
 from stabcli.inputs.corpus import CorpusOptions, read_corpus
 from stabcli.measure.downstream.options import Variant, parse_variants
-from stabcli.measure.downstream.protocol import mean_std
-from stabcli.measure.metrics import unit_rows
+from stabcli.measure.metrics import mean_std, unit_rows
 
 PROFILES = ("mean", "last")
 DEFAULT_K = (5, 10, 20)

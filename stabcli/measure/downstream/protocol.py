@@ -41,7 +41,7 @@ from stabcli.measure.downstream.options import DownstreamOptions, Variant, parse
 from stabcli.measure.downstream.recommend import FEATURIZED_INPUT, recommend
 from stabcli.measure.downstream.targets import Targets, split, targets_for
 from stabcli.measure.fourier import draw_directions, fourier_features
-from stabcli.measure.metrics import peak, rescaled
+from stabcli.measure.metrics import mean_std, peak, rescaled
 from stabcli.training.processes import cpu_count
 
 MODEL_SAFE_EXPONENT = 100  # features beyond 2^±100 are divided by a common power of two before fitting
@@ -151,25 +151,6 @@ def label_churn(predictions: Sequence[np.ndarray], labels: Sequence[str]) -> dic
     decision for that label differs."""
     shares = np.mean([np.mean(a != b, axis=0) for a, b in combinations(predictions, 2)], axis=0)
     return {label: float(v) for label, v in zip(labels, shares, strict=True)}
-
-
-def mean_std(values: list[float]) -> tuple[float, float | None]:
-    """Mean and std (ddof=1); the std is taken around the first value (shift invariant), so
-    identical runs give exactly 0 instead of rounding noise. Both are computed on the values
-    divided by a power of two near their largest, so RMSEs near 1e300 do not overflow."""
-    if len(values) < 2:
-        return float(values[0]), None
-    array = np.asarray(values, dtype=np.float64)
-    with np.errstate(all="ignore"):  # an inf RMSE (labels beyond float64) gives inf/NaN, reported as null
-        mean = rescaled(float(np.mean(array / _scale_of(array))), _scale_of(array))
-        shifted = array - array[0]
-        return mean, rescaled(float(np.std(shifted / _scale_of(shifted), ddof=1)), _scale_of(shifted))
-
-
-def _scale_of(values: np.ndarray) -> float:
-    """The power of two nearest above the largest |value| (1 for zeros or non-finite values)."""
-    largest = peak(values)
-    return math.ldexp(1.0, math.frexp(largest)[1]) if 0 < largest < math.inf else 1.0
 
 
 # ------------------------------------------------------------------ the plan

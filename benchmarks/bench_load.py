@@ -5,9 +5,10 @@
     python benchmarks/bench_load.py --million       # also 10 × 1,000,000 × 64: time, anonymous memory
 
 * **quiet vs loaded**: ``stabcli audit RUNSET --format json`` in a child process, alone and
-  while as many CPU-bound processes as there are cores spin (``while True: pass``), the
-  runs alternating; medians of ``--reps``. Also the loaded audit with
-  ``OPENBLAS_NUM_THREADS=1`` (every product on one thread) for reference.
+  while one CPU-bound process spins (``while True: pass``), then while as many spin as
+  there are cores (``--hogs 1,2``), the runs alternating; medians of ``--reps``. Also each
+  loaded audit with ``OPENBLAS_NUM_THREADS=1`` (one worker, every product on one thread)
+  for reference.
 * **floor**: in a fresh child process, numpy alone on the same float32 arrays: one SYRK of
   the R stacked runs (``S.T @ S``, S = n × R·d) plus, per run, its 1,000 query rows times
   the run (``H[q] @ H.T``); the audit's time divided by it.
@@ -100,6 +101,7 @@ class Hogs:
 
 
 def quiet_vs_loaded(root: Path, reps: int, hogs: int) -> dict:
+    """Quiet, loaded by ``hogs`` spinning processes, and loaded with one thread."""
     one_thread = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     times: dict[str, list[float]] = {"quiet": [], "loaded": [], "loaded_openblas_1_thread": []}
     loads: list[float] = []
@@ -169,7 +171,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--hogs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument(
+        "--hogs",
+        default=f"1,{os.cpu_count() or 2}",
+        help="competing CPU-bound processes, one measurement per count (default 1 and the cores)",
+    )
     parser.add_argument("--floor", action="store_true")
     parser.add_argument("--million", action="store_true")
     parser.add_argument("--skip-load", action="store_true", help="only --floor / --million")
@@ -180,8 +186,10 @@ def main() -> None:
         make_runset(root, args.runs, args.n, args.dim)
         shape = {"runs": args.runs, "keys": args.n, "dim": args.dim}
         if not args.skip_load:
-            results["load"] = {**shape, **quiet_vs_loaded(root, args.reps, args.hogs)}
-            print(json.dumps(results["load"]), flush=True)
+            results["load"] = []
+            for hogs in sorted({int(h) for h in args.hogs.split(",")}):
+                results["load"].append({**shape, **quiet_vs_loaded(root, args.reps, hogs)})
+                print(json.dumps(results["load"][-1]), flush=True)
         if args.floor:
             results["floor"] = {**shape, **floor_ratio(root, args.reps)}
             print(json.dumps(results["floor"]), flush=True)

@@ -93,6 +93,21 @@ def test_movielens_item_files_are_latin1_in_labels_and_key_names_also_compressed
         assert read_key_names(tmp_path / name) == {"1": "Caf\u00e9 Society (1995)", "2": "Caf\u00e9 Society (1995)"}
 
 
+def test_movielens_movies_files_as_key_names_split_as_their_labels_are(tmp_path):
+    """Every movie of a movies.dat with two or more genres has a ``|`` on every line: the
+    key-names reader takes the layout the label reader detects (``::``), not the ``|``."""
+    lines = [f"{i}::Caf\u00e9 {i} (1995)::Action|Drama\n" for i in range(1, 6)]
+    (tmp_path / "movies.dat").write_bytes("".join(lines).encode("latin-1"))
+    (tmp_path / "titles.txt").write_bytes((tmp_path / "movies.dat").read_bytes())  # by its first line
+    csv_lines = ["movieId,title,genres\n"] + [f'{i},"Caf\u00e9, The|{i} (1995)",Action|Drama\n' for i in range(1, 6)]
+    (tmp_path / "movies.csv").write_text("".join(csv_lines), encoding="utf-8")
+    for name in ("movies.dat", "titles.txt"):
+        names = read_key_names(tmp_path / name)
+        assert names["3"] == "Caf\u00e9 3 (1995)", names
+        assert read_labels(tmp_path / name, {"1", "3"}).by_key["3"] == "Action"
+    assert read_key_names(tmp_path / "movies.csv")["3"] == "Caf\u00e9, The|3 (1995)"
+
+
 def test_drift_reads_movielens_labels_and_names_without_encoding(tmp_path):
     keys = [str(i) for i in range(1, 41)]
     rng = np.random.default_rng(0)

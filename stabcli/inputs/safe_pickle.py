@@ -76,6 +76,7 @@ HELPERS: frozenset[tuple[str, str]] = frozenset(
         ("numpy.random._pickle", "__bit_generator_ctor"),
         ("numpy.random._pickle", "__generator_ctor"),
         ("numpy.random._mt19937", "MT19937"),
+        ("numpy.random", "__RandomState_ctor"),  # files written under numpy < 1.17 (gensim 3.x's Word2Vec.random)
         ("collections", "defaultdict"),
         ("collections", "OrderedDict"),
         ("builtins", "int"),
@@ -167,6 +168,12 @@ def _random_ctor(make: Callable[[Any], Any]) -> Callable[..., Any]:
     return _SealedFunction(ctor)
 
 
+def _legacy_random_state() -> Any:
+    """numpy < 1.17's ``numpy.random.__RandomState_ctor``: a default ``RandomState``, whose
+    state the pickle then sets (``__setstate__`` with the legacy tuple); takes no argument."""
+    return np.random.RandomState()
+
+
 def _latin1_bytes(text: Any = "", encoding: Any = "latin1", errors: Any = "strict") -> bytes:
     """``_codecs.encode`` as pickle protocol 2 uses it for ``bytes`` (array data in a gensim
     3.x file written under Python 3): a str to latin-1 bytes, and no other codec."""
@@ -189,6 +196,7 @@ def _guarded() -> dict[tuple[str, str], Any]:
         ("numpy.random._pickle", "__bit_generator_ctor"): _BIT_GENERATOR_CTOR,
         ("numpy.random._pickle", "__randomstate_ctor"): _random_ctor(np.random.RandomState),
         ("numpy.random._pickle", "__generator_ctor"): _random_ctor(np.random.Generator),
+        ("numpy.random", "__RandomState_ctor"): _SealedFunction(_legacy_random_state),
     }
 
 

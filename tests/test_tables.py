@@ -152,14 +152,18 @@ def test_a_run_file_inside_a_run_set_has_the_run_sets_keys(tmp_path):
     assert read_embedding(tmp_path / "vectors.npy").keyless
 
 
-def test_featurize_a_run_set_into_a_file_name_is_refused(tmp_path):
+@pytest.mark.parametrize("name", ["x.npy", "x.wv", "x.model", "x.npy.gz", "x.VEC.bz2"])
+def test_featurize_a_run_set_into_a_file_name_is_refused(tmp_path, name):
+    """Every name a reader would take for an embedding file (any reading suffix, any case,
+    also under a compression suffix) is refused as a run set's output directory."""
     from conftest import assert_bad_input, files_state, make_runset
 
     root = make_runset(tmp_path / "r", runs=2, n=9)
     before = files_state(tmp_path)
-    result = runner.invoke(app, ["featurize", str(root), "--out", str(tmp_path / "x.npy"), "--dim", "8"])
-    assert_bad_input(result, "x.npy: a run set is featurized into a run set (a directory)", tmp_path, before)
-    assert not (tmp_path / "x.npy").exists()
+    result = runner.invoke(app, ["featurize", str(root), "--out", str(tmp_path / name), "--dim", "8"])
+    assert_bad_input(result, f"{name}: a run set is featurized into a run set (a directory)", tmp_path, before)
+    assert f"give a directory name such as {tmp_path / 'x'}" in result.stderr
+    assert not (tmp_path / name).exists()
 
 
 def test_doc2vec_on_a_lines_corpus_is_refused_before_anything_is_written(tmp_path):

@@ -224,3 +224,16 @@ def test_every_decomposition_of_an_audit_runs_on_one_blas_thread(monkeypatch, tm
     stabcli.audit(paths)
     assert {name for name, _ in seen} >= {"svd", "eigh", "orthogonal_procrustes"}
     assert [entry for entry in seen if entry[1] != 1] == []
+
+
+def test_drift_pair_measures_are_the_same_with_one_or_three_workers(monkeypatch):
+    from stabcli.measure import drift_stats
+
+    monkeypatch.setattr(numerics, "CACHE_ELEMENTS", 4 * 5 * 13)  # 13 rows per chunk
+    runs = runs_of(8, n=200, r=4)
+    got = []
+    for count in (1, 3):
+        monkeypatch.setattr(threads, "workers", lambda count=count: count)
+        got.append(drift_stats.pair_measures(runs)[0])
+    for name in drift_stats.MEASURES:
+        assert np.array_equal(got[0][name], got[1][name])

@@ -93,6 +93,21 @@ def test_movielens_item_files_are_latin1_in_labels_and_key_names_also_compressed
         assert read_key_names(tmp_path / name) == {"1": "Caf\u00e9 Society (1995)", "2": "Caf\u00e9 Society (1995)"}
 
 
+def test_movielens_movies_files_as_key_names_split_as_their_labels_are(tmp_path):
+    """Every movie of a movies.dat with two or more genres has a ``|`` on every line: the
+    key-names reader takes the layout the label reader detects (``::``), not the ``|``."""
+    lines = [f"{i}::Caf\u00e9 {i} (1995)::Action|Drama\n" for i in range(1, 6)]
+    (tmp_path / "movies.dat").write_bytes("".join(lines).encode("latin-1"))
+    (tmp_path / "titles.txt").write_bytes((tmp_path / "movies.dat").read_bytes())  # by its first line
+    csv_lines = ["movieId,title,genres\n"] + [f'{i},"Caf\u00e9, The|{i} (1995)",Action|Drama\n' for i in range(1, 6)]
+    (tmp_path / "movies.csv").write_text("".join(csv_lines), encoding="utf-8")
+    for name in ("movies.dat", "titles.txt"):
+        names = read_key_names(tmp_path / name)
+        assert names["3"] == "Caf\u00e9 3 (1995)", names
+        assert read_labels(tmp_path / name, {"1", "3"}).by_key["3"] == "Action"
+    assert read_key_names(tmp_path / "movies.csv")["3"] == "Caf\u00e9, The|3 (1995)"
+
+
 def test_drift_reads_movielens_labels_and_names_without_encoding(tmp_path):
     keys = [str(i) for i in range(1, 41)]
     rng = np.random.default_rng(0)
@@ -137,14 +152,18 @@ def test_a_run_file_inside_a_run_set_has_the_run_sets_keys(tmp_path):
     assert read_embedding(tmp_path / "vectors.npy").keyless
 
 
-def test_featurize_a_run_set_into_a_file_name_is_refused(tmp_path):
+@pytest.mark.parametrize("name", ["x.npy", "x.wv", "x.model", "x.npy.gz", "x.VEC.bz2"])
+def test_featurize_a_run_set_into_a_file_name_is_refused(tmp_path, name):
+    """Every name a reader would take for an embedding file (any reading suffix, any case,
+    also under a compression suffix) is refused as a run set's output directory."""
     from conftest import assert_bad_input, files_state, make_runset
 
     root = make_runset(tmp_path / "r", runs=2, n=9)
     before = files_state(tmp_path)
-    result = runner.invoke(app, ["featurize", str(root), "--out", str(tmp_path / "x.npy"), "--dim", "8"])
-    assert_bad_input(result, "x.npy: a run set is featurized into a run set (a directory)", tmp_path, before)
-    assert not (tmp_path / "x.npy").exists()
+    result = runner.invoke(app, ["featurize", str(root), "--out", str(tmp_path / name), "--dim", "8"])
+    assert_bad_input(result, f"{name}: a run set is featurized into a run set (a directory)", tmp_path, before)
+    assert f"give a directory name such as {tmp_path / 'x'}" in result.stderr
+    assert not (tmp_path / name).exists()
 
 
 def test_doc2vec_on_a_lines_corpus_is_refused_before_anything_is_written(tmp_path):

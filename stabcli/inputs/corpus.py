@@ -42,6 +42,7 @@ from stabcli.inputs.interactions import (
     read_interactions,
     sniff_table,
 )
+from stabcli.inputs.tablecolumns import EncodedSequences
 from stabcli.inputs.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
 FORMATS = ("auto", "lines", "tagged", "movielens", "interactions")
@@ -161,6 +162,7 @@ class Corpus:
     encoding: str = "utf-8"
     table: TableLayout | None = None
     columns: dict[str, str] = field(default_factory=dict)
+    encoded: EncodedSequences | None = None  # tables: the sequences as item codes (the same sequences)
     n_tokens: int = field(init=False)
     n_keys: int = field(init=False)
 
@@ -168,6 +170,8 @@ class Corpus:
         self.n_tokens = sum(len(s) for s in self.sequences)
         if self.tags is not None:
             self.n_keys = len(set(self.tags))
+        elif self.encoded is not None:
+            self.n_keys = len(self.encoded.items)  # every item of the codes occurs
         else:
             self.n_keys = len({tok for seq in self.sequences for tok in seq})
 
@@ -283,6 +287,7 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
             encoding=table.encoding,
             table=table.table,
             columns=table.columns,
+            encoded=table.encoded,
         )
     if corpus.n_tokens == 0:
         raise InputError(f"{path}: empty corpus (no tokens in {fmt} format)")
@@ -324,7 +329,7 @@ def _check_reading(corpus: Corpus, auto: bool) -> None:
         return  # doc2vec learns tags from words; a single key is refused by the trainer
     path, n = corpus.path, corpus.n_sequences
     if (corpus.format == "lines" and auto) or corpus.table is not None:
-        keys = {tok for seq in corpus.sequences for tok in seq}
+        keys = set(corpus.encoded.items) if corpus.encoded else {tok for seq in corpus.sequences for tok in seq}
         for delim in DELIMITERS:
             holding = sorted(k for k in keys if delim in k)  # sorted: the example named is reproducible
             if len(holding) * 2 > len(keys):

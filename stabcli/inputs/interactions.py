@@ -7,16 +7,27 @@ from __future__ import annotations
 import csv
 import math
 import re
-from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from stabcli.errors import InputError, quote
 from stabcli.inputs.compressed import inner_name
-from stabcli.inputs.textfile import sniff_encoding, text_lines
+from stabcli.inputs.tablecolumns import (
+    PIECE_CHARS,
+    ChunkRows,
+    EncodedSequences,
+    Factorizer,
+    chunks,
+    finite_float,
+    plain_rows,
+    sessions,
+    time_value,
+)
+from stabcli.inputs.textfile import block_lines, sniff_encoding, text_blocks, text_lines
 
 if TYPE_CHECKING:
     from stabcli.inputs.corpus import CorpusOptions
@@ -117,14 +128,16 @@ class TableLayout:
 
 @dataclass
 class Interactions:
-    """A table read as sequences: one per user, the rows below ``--min-rating`` skipped, the
-    codec used, how the table was read and each role's column as read."""
+    """A table read as sequences: one per user (as lists, and ``encoded`` as item codes), the
+    rows below ``--min-rating`` skipped, the codec used, how the table was read and each
+    role's column as read."""
 
     sequences: list[list[str]]
     skipped: int
     encoding: str
     table: TableLayout
     columns: dict[str, str]
+    encoded: EncodedSequences
 
 
 class _BadQuoting(ValueError):
@@ -333,22 +346,14 @@ def _column_label(layout: TableLayout, index: int) -> str:
     return quote(layout.header[index]) if layout.header is not None else f"column {index}"
 
 
-def _time_value(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        try:
-            return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-        except (ValueError, OverflowError, OSError):  # not a date, or one a platform cannot convert
-            return None
-    return value if math.isfinite(value) else None
-
-
-def _table_rows(path: Path, encoding: str, layout: TableLayout) -> Iterator[tuple[int, list[str]]]:
-    """(line number, fields) of every data row; a row of another width is an error."""
-    seen_header = layout.header is None
+def _table_rows(
+    path: Path, lines: Iterable[tuple[int, str]], layout: TableLayout, header: bool
+) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of every data row of ``lines`` (the first non-blank one is the
+    header when ``header``); a row of another width is an error."""
+    seen_header = not header
     width = layout.n_columns
-    for lineno, line in text_lines(path, encoding):
+    for lineno, line in lines:
         if not line.strip():
             continue
         if not seen_header:
@@ -370,77 +375,122 @@ def _table_rows(path: Path, encoding: str, layout: TableLayout) -> Iterator[tupl
 
 def read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Interactions:
     """One sequence of item ids per user, ordered by time (file order breaks ties); users
-    in the order of their first interaction."""
+    in the order of their first interaction. Read in chunks: pandas' C reader for plain
+    chunks, line by line for the others (``tablecolumns``)."""
     codec, _ = sniff_encoding(path, options.encoding)
     layout = _layout_for(path, options, fmt)
     if fmt == "movielens" and layout.n_columns != 4 and layout.header is None and not options.columns_given:
         raise InputError(f"{path}:1: expected 4 fields (user item rating timestamp), found {layout.n_columns}")
     first_rows = []
-    for _, fields in _table_rows(path, options.encoding, layout):
+    for _, fields in _table_rows(path, text_lines(path, options.encoding), layout, layout.header is not None):
         first_rows.append(fields)
         if len(first_rows) >= SNIFF_LINES:
             break
     cols = _choose_columns(path, options, layout, fmt, first_rows)
+    min_rating = options.min_rating if "rating" in cols else None
+    plain = not codec.startswith(("utf-16", "utf-32"))
+    users, items = Factorizer(), Factorizer()
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+    skipped = 0
+    for first, text in _data_chunks(path, options.encoding, layout):
+        for rows in _chunk_rows(path, first, text, layout, cols, min_rating, plain):
+            parts.append(
+                (
+                    users.codes(rows.user_codes, rows.user_keys),
+                    items.codes(rows.item_codes, rows.item_keys),
+                    rows.stamps,
+                )
+            )
+            skipped += rows.skipped
+    user_codes = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, dtype=np.int64)
+    item_codes = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, dtype=np.int64)
+    stamps = None
+    if "time" in cols:
+        stamps = np.concatenate([p[2] for p in parts if p[2] is not None]) if parts else np.empty(0)
+    encoded = sessions(user_codes, item_codes, stamps, len(users.index), items.keys)
+    columns = {role: _column_label(layout, index) for role, index in cols.items()}
+    return Interactions(encoded.lists(), skipped, codec, layout, columns, encoded)
+
+
+def _data_chunks(path: Path, encoding: str, layout: TableLayout) -> Iterator[tuple[int, str]]:
+    """(first line number, text) of chunks of whole lines after the header line."""
+    header = layout.header is not None
+    for first, text in chunks(text_blocks(path, encoding)):
+        while header and text:
+            line, _, text = text.partition("\n")
+            list(block_lines(path, first, line))  # a NUL character in it is an error, as in any line
+            first += 1
+            header = not line.strip()
+        if text:
+            yield first, text
+
+
+def _chunk_rows(
+    path: Path,
+    first: int,
+    text: str,
+    layout: TableLayout,
+    cols: dict[str, int],
+    min_rating: float | None,
+    plain: bool,
+) -> Iterator[ChunkRows]:
+    """The rows of a chunk: by pandas when it is plain; otherwise in pieces of whole lines
+    (``PIECE_CHARS``), each by pandas when plain and line by line when not, in order."""
+    rows = plain_rows(text, layout.delimiter, layout.n_columns, cols, min_rating) if plain else None
+    if rows is not None:
+        yield rows
+        return
+    start = 0
+    while start < len(text):
+        stop = text.find("\n", start + PIECE_CHARS) + 1 or len(text)
+        if stop - start < len(text):
+            rows = plain_rows(text[start:stop], layout.delimiter, layout.n_columns, cols, min_rating) if plain else None
+        yield rows or _line_rows(path, first, text[start:stop], layout, cols, min_rating)
+        first += text.count("\n", start, stop)
+        start = stop
+
+
+def _line_rows(
+    path: Path, first: int, text: str, layout: TableLayout, cols: dict[str, int], min_rating: float | None
+) -> ChunkRows:
+    """The rows of a chunk read line by line: every check of a row, and its message."""
+    import pandas as pd
+
     u, i = cols["user"], cols["item"]
     t, r = cols.get("time"), cols.get("rating")
-    items_by_user: dict[str, list[str]] = {}
-    times_by_user: dict[str, array] = {}
-    first_seen: dict[str, tuple[float, int]] = {}
-    interned: dict[str, str] = {}
+    users: list[str] = []
+    items: list[str] = []
+    stamps: list[float] = []
     skipped = 0
-    row = 0
-    min_rating = options.min_rating if r is not None else None
-    for lineno, fields in _table_rows(path, options.encoding, layout):
+    for lineno, fields in _table_rows(path, block_lines(path, first, text), layout, False):
         user, item = fields[u], fields[i]
         if not user or not item:
             role = "user" if not user else "item"
             raise InputError(f"{path}:{lineno}: empty {role} field ({_column_label(layout, cols[role])})")
         if r is not None and min_rating is not None:
-            try:
-                rating = float(fields[r])
-            except ValueError:
-                rating = math.nan
-            if not math.isfinite(rating):
+            rating = finite_float(fields[r])
+            if rating is None:
                 raise InputError(
                     f"{path}:{lineno}: rating {quote(fields[r])} ({_column_label(layout, r)}) is not a number"
                 )
             if rating < min_rating:
                 skipped += 1
                 continue
-        stamp = 0.0
         if t is not None:
-            value = _time_value(fields[t])
+            value = time_value(fields[t])
             if value is None:
                 raise InputError(
                     f"{path}:{lineno}: timestamp {quote(fields[t])} ({_column_label(layout, t)}) is not a "
                     f"number or an ISO date (--time-col none keeps file order)"
                 )
-            stamp = value
-        known = interned.get(item)
-        if known is None:
-            if len(item.split()) != 1:
-                raise InputError(
-                    f"{path}:{lineno}: item {quote(item)} contains whitespace, which a key cannot; check --item-col"
-                )
-            known = interned[item] = item
-        items = items_by_user.get(user)
-        if items is None:
-            items = items_by_user[user] = []
-            times_by_user[user] = array("d")
-            first_seen[user] = (stamp, row)
-        elif stamp < first_seen[user][0]:
-            first_seen[user] = (stamp, row)
-        items.append(known)
-        times_by_user[user].append(stamp)
-        row += 1
-    if t is not None:
-        users = sorted(items_by_user, key=first_seen.__getitem__)
-        sequences = []
-        for user in users:
-            times, items = times_by_user[user], items_by_user[user]
-            order = sorted(range(len(items)), key=times.__getitem__)  # stable: file order breaks ties
-            sequences.append([items[j] for j in order])
-    else:
-        sequences = list(items_by_user.values())
-    columns = {role: _column_label(layout, index) for role, index in cols.items()}
-    return Interactions(sequences, skipped, codec, layout, columns)
+            stamps.append(value)
+        if len(item.split()) != 1:
+            raise InputError(
+                f"{path}:{lineno}: item {quote(item)} contains whitespace, which a key cannot; check --item-col"
+            )
+        users.append(user)
+        items.append(item)
+    user_codes, user_keys = pd.factorize(np.asarray(users, dtype=object))
+    item_codes, item_keys = pd.factorize(np.asarray(items, dtype=object))
+    times = np.asarray(stamps, dtype=np.float64) if t is not None else None
+    return ChunkRows(user_codes, list(user_keys), item_codes, list(item_keys), times, skipped)

@@ -94,6 +94,23 @@ def test_ordered_map_keeps_at_most_two_items_per_thread_in_flight():
     assert peak[0] <= 2
 
 
+def test_ordered_map_takes_fewer_threads_when_the_items_are_large(monkeypatch):
+    """Items of (R·d)² partial sums (R = 20 runs of 300 dims: 288 MB each) must not be
+    computed two per thread on every core at once."""
+    monkeypatch.setattr(threads, "IN_FLIGHT_BYTES", 1000)
+    seen = set()
+
+    def where(i):
+        seen.add(threading.get_ident())
+        return i
+
+    assert list(threads.ordered_map(where, range(6), count=4, item_bytes=300)) == list(range(6))
+    assert len(seen) == 1  # 2 · 300 · threads ≤ 1000: one thread
+    seen.clear()
+    assert list(threads.ordered_map(where, range(50), count=4, item_bytes=100)) == list(range(50))
+    assert 1 <= len(seen) <= 4  # five threads' worth of room, capped at the four asked
+
+
 @pytest.mark.parametrize(
     "env, want",
     [({"OPENBLAS_NUM_THREADS": "1"}, 1), ({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": ""}, 1), ({}, None)],

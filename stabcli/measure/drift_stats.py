@@ -15,7 +15,7 @@ import numpy as np
 
 from stabcli.measure import metrics as m
 from stabcli.measure.align import rotation_from_cross
-from stabcli.measure.numerics import WideBuffer, row_chunks, wide_slices
+from stabcli.measure.numerics import WideBuffer, chunk_bytes, row_chunks, wide_slices
 from stabcli.measure.threads import ordered_map
 
 
@@ -105,7 +105,8 @@ def pair_measures(runs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], li
     chunks = wide_slices(runs)
     buffer = WideBuffer()
     joint = np.zeros((R * d, R * d))
-    for gram in ordered_map(lambda rows: _syrk(buffer.read(runs, rows)), chunks):
+    item = (R * d) ** 2 * 8 + 2 * chunk_bytes(runs, chunks)  # the Gram partial, the chunk
+    for gram in ordered_map(lambda rows: _syrk(buffer.read(runs, rows)), chunks, item_bytes=item):
         joint += gram
     blocks = joint.reshape(R, d, R, d)
     partners = {s: [r for r in range(s)] for s in range(1, R)}
@@ -131,7 +132,9 @@ def pair_measures(runs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], li
                 out["direction"][p, rows] = np.clip(1.0 - cos, 0.0, 2.0)
                 out["length"][p, rows] = log_norm_ratio(norms[r], norms[s])
 
-    for _ in ordered_map(measure, chunks):  # each chunk writes its own columns of ``out``
+    widest = max((len(rs) for rs in partners.values()), default=0)
+    item = (widest + 4) * chunk_bytes(runs, chunks) // R  # a run's rotations side by side, differences
+    for _ in ordered_map(measure, chunks, item_bytes=item):  # each chunk writes its own columns of ``out``
         pass
     return out, pairs
 

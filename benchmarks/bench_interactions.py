@@ -12,7 +12,8 @@
   into one time-ordered sequence per user. **split**: then the next-item task's
   leave-last-out split of every user against every item (``encoded_holdout``; ``holdout``
   of the sequences in a checkout without it), with the default sample of 10,000 users.
-  Each phase's wall and CPU time, and the child's peak RSS (``ru_maxrss``).
+  Each phase's wall and CPU time, and the child's peak RSS (``VmHWM`` in /proc/self/status:
+  ``ru_maxrss`` would count the parent's memory the child was forked with).
 
 ``BENCH_STABCLI=DIR`` times the ``stabcli`` package of another checkout (before/after).
 The machine's load average (``os.getloadavg``) is recorded before each measurement:
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CODE = Path(os.environ.get("BENCH_STABCLI", ROOT))  # the checkout whose stabcli the child runs
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from stabcli.inputs.corpus import CorpusOptions, read_corpus
 from stabcli.measure.downstream import nextitem
 
@@ -59,7 +60,8 @@ else:
 end = clock()
 out["split_s"], out["split_cpu_s"] = end[0] - start[0], end[1] - start[1]
 out["evaluable_users"] = split.evaluable
-out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+status = open("/proc/self/status").read()
+out["peak_rss_mb"] = int(status.split("VmHWM:")[1].split()[0]) / 1024
 print(json.dumps(out))
 """
 

@@ -390,26 +390,35 @@ def read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Interacti
     min_rating = options.min_rating if "rating" in cols else None
     plain = not codec.startswith(("utf-16", "utf-32"))
     users, items = Factorizer(), Factorizer()
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+    user_parts: list[np.ndarray] = []
+    item_parts: list[np.ndarray] = []
+    stamp_parts: list[np.ndarray] = []
     skipped = 0
     for first, text in _data_chunks(path, options.encoding, layout):
         for rows in _chunk_rows(path, first, text, layout, cols, min_rating, plain):
-            parts.append(
-                (
-                    users.codes(rows.user_codes, rows.user_keys),
-                    items.codes(rows.item_codes, rows.item_keys),
-                    rows.stamps,
-                )
-            )
+            user_parts.append(users.codes(rows.user_codes, rows.user_keys))
+            item_parts.append(items.codes(rows.item_codes, rows.item_keys))
+            if rows.stamps is not None:
+                stamp_parts.append(rows.stamps)
             skipped += rows.skipped
-    user_codes = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, dtype=np.int64)
-    item_codes = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, dtype=np.int64)
-    stamps = None
-    if "time" in cols:
-        stamps = np.concatenate([p[2] for p in parts if p[2] is not None]) if parts else np.empty(0)
+    user_codes, item_codes = _joined(user_parts, np.int32), _joined(item_parts, np.int32)
+    stamps = _joined(stamp_parts, np.float64) if "time" in cols else None
     encoded = sessions(user_codes, item_codes, stamps, len(users.index), items.keys)
+    del user_codes, item_codes, stamps
     columns = {role: _column_label(layout, index) for role, index in cols.items()}
     return Interactions(encoded.lists(), skipped, codec, layout, columns, encoded)
+
+
+def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The arrays of ``parts`` as one, each freed once copied (``parts`` ends empty)."""
+    out: np.ndarray = np.empty(sum(len(part) for part in parts), dtype=dtype)
+    start = 0
+    parts.reverse()
+    while parts:
+        part = parts.pop()
+        out[start : start + len(part)] = part
+        start += len(part)
+    return out
 
 
 def _data_chunks(path: Path, encoding: str, layout: TableLayout) -> Iterator[tuple[int, str]]:

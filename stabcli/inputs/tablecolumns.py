@@ -64,9 +64,8 @@ class EncodedSequences:
 
     def lists(self) -> list[list[str]]:
         """The sequences as lists of item keys."""
-        flat = np.asarray(self.items, dtype=object)[self.codes].tolist()
-        bounds = self.indptr.tolist()
-        return [flat[a:b] for a, b in pairwise(bounds)]
+        items = np.asarray(self.items, dtype=object)
+        return [items[self.codes[a:b]].tolist() for a, b in pairwise(self.indptr.tolist())]
 
 
 def time_value(text: str) -> float | None:
@@ -232,7 +231,7 @@ class Factorizer:
 
     def codes(self, local: np.ndarray, keys: list[str]) -> np.ndarray:
         index = self.index
-        known = np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys))
+        known = np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int32, count=len(keys))
         return known[local]
 
     @property
@@ -254,10 +253,13 @@ def sessions(
     order = _by_user_and_time(users, stamps)
     heads = order[indptr[:-1]]  # each user's first interaction: earliest time, then earliest row
     rank = np.lexsort((heads, stamps[heads]))
+    by_user = items[order]
+    del order
     lengths = counts[rank]
     new_ptr = np.concatenate([[0], np.cumsum(lengths)])
-    take = np.repeat(indptr[:-1][rank] - new_ptr[:-1], lengths) + np.arange(len(order))
-    return EncodedSequences(item_keys, items[order[take]], new_ptr)
+    take = np.arange(len(by_user))
+    take += np.repeat(indptr[:-1][rank] - new_ptr[:-1], lengths)
+    return EncodedSequences(item_keys, by_user[take], new_ptr)
 
 
 def _by_user_and_time(users: np.ndarray, stamps: np.ndarray) -> np.ndarray:
@@ -274,4 +276,8 @@ def _by_user_and_time(users: np.ndarray, stamps: np.ndarray) -> np.ndarray:
         span = len(distinct)
     if (int(users.max()) + 1) * span >= 2**62:
         return np.lexsort((stamps, users))
-    return np.argsort(users.astype(np.int64) * span + time_key.reshape(-1), kind="stable")
+    key = users.astype(np.int64)
+    key *= span
+    key += time_key.reshape(-1)
+    del time_key
+    return np.argsort(key, kind="stable")

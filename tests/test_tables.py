@@ -77,6 +77,28 @@ def test_any_time_header_by_time_col_and_the_columns_are_recorded(tmp_path):
     assert json.loads(result.stdout)["corpus"]["columns"] == {"user": "'uid'", "item": "'movie'", "time": "'when'"}
 
 
+def test_sweep_takes_the_table_options_and_says_how_it_read_the_corpus(tmp_path):
+    """sweep reads a table as pretrain does: --time-col (and the other column options,
+    --min-rating, --tokenize) on its command line, the columns in its summary and JSON."""
+    rows = [(f"u{u}", f"m{(u * 7 + t) % 11}", 4, 1000 * u + t) for u in range(12) for t in range(6)]
+    pd.DataFrame(rows, columns=["uid", "movie", "score", "when"]).to_csv(tmp_path / "e.csv", index=False)
+    args = ["sweep", str(tmp_path / "e.csv"), "--out", str(tmp_path / "s"), "--runs", "2", "--dim", "4"]
+    args += ["--epochs", "1", "--time-col", "when", "--min-rating", "3", "--json", str(tmp_path / "s.json")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    columns = {"user": "'uid'", "item": "'movie'", "time": "'when'", "rating": "'score'"}
+    said = (
+        "corpus read as interactions (comma-separated, header; user 'uid', item 'movie', time 'when', rating 'score')"
+    )
+    assert said in " ".join(result.stdout.split())
+    report = json.loads((tmp_path / "s.json").read_text())
+    assert report["corpus_columns"] == columns
+    assert report["corpus_read"].startswith(said.removeprefix("corpus read as "))
+    assert (
+        json.loads((tmp_path / "s" / "sweep.json").read_text())["corpus_reading"]["columns"] == report["corpus_columns"]
+    )
+
+
 U_ITEM = "1|Caf\u00e9 Society (1995)|01-Jan-1995||http://x|0|0|0|0|0|1|0|0|0|0|0|0|0|0|0|0|0|0|0\n"
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from stabcli import __version__
 from stabcli.commands.audit import AuditOptions, build_report, load_runs
 from stabcli.errors import InputError, UsageError, quote
-from stabcli.inputs.corpus import CorpusOptions, read_corpus
+from stabcli.inputs.corpus import Corpus, CorpusOptions, read_corpus
 from stabcli.inputs.labels import read_label_sets
 from stabcli.measure import curves
 from stabcli.measure import metrics as m
@@ -326,7 +326,7 @@ def run_sweep(
             runs, audit or AuditOptions(), downstream=cell_downstream, on_warning=on_warning
         )
     sizes_m = {size: int(plan.sample_indices(order, size).size) for size in options.sizes}
-    report = _report(corpus_path, root, config, options, cells, audits, trained, sizes_m, n, swap_sets, step)
+    report = _report(corpus_path, root, config, options, cells, audits, trained, sizes_m, corpus, swap_sets, step)
     results = schema.evaluate_checks(report, checks, SweepReport)
     return replace(report, checks=results, passed=all(c.passed for c in results))
 
@@ -479,10 +479,11 @@ def _report(
     audits: dict[str, AuditReport],
     trained: dict[str, Trained],
     sizes_m: dict[float, int],
-    n: int,
+    corpus: Corpus,
     swap_sets: dict[float, tuple[Path, list[Path]]],
     step: Callable[[str], None],
 ) -> SweepReport:
+    n = corpus.n_sequences
     rows = {c.name: _cell(c, audits[c.name], trained[c.name], sizes_m[c.size], root) for c in cells}
     warnings: list[str] = []
     pareto = None
@@ -532,6 +533,8 @@ def _report(
         stabcli_version=__version__,
         corpus=str(corpus_path),
         corpus_sequences=n,
+        corpus_read=corpus.describe(),
+        corpus_columns=dict(corpus.columns) or None,
         out=str(root),
         model=config.model if config.script is None else "script",
         grid=options.grid,

@@ -12,8 +12,9 @@
   into one time-ordered sequence per user. **split**: then the next-item task's
   leave-last-out split of every user against every item (``encoded_holdout``; ``holdout``
   of the sequences in a checkout without it), with the default sample of 10,000 users.
-  Each phase's wall and CPU time, and the child's peak RSS (``VmHWM`` in /proc/self/status:
-  ``ru_maxrss`` would count the parent's memory the child was forked with).
+  Each phase's wall and CPU time, and the child's peak RSS after the read and at the end
+  (``VmHWM`` in /proc/self/status: ``ru_maxrss`` would count the parent's memory the child
+  was forked with).
 
 ``BENCH_STABCLI=DIR`` times the ``stabcli`` package of another checkout (before/after).
 The machine's load average (``os.getloadavg``) is recorded before each measurement:
@@ -41,6 +42,10 @@ import json, sys, time
 from stabcli.inputs.corpus import CorpusOptions, read_corpus
 from stabcli.measure.downstream import nextitem
 
+def peak_mb():
+    status = open("/proc/self/status").read()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
 def clock():
     return time.perf_counter(), time.process_time()
 
@@ -50,6 +55,7 @@ start = clock()
 corpus = read_corpus(path, "word2vec", CorpusOptions(format="movielens", min_rating=min_rating))
 end = clock()
 out["read_s"], out["read_cpu_s"] = end[0] - start[0], end[1] - start[1]
+out["peak_rss_read_mb"] = peak_mb()
 out["users"], out["tokens"], out["items"] = corpus.n_sequences, corpus.n_tokens, corpus.n_keys
 keys = corpus.vocabulary()
 start = clock()
@@ -60,8 +66,7 @@ else:
 end = clock()
 out["split_s"], out["split_cpu_s"] = end[0] - start[0], end[1] - start[1]
 out["evaluable_users"] = split.evaluable
-status = open("/proc/self/status").read()
-out["peak_rss_mb"] = int(status.split("VmHWM:")[1].split()[0]) / 1024
+out["peak_rss_mb"] = peak_mb()
 print(json.dumps(out))
 """
 

@@ -2,6 +2,7 @@
 plain chunks gives exactly what the line-by-line reader gives, chunk by chunk."""
 
 import sys
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -60,6 +61,9 @@ def test_chunked_columns_equal_the_line_by_line_reading(tmp_path, monkeypatch, o
     assert corpus.skipped_lines == expected.skipped_lines
     assert corpus.summary() == expected.summary()
     assert corpus.encoded is not None and corpus.encoded.lists() == corpus.sequences
+    by_token = Counter(tok for seq in corpus.sequences for tok in seq)
+    assert list(corpus.token_counts().items()) == list(by_token.items())  # counts, in first-appearance order
+    assert corpus.vocabulary(2) == expected.vocabulary(2)
 
 
 def test_plain_table_is_read_by_pandas(tmp_path, monkeypatch):

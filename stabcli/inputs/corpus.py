@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from stabcli.errors import InputError, OptionError, quote
 from stabcli.inputs.compressed import inner_name
 from stabcli.inputs.interactions import (
@@ -187,9 +189,20 @@ class Corpus:
         """
         if self.tags is not None:
             return list(dict.fromkeys(self.tags))
-        counts = Counter(tok for seq in self.sequences for tok in seq)
+        counts = self.token_counts()
         kept = [(-c, tok) for tok, c in counts.items() if c >= min_count]
         return [tok for _, tok in sorted(kept)]
+
+    def token_counts(self) -> Counter[str]:
+        """Occurrences of every token, in order of first appearance in the sequences (a
+        ``bincount`` of the item codes for a table)."""
+        if self.encoded is None:
+            return Counter(tok for seq in self.sequences for tok in seq)
+        codes = self.encoded.codes
+        counts = np.bincount(codes, minlength=len(self.encoded.items))
+        distinct, first = np.unique(codes, return_index=True)
+        order = distinct[np.argsort(first)].tolist()
+        return Counter({self.encoded.items[j]: int(counts[j]) for j in order})
 
     def summary(self) -> dict[str, Any]:
         """The corpus statistics as JSON-ready values (keys documented in docs/formats.md)."""

@@ -419,7 +419,7 @@ def _key_counts(corpus: Corpus) -> Counter[str]:
         for tag, seq in zip(corpus.tags, corpus.sequences, strict=False):
             counts[tag] += len(seq)
         return counts
-    return Counter(tok for seq in corpus.sequences for tok in seq)
+    return corpus.token_counts()
 
 
 def _validate(

@@ -123,6 +123,19 @@ def test_sweep_takes_the_table_options_and_says_how_it_read_the_corpus(tmp_path)
     )
 
 
+@pytest.mark.parametrize("tokenize", ["none", "simple"])
+def test_a_text_corpus_keeps_each_distinct_token_once_in_memory(tmp_path, tokenize):
+    """A compressed corpus is decompressed as a stream; in memory each distinct token is one
+    string shared by every sequence that holds it (8 bytes per token, not a string object)."""
+    (tmp_path / "c.txt.gz").write_bytes(gzip.compress(b"the cat sat\nthe dog sat\n" * 50))
+    (tmp_path / "t.tsv").write_text("".join(f"d{i}\tthe cat sat\n" for i in range(50)))
+    for name, fmt in (("c.txt.gz", "lines"), ("t.tsv", "tagged")):
+        corpus = read_corpus(tmp_path / name, options=CorpusOptions(format=fmt, tokenize=tokenize))
+        tokens = [t for seq in corpus.sequences for t in seq]
+        assert len(tokens) == (300 if fmt == "lines" else 150)
+        assert len({id(t) for t in tokens}) == (corpus.n_keys if fmt == "lines" else 3)
+
+
 U_ITEM = "1|Caf\u00e9 Society (1995)|01-Jan-1995||http://x|0|0|0|0|0|1|0|0|0|0|0|0|0|0|0|0|0|0|0\n"
 
 

@@ -55,6 +55,30 @@ def test_ratings_csv_with_extra_mostly_empty_columns(tmp_path, filled):
         assert corpus.columns == {"user": "'userId'", "item": "'movieId'", "time": "'timestamp'"}
 
 
+def test_headerless_movielens_layout_with_empty_trailing_columns_keeps_its_time_column(tmp_path):
+    plain = _ratings().sample(frac=1.0, random_state=0)  # rows out of time order
+    plain.to_csv(tmp_path / "plain.csv", index=False, header=False)
+    (tmp_path / "extra.csv").write_text((tmp_path / "plain.csv").read_text().replace("\n", ",,,\n"))
+    expected = read_corpus(tmp_path / "plain.csv")
+    assert expected.columns["time"] == "column 3"
+    corpus = read_corpus(tmp_path / "extra.csv")
+    assert corpus.columns == expected.columns
+    assert corpus.sequences == expected.sequences
+
+
+def test_a_header_of_known_columns_is_a_table_even_with_spaces_in_its_fields(tmp_path):
+    """``"Customer 7"`` users (and ISO dates) have spaces, as prose does: a first line naming two
+    known columns says the file is a table."""
+    rows = [(f"Customer {u}", f"P{(u * 3 + k) % 7}", f"2024-03-0{1 + k} 09:00:00") for u in range(9) for k in range(4)]
+    pd.DataFrame(rows, columns=["customer_id", "product_id", "event_time"]).to_csv(tmp_path / "e.csv", index=False)
+    corpus = read_corpus(tmp_path / "e.csv")
+    assert corpus.format == "interactions"
+    assert corpus.columns == {"user": "'customer_id'", "item": "'product_id'", "time": "'event_time'"}
+    assert corpus.n_sequences == 9
+    (tmp_path / "prose.txt").write_text("Well, the cat sat on the mat, and then it ran.\n" * 5)
+    assert read_corpus(tmp_path / "prose.txt", options=CorpusOptions(format="auto")).format == "lines"
+
+
 def test_any_time_header_by_time_col_and_the_columns_are_recorded(tmp_path):
     rows = [("u1", "m3", 5, 30), ("u1", "m1", 4, 10), ("u1", "m2", 4, 20), ("u2", "m2", 1, 2), ("u2", "m3", 2, 1)] * 3
     pd.DataFrame(rows, columns=["uid", "movie", "score", "when"]).to_csv(tmp_path / "e.csv", index=False)
@@ -97,6 +121,19 @@ def test_sweep_takes_the_table_options_and_says_how_it_read_the_corpus(tmp_path)
     assert (
         json.loads((tmp_path / "s" / "sweep.json").read_text())["corpus_reading"]["columns"] == report["corpus_columns"]
     )
+
+
+@pytest.mark.parametrize("tokenize", ["none", "simple"])
+def test_a_text_corpus_keeps_each_distinct_token_once_in_memory(tmp_path, tokenize):
+    """A compressed corpus is decompressed as a stream; in memory each distinct token is one
+    string shared by every sequence that holds it (8 bytes per token, not a string object)."""
+    (tmp_path / "c.txt.gz").write_bytes(gzip.compress(b"the cat sat\nthe dog sat\n" * 50))
+    (tmp_path / "t.tsv").write_text("".join(f"d{i}\tthe cat sat\n" for i in range(50)))
+    for name, fmt in (("c.txt.gz", "lines"), ("t.tsv", "tagged")):
+        corpus = read_corpus(tmp_path / name, options=CorpusOptions(format=fmt, tokenize=tokenize))
+        tokens = [t for seq in corpus.sequences for t in seq]
+        assert len(tokens) == (300 if fmt == "lines" else 150)
+        assert len({id(t) for t in tokens}) == (corpus.n_keys if fmt == "lines" else 3)
 
 
 U_ITEM = "1|Caf\u00e9 Society (1995)|01-Jan-1995||http://x|0|0|0|0|0|1|0|0|0|0|0|0|0|0|0|0|0|0|0\n"

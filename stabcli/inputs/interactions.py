@@ -170,7 +170,8 @@ def sniff_table(path: Path, encoding: str) -> TableLayout | None:
 
     A delimiter qualifies when every sampled line splits on it into the same number (at
     least two) of fields and most lines have no field with inner whitespace (prose with
-    commas is not a table); the qualifying delimiter giving most columns wins. The first
+    commas is not a table; a first line naming two known columns is a header, so spaces in
+    the fields below it do not matter); the qualifying delimiter giving most columns wins. The first
     line is a header when it names a known user/item/time/rating column, or when a column
     is numeric in every other sampled line but not in the first.
     """
@@ -196,8 +197,8 @@ def sniff_table(path: Path, encoding: str) -> TableLayout | None:
         if len(widths) != 1 or widths == {1}:
             continue
         spaced = sum(1 for r in rows if any(len(f.split()) > 1 for f in r))
-        if spaced * 2 > len(rows):
-            continue
+        if spaced * 2 > len(rows) and sum(_normal(f) in _KNOWN for f in rows[0]) < 2:
+            continue  # prose with commas, unless a header names two known columns ("John Smith" users)
         if best is None or len(rows[0]) > best[0]:
             best = (len(rows[0]), delimiter, rows)
     if best is None:
@@ -223,11 +224,12 @@ def _has_header(rows: list[list[str]]) -> bool:
 
 
 def _movielens_layout(rows: list[list[str]]) -> bool:
-    """Four numeric columns: integer user and item ids, a rating, a large integer timestamp."""
-    if not rows or len(rows[0]) != 4:
+    """Four numeric columns: integer user and item ids, a rating, a large integer timestamp
+    (and any number of columns after them that are empty in every row: ``1,2,3.5,881250949,,,``)."""
+    if not rows or len(rows[0]) < 4 or any(f.strip() for r in rows for f in r[4:]):
         return False
     try:
-        for user, item, rating, stamp in rows:
+        for user, item, rating, stamp in (r[:4] for r in rows):
             int(user), int(item), float(rating)
             if int(stamp) < 1_000_000 and len(rows) > 1:
                 return False

@@ -136,6 +136,19 @@ def test_a_text_corpus_keeps_each_distinct_token_once_in_memory(tmp_path, tokeni
         assert len({id(t) for t in tokens}) == (corpus.n_keys if fmt == "lines" else 3)
 
 
+def test_audit_next_item_says_how_it_read_the_interactions(tmp_path):
+    rows = [(f"u{u}", f"m{(u * 5 + t) % 31}", 4, 1000 * u + (7 - t)) for u in range(20) for t in range(8)]
+    pd.DataFrame(rows, columns=["uid", "movie", "score", "when"]).to_csv(tmp_path / "e.csv", index=False)
+    result = _pretrain(tmp_path / "e.csv", tmp_path / "r", "--runs", "2", "--time-col", "when")
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(
+        app, ["audit", str(tmp_path / "r"), "--interactions", str(tmp_path / "e.csv"), "--time-col", "when"]
+    )
+    assert result.exit_code == 0, result.output
+    said = "e.csv read as interactions (comma-separated, header; user 'uid', item 'movie', time 'when'): 20 sequences"
+    assert said in " ".join(result.stdout.split())
+
+
 U_ITEM = "1|Caf\u00e9 Society (1995)|01-Jan-1995||http://x|0|0|0|0|0|1|0|0|0|0|0|0|0|0|0|0|0|0|0\n"
 
 

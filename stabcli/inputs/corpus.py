@@ -229,16 +229,26 @@ class Corpus:
 
     def describe(self) -> str:
         """One line for people: format, how a table was read, and the counts."""
-        how = self.format
-        if self.table is not None:
-            cols = ", ".join(f"{role} {col}" for role, col in self.columns.items())
-            cols += "" if "time" in self.columns else ", no time column (file order)"
-            header = "header" if self.table.header is not None else "no header"
-            how += f" ({DELIMITER_NAMES[self.table.delimiter]}, {header}; {cols})"
-        skipped = f", {self.skipped_lines:,} rows below --min-rating skipped" if self.skipped_lines else ""
-        return (
-            f"{how}: {self.n_sequences:,} sequences, {self.n_tokens:,} tokens, {self.n_keys:,} distinct keys{skipped}"
-        )
+        return describe_reading(self.summary())
+
+
+def describe_reading(summary: dict[str, Any]) -> str:
+    """``Corpus.summary()`` as one line: the format; for a table its delimiter, header and
+    columns (``interactions (comma-separated, header; user 'uid', item 'movie', time 'when')``);
+    the counts. The pretrain, sweep and ``audit --interactions`` summaries all say it so."""
+    how = summary["format"]
+    columns = summary.get("columns") or {}
+    if summary.get("delimiter") is not None:
+        cols = ", ".join(f"{role} {col}" for role, col in columns.items())
+        cols += "" if "time" in columns else ", no time column (file order)"
+        header = "header" if summary.get("header") else "no header"
+        how += f" ({DELIMITER_NAMES[summary['delimiter']]}, {header}; {cols})"
+    skipped = summary.get("skipped_rows") or 0
+    return (
+        f"{how}: {summary['sequences']:,} sequences, {summary['tokens']:,} tokens, "
+        f"{summary['distinct_keys']:,} distinct keys"
+        + (f", {skipped:,} rows below --min-rating skipped" if skipped else "")
+    )
 
 
 def detect_format(path: Path, model: str, options: CorpusOptions) -> str:

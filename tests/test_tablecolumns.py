@@ -109,3 +109,46 @@ def test_sessions_order_items_by_time_and_users_by_first_interaction():
 def test_encoded_sequences_lists():
     encoded = EncodedSequences(["x", "y"], np.array([1, 0, 0]), np.array([0, 2, 2, 3]))
     assert encoded.lists() == [["y", "x"], [], ["x"]]
+
+
+def _sessions_directly(users, items, stamps, keys):
+    rows = sorted(range(len(users)), key=lambda j: (stamps[j], j))
+    firsts: dict[int, tuple[float, int]] = {}
+    for j in rows:
+        firsts.setdefault(users[j], (stamps[j], j))
+    order = sorted(firsts, key=firsts.__getitem__)
+    return [[keys[items[j]] for j in rows if users[j] == u] for u in order]
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "integral",  # one integer key: user · span + (time − earliest)
+        "fractional",  # the time's rank among the distinct times
+        "overflow",  # users × span beyond int64: lexsort
+    ],
+)
+def test_sessions_equal_a_direct_computation(how):
+    rng = np.random.default_rng(3)
+    n_users = 1500 if how == "overflow" else 40
+    users = rng.permutation(np.concatenate([np.arange(n_users), rng.integers(0, n_users, 3000)]))
+    _, users = np.unique(users, return_inverse=True)
+    first = np.unique(users, return_index=True)[1]
+    users = np.argsort(np.argsort(first))[users].astype(np.int32)  # codes in order of first appearance
+    items = rng.integers(0, 50, len(users)).astype(np.int32)
+    stamps = rng.integers(0, 30, len(users)).astype(np.float64)  # ties
+    if how == "fractional":
+        stamps += rng.choice([0.0, 0.25], len(users))
+    elif how == "overflow":
+        stamps[0] = 2.0**52 - 8  # integral, but 1,500 users × 2**52 does not fit
+    keys = [f"i{j}" for j in range(50)]
+    expected = _sessions_directly(users.tolist(), items.tolist(), stamps.tolist(), keys)
+    assert sessions(users, items, stamps.copy(), n_users, keys).lists() == expected
+
+
+def test_column_grows_and_keeps_every_row():
+    column = tablecolumns.Column(np.int32)
+    parts = [np.arange(j, j + 700_000, dtype=np.int32) for j in range(0, 2_100_000, 700_000)]
+    for part in parts:
+        column.append(part)
+    assert np.array_equal(column.take(), np.concatenate(parts))

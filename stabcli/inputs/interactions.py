@@ -19,6 +19,7 @@ from stabcli.inputs.compressed import inner_name
 from stabcli.inputs.tablecolumns import (
     PIECE_CHARS,
     ChunkRows,
+    Column,
     EncodedSequences,
     Factorizer,
     chunks,
@@ -392,35 +393,24 @@ def read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Interacti
     min_rating = options.min_rating if "rating" in cols else None
     plain = not codec.startswith(("utf-16", "utf-32"))
     users, items = Factorizer(), Factorizer()
-    user_parts: list[np.ndarray] = []
-    item_parts: list[np.ndarray] = []
-    stamp_parts: list[np.ndarray] = []
+    user_column, item_column, time_column = Column(np.int32), Column(np.int32), Column(np.float64)
     skipped = 0
     for first, text in _data_chunks(path, options.encoding, layout):
         for rows in _chunk_rows(path, first, text, layout, cols, min_rating, plain):
-            user_parts.append(users.codes(rows.user_codes, rows.user_keys))
-            item_parts.append(items.codes(rows.item_codes, rows.item_keys))
+            user_column.append(users.codes(rows.user_codes, rows.user_keys))
+            item_column.append(items.codes(rows.item_codes, rows.item_keys))
             if rows.stamps is not None:
-                stamp_parts.append(rows.stamps)
+                time_column.append(rows.stamps)
             skipped += rows.skipped
-    user_codes, item_codes = _joined(user_parts, np.int32), _joined(item_parts, np.int32)
-    stamps = _joined(stamp_parts, np.float64) if "time" in cols else None
-    encoded = sessions(user_codes, item_codes, stamps, len(users.index), items.keys)
-    del user_codes, item_codes, stamps
+    encoded = sessions(
+        user_column.take(),
+        item_column.take(),
+        time_column.take() if "time" in cols else None,  # the only reference: sessions frees it once sorted
+        len(users.index),
+        items.keys,
+    )
     columns = {role: _column_label(layout, index) for role, index in cols.items()}
     return Interactions(encoded.lists(), skipped, codec, layout, columns, encoded)
-
-
-def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-    """The arrays of ``parts`` as one, each freed once copied (``parts`` ends empty)."""
-    out: np.ndarray = np.empty(sum(len(part) for part in parts), dtype=dtype)
-    start = 0
-    parts.reverse()
-    while parts:
-        part = parts.pop()
-        out[start : start + len(part)] = part
-        start += len(part)
-    return out
 
 
 def _data_chunks(path: Path, encoding: str, layout: TableLayout) -> Iterator[tuple[int, str]]:

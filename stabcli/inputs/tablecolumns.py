@@ -245,14 +245,26 @@ def sessions(
     """One sequence per user from rows of user and item codes (users coded in order of first
     appearance): without time, users in that order and items in row order; with time, items
     by time (row order breaks ties) and users by their first interaction in time (the earlier
-    row at equal time)."""
+    row at equal time). ``stamps`` is freed here once it is no longer needed (pass the only
+    reference to keep the peak memory low)."""
     counts = np.bincount(users, minlength=n_users)
     indptr = np.concatenate([[0], np.cumsum(counts)])
     if stamps is None:
         return EncodedSequences(item_keys, items[np.argsort(users, kind="stable")], indptr)
-    order = _by_user_and_time(users, stamps)
-    heads = order[indptr[:-1]]  # each user's first interaction: earliest time, then earliest row
-    rank = np.lexsort((heads, stamps[heads]))
+    keyed = _session_key(users, stamps)
+    if keyed is None:  # too many users × distinct times for one integer key
+        order = np.lexsort((stamps, users))
+        heads = order[indptr[:-1]]
+        head_times = stamps[heads]
+    else:
+        del stamps
+        key, span = keyed
+        del keyed
+        order = np.argsort(key, kind="stable")  # by (user, time), row order breaking ties
+        heads = order[indptr[:-1]]
+        head_times = key[heads] - users[heads].astype(np.int64) * span
+        del key
+    rank = np.lexsort((heads, head_times))  # each user's first interaction: earliest time, then earliest row
     by_user = items[order]
     del order
     lengths = counts[rank]
@@ -262,22 +274,43 @@ def sessions(
     return EncodedSequences(item_keys, by_user[take], new_ptr)
 
 
-def _by_user_and_time(users: np.ndarray, stamps: np.ndarray) -> np.ndarray:
-    """Row order by (user, time), row order breaking ties: one stable sort of one integer key,
-    user · span + the time as an integer (integral times) or as its rank among the times."""
+def _session_key(users: np.ndarray, stamps: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """(user · span + the time as an integer, span): the time minus the earliest when all
+    times are integral, else its rank among the distinct times; None when it overflows."""
     if not len(stamps):
-        return np.empty(0, dtype=np.int64)
+        return np.empty(0, dtype=np.int64), 1
     low, high = float(stamps.min()), float(stamps.max())
-    integral = high - low < 2**52 and bool((np.floor(stamps) == stamps).all())
-    if integral:
+    if high - low < 2**52 and bool((np.floor(stamps) == stamps).all()):
         time_key, span = (stamps - low).astype(np.int64), int(high - low) + 1
     else:
         distinct, time_key = np.unique(stamps, return_inverse=True)
         span = len(distinct)
     if (int(users.max()) + 1) * span >= 2**62:
-        return np.lexsort((stamps, users))
+        return None
     key = users.astype(np.int64)
     key *= span
     key += time_key.reshape(-1)
-    del time_key
-    return np.argsort(key, kind="stable")
+    return key, span
+
+
+class Column:
+    """An array grown by appending (capacity doubled as needed): rows of every chunk in one
+    allocation, instead of parts kept until they are joined."""
+
+    def __init__(self, dtype: type) -> None:
+        self.data: np.ndarray = np.empty(1 << 20, dtype=dtype)
+        self.size = 0
+
+    def append(self, values: np.ndarray) -> None:
+        end = self.size + len(values)
+        if end > len(self.data):
+            grown = np.empty(max(end, 2 * len(self.data)), dtype=self.data.dtype)
+            grown[: self.size] = self.data[: self.size]
+            self.data = grown
+        self.data[self.size : end] = values
+        self.size = end
+
+    def take(self) -> np.ndarray:
+        """The rows appended (the column lets go of them)."""
+        data, self.data = self.data[: self.size], np.empty(0, dtype=self.data.dtype)
+        return data

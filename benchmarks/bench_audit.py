@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 def write_runset(root: Path, n: int, runs: Iterable[np.ndarray]) -> None:
     """A run set `stabcli audit` reads: keys k0..k{n-1} shared by every run, one
-    ``run-NNN/vectors.npy`` per array (written as they come), a minimal manifest."""
+    ``run-NNN/vectors.npy`` per array (written as they come), a minimal manifest; flushed
+    to disk before it returns."""
     from stabcli.fs.atomic import write_json_atomic
 
     root.mkdir(parents=True)
@@ -41,6 +42,7 @@ def write_runset(root: Path, n: int, runs: Iterable[np.ndarray]) -> None:
         (root / f"run-{r:03d}").mkdir()
         np.save(root / f"run-{r:03d}" / "vectors.npy", vectors)
     write_json_atomic(root / "stabcli.json", {"schema_version": 1, "runs": {}})
+    os.sync()  # the timed audit must not compete with the writeback of the files it reads
 
 
 def make_runset(root: Path, runs: int, n: int, d: int, seed: int = 0) -> None:

@@ -3,6 +3,7 @@
     python benchmarks/bench_load.py                 # quiet vs loaded, 10 runs × 200,000 × 64
     python benchmarks/bench_load.py --floor         # also the audit against its numpy floor
     python benchmarks/bench_load.py --million       # also 10 × 1,000,000 × 64: time, anonymous memory
+    python benchmarks/bench_load.py --small --skip-load   # only the small real audits, quiet vs loaded
 
 * **quiet vs loaded**: ``stabcli audit RUNSET --format json`` in a child process, alone and
   while one CPU-bound process spins (``while True: pass``), then while as many spin as
@@ -12,6 +13,11 @@
 * **floor**: in a fresh child process, numpy alone on the same float32 arrays: one SYRK of
   the R stacked runs (``S.T @ S``, S = n × R·d) plus, per run, its 1,000 query rows times
   the run (``H[q] @ H.T``); the audit's time divided by it.
+* **small audits** (``--small``): the cases #26 was reported with, where an audit spent most
+  of its time in OpenBLAS's threads on a loaded machine: 10 word2vec runs of gensim's
+  ``lee_background.cor`` (100 dims), and 10 runs of the bundled sessions (64 dims)
+  featurized to 128 Fourier features; each audited quiet, beside one CPU-bound process, and
+  beside it with ``OPENBLAS_NUM_THREADS=1``.
 * **1M keys**: the audit of 10 × 1,000,000 × 64 (2.6 GB of float32 runs, memory-mapped);
   the child's anonymous resident memory (``RssAnon`` in /proc/PID/status, sampled every
   50 ms: the page cache of the mapped inputs is not in it) at its peak, and its time.
@@ -148,6 +154,49 @@ def floor_ratio(root: Path, reps: int) -> dict:
     }
 
 
+def stabcli_run(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "stabcli", *args], cwd=CODE, check=True, capture_output=True)
+
+
+def small_runsets(tmp: Path) -> dict[str, Path]:
+    """The lee corpus's runs and the bundled sessions' featurized runs (trained here)."""
+    import gensim
+
+    lee = Path(gensim.__file__).parent / "test" / "test_data" / "lee_background.cor"
+    stabcli_run("pretrain", str(lee), "--out", str(tmp / "lee"), "--runs", "10", "--dim", "100", "--epochs", "5")
+    sessions = ROOT / "sample_data" / "sessions.txt"
+    stabcli_run(
+        "pretrain", str(sessions), "--out", str(tmp / "sessions"), "--runs", "10", "--dim", "64", "--epochs", "5"
+    )
+    stabcli_run("featurize", str(tmp / "sessions"), "--out", str(tmp / "sessions-phi"))
+    os.sync()
+    return {"lee_word2vec_100d": tmp / "lee", "sessions_phi_128d": tmp / "sessions-phi"}
+
+
+def small(tmp: Path, reps: int) -> dict:
+    """Each small run set audited quiet, beside one CPU-bound process, and beside it on one thread."""
+    one_thread = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    out: dict = {}
+    for name, root in small_runsets(tmp).items():
+        times: dict[str, list[float]] = {"quiet": [], "loaded": [], "loaded_openblas_1_thread": []}
+        loads = []
+        for _ in range(reps):
+            loads.append(os.getloadavg()[0])
+            times["quiet"].append(timed(audit_argv(root))[0])
+            with Hogs(1):
+                times["loaded"].append(timed(audit_argv(root))[0])
+                times["loaded_openblas_1_thread"].append(timed(audit_argv(root), one_thread)[0])
+        medians = {f"{k}_s": round(statistics.median(v), 2) for k, v in times.items()}
+        out[name] = {
+            **medians,
+            "loaded_over_quiet": round(medians["loaded_s"] / medians["quiet_s"], 2),
+            "all_s": {k: [round(t, 2) for t in v] for k, v in times.items()},
+            "load_average_before": loads,
+        }
+        print(json.dumps({name: out[name]}), flush=True)
+    return out
+
+
 def million(tmp: Path, runs: int, dim: int) -> dict:
     root = tmp / "million"
     make_runset(root, runs, 1_000_000, dim)
@@ -178,12 +227,16 @@ def main() -> None:
     )
     parser.add_argument("--floor", action="store_true")
     parser.add_argument("--million", action="store_true")
-    parser.add_argument("--skip-load", action="store_true", help="only --floor / --million")
+    parser.add_argument(
+        "--small", action="store_true", help="also the small real audits (lee corpus, featurized sessions)"
+    )
+    parser.add_argument("--skip-load", action="store_true", help="only --floor / --million / --small")
     args = parser.parse_args()
     results: dict = {"machine": {"cores": os.cpu_count()}, "date": time.strftime("%Y-%m-%d %H:%M")}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "runs"
-        make_runset(root, args.runs, args.n, args.dim)
+        if not args.skip_load or args.floor:
+            make_runset(root, args.runs, args.n, args.dim)
         shape = {"runs": args.runs, "keys": args.n, "dim": args.dim}
         if not args.skip_load:
             results["load"] = []
@@ -194,6 +247,8 @@ def main() -> None:
             results["floor"] = {**shape, **floor_ratio(root, args.reps)}
             print(json.dumps(results["floor"]), flush=True)
         subprocess.run(["rm", "-rf", str(root)], check=True)
+        if args.small:
+            results["small"] = small(Path(tmp), args.reps)
         if args.million:
             results["million"] = million(Path(tmp), args.runs, args.dim)
             print(json.dumps(results["million"]), flush=True)

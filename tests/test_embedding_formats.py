@@ -116,6 +116,39 @@ def test_glove_with_a_malformed_line_names_it(tmp_path):
         read_embedding(tmp_path / "g.txt")
 
 
+def test_glove_keys_with_spaces_as_in_glove_840b(tmp_path, w2v):
+    """GloVe 840B has keys such as ``. . .`` and ``at name@domain.com``; gensim refuses those
+    lines, stabcli takes the last d fields as the vector (also on the first line, and in
+    word2vec text with a header); a row with one value too many stays an error."""
+    rows = [(". . .", [0.5, -1.0, 2.0]), ("at name@domain.com", [1.0, 2.0, 3.0]), ("the", [0.25, 0.0, -3.5])]
+    text = "".join(f"{k} {' '.join(map(str, v))}\n" for k, v in rows)
+    (tmp_path / "glove.840B.3d.txt").write_text(text)
+    (tmp_path / "w.vec").write_text("3 3\n" + text)
+    for name in ("glove.840B.3d.txt", "w.vec"):
+        emb = read_embedding(tmp_path / name)
+        assert emb.keys == [k for k, _ in rows]
+        np.testing.assert_array_equal(emb.vectors, np.array([v for _, v in rows]))
+    (tmp_path / "bad.vec").write_text("2 2\na 1 2\nb 0.5 1 2\n")
+    with pytest.raises(InputError, match=r"bad\.vec:3: expected 3 fields \(key \+ 2 values\), found 4"):
+        read_embedding(tmp_path / "bad.vec")
+
+
+def test_glove_of_dimension_one_whose_first_line_looks_like_a_header(tmp_path):
+    """``1990 2`` then ``1991 3``: read as gensim's ``no_header=True`` reads it (a header would
+    announce 2 values per row, and the next line has one); ``N 1`` stays a header (gensim's
+    default), and ``--input-format glove`` reads such a file as GloVe."""
+    (tmp_path / "years.txt").write_text("1990 2\n1991 3\n1992 -1.5\n")
+    emb = read_embedding(tmp_path / "years.txt")
+    ref = KeyedVectors.load_word2vec_format(str(tmp_path / "years.txt"), no_header=True)
+    _same(emb, ref)
+    assert "GloVe" in emb.read_as
+    (tmp_path / "one.txt").write_text("2 1\na 0.5\nb 1.5\n")
+    _same(read_embedding(tmp_path / "one.txt"), KeyedVectors.load_word2vec_format(str(tmp_path / "one.txt")))
+    assert read_embedding(tmp_path / "one.txt", fmt="glove").keys == ["2", "a", "b"]
+    (tmp_path / "words.txt").write_text("the 0.5\ncat -1\n")  # dimension 1, first key a word
+    assert read_embedding(tmp_path / "words.txt").keys == ["the", "cat"]
+
+
 # ---- fastText .bin: every layout gensim's reader accepts
 
 

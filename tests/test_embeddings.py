@@ -178,6 +178,43 @@ def test_gensim_save_files_read_safely(tmp_path, kind, separately):
     assert not got.keyless
 
 
+@pytest.mark.parametrize("compression", [".gz", ".bz2", ".xz"])
+@pytest.mark.parametrize("kind", ["kv", "word2vec", "fasttext"])
+def test_compressed_gensim_save_files_with_their_arrays(tmp_path, kind, compression):
+    """gensim's save("m.kv.gz") compresses the pickle and stores its large arrays as
+    NAME.ATTR.npz (.gz, .bz2) or .npy (other names); its own load reads them back: so does stabcli."""
+    obj, kv = _gensim_objects()[kind]
+    path = tmp_path / f"m{'.kv' if kind == 'kv' else '.model'}{compression}"
+    obj.save(str(path), sep_limit=0)
+    beside = "npy" if compression == ".xz" else "npz"
+    assert list(tmp_path.glob(f"m*.{beside}")), list(tmp_path.iterdir())
+    got = read_embedding(path)
+    assert got.keys == [str(k) for k in kv.index_to_key]
+    np.testing.assert_allclose(np.asarray(got.vectors), kv.vectors, rtol=1e-6)
+    for array in tmp_path.glob(f"m*.{beside}"):
+        array.unlink()
+    with pytest.raises(InputError, match=rf"\.{beside}: missing \(gensim saved"):
+        read_embedding(path)
+    if beside == "npz":  # an .npz that is not gensim's (no 'val' array)
+        obj.save(str(path), sep_limit=0)
+        for array in tmp_path.glob("m*.npz"):
+            np.savez_compressed(array, other=np.ones(3))
+        with pytest.raises(InputError, match=r"\.npz: not a readable \.npz file .*'val'"):
+            read_embedding(path)
+
+
+def test_truncated_gensim_files_name_the_file(tmp_path):
+    obj, _ = _gensim_objects()["kv"]
+    obj.save(str(tmp_path / "m.kv.gz"), separately=[])
+    data = (tmp_path / "m.kv.gz").read_bytes()
+    (tmp_path / "cut.kv.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match=r"cut\.kv\.gz: gzip data is truncated or corrupt"):
+        read_embedding(tmp_path / "cut.kv.gz")
+    (tmp_path / "empty.kv").write_bytes(b"")
+    with pytest.raises(InputError, match=r"empty\.kv: not a readable gensim save\(\) file \(EOFError"):
+        read_embedding(tmp_path / "empty.kv")
+
+
 def test_safe_loader_admits_exactly_what_gensim_saves(tmp_path):
     """Every global a real save() references is on the list (found by recording find_class)."""
     import pickle

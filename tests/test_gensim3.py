@@ -127,6 +127,48 @@ def test_gensim3_word2vec_model_with_separately_stored_vectors(tmp_path, g3):
     np.testing.assert_array_equal(emb.vectors, vectors)
 
 
+class _Numpy116RandomState:
+    """Pickles as numpy < 1.17 pickled a ``RandomState`` (gensim 3.x's ``Word2Vec.random``):
+    ``numpy.random.__RandomState_ctor()`` then ``__setstate__`` with the legacy state tuple."""
+
+    def __init__(self, seed: int):
+        self.state = np.random.RandomState(seed).get_state()
+
+    def __reduce__(self):
+        return (_old_ctor, (), self.state)
+
+
+def _old_ctor():  # stands in for numpy.random.__RandomState_ctor in the pickle bytes
+    raise AssertionError("never called")
+
+
+_old_ctor.__module__ = "numpy116_random"
+_old_ctor.__qualname__ = _old_ctor.__name__ = "__RandomState_ctor"
+
+
+def test_gensim3_model_pickled_under_numpy_1_16_keeps_its_random_state(tmp_path, g3, monkeypatch):
+    module = types.ModuleType("numpy116_random")
+    module.__RandomState_ctor = _old_ctor
+    monkeypatch.setitem(sys.modules, "numpy116_random", module)
+    vectors = np.random.default_rng(3).standard_normal((4, 3)).astype(np.float32)
+    model = _obj(
+        g3.Word2Vec,
+        wv=_kv3(g3, WORDS, vectors),
+        random=_Numpy116RandomState(1),
+        **{"__numpys": [], "__scipys": [], "__ignoreds": [], "__recursive_saveloads": ["wv"]},
+    )
+    data = g3.dumps(model).replace(b"cnumpy116_random\n", b"cnumpy.random\n")
+    assert b"cnumpy.random\n__RandomState_ctor\n" in data
+    (tmp_path / "w2v.model").write_bytes(data)
+    emb = read_embedding(tmp_path / "w2v.model")
+    assert emb.keys == WORDS
+    np.testing.assert_array_equal(emb.vectors, vectors)
+    # the old constructor takes no argument: one given is refused
+    (tmp_path / "arg.model").write_bytes(b"\x80\x02cnumpy.random\n__RandomState_ctor\nK\x01\x85R.")
+    with pytest.raises(InputError, match=r"arg\.model: not a readable gensim save\(\) file"):
+        read_embedding(tmp_path / "arg.model")
+
+
 def test_gensim3_doc2vec_model_gives_its_document_vectors(tmp_path, g3):
     docs = np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32)
     docvecs = _obj(

@@ -173,10 +173,16 @@ def test_sweep_at_every_width(tmp_path):
         assert "\n\nData size" in text or "┘\nData size" in text or " \nData size" in text  # set apart
 
 
-@pytest.mark.parametrize("command", ["audit", "drift", "featurize", "pretrain", "sweep"])
-def test_help_into_a_pipe_is_never_cut(command, monkeypatch):
-    monkeypatch.delenv("COLUMNS", raising=False)
+@pytest.mark.parametrize("columns", [None, "40", "80"])
+@pytest.mark.parametrize("command", ["audit", "drift", "featurize", "pretrain", "sweep", "compare", "demo"])
+def test_help_into_a_pipe_is_never_cut(command, columns, monkeypatch):
+    """Into a pipe, help is whole even when COLUMNS asks for a narrow width (CI logs set it):
+    the narrowest width from COLUMNS up that cuts no word."""
     monkeypatch.delenv("TERMINAL_WIDTH", raising=False)
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
     piped = runner.invoke(app, [command, "--help"]).stdout
     import typer.rich_utils
 

@@ -93,6 +93,46 @@ def test_holdout_keeps_order_skips_and_samples():
     assert sampled.users == 2 and sampled.evaluable == 4
 
 
+def holdout_by_user(sequences, keys, users, seed):
+    """Leave-last-out straight from the definition, one user at a time."""
+    row = {k: i for i, k in enumerate(keys)}
+    skipped = {"one_interaction": 0, "no_vector": 0, "repeat": 0}
+    kept = []
+    for seq in sequences:
+        if len(seq) < 2:
+            skipped["one_interaction"] += 1
+            continue
+        target = row.get(seq[-1])
+        history = list(dict.fromkeys(row[t] for t in seq[:-1] if t in row))
+        if target is None or not history:
+            skipped["no_vector"] += 1
+        elif target in history:
+            skipped["repeat"] += 1
+        else:
+            before = row.get(seq[-2])
+            kept.append((target, history if before is None else [r for r in history if r != before] + [before]))
+    evaluable = len(kept)
+    if users and evaluable > users:
+        kept = [kept[i] for i in np.sort(np.random.default_rng(seed).choice(evaluable, size=users, replace=False))]
+    return kept, evaluable, skipped
+
+
+@pytest.mark.parametrize("users", [0, 7])
+def test_holdout_equals_the_split_user_by_user(users):
+    rng = np.random.default_rng(9)
+    for trial in range(20):
+        n = int(rng.integers(3, 30))
+        # repeats, items without a vector, short and empty sequences
+        sequences = [[f"i{j}" for j in rng.integers(0, n, size=rng.integers(0, 9))] for _ in range(rng.integers(1, 80))]
+        keys = [f"i{j}" for j in rng.permutation(n)[: rng.integers(1, n + 1)]]
+        split = holdout(sequences, keys, users, trial)
+        kept, evaluable, skipped = holdout_by_user(sequences, keys, users, trial)
+        assert (split.evaluable, split.skipped, split.total_users) == (evaluable, skipped, len(sequences))
+        assert split.target.tolist() == [t for t, _ in kept]
+        assert [split.history(u).tolist() for u in range(split.users)] == [h for _, h in kept]
+        assert split.last.tolist() == [h[-1] for _, h in kept]
+
+
 def test_list_overlap_is_one_for_identical_lists_and_chance_for_unrelated_ones():
     rng = np.random.default_rng(1)
     n, k, users = 200, 10, 4000

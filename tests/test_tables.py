@@ -55,6 +55,30 @@ def test_ratings_csv_with_extra_mostly_empty_columns(tmp_path, filled):
         assert corpus.columns == {"user": "'userId'", "item": "'movieId'", "time": "'timestamp'"}
 
 
+def test_headerless_movielens_layout_with_empty_trailing_columns_keeps_its_time_column(tmp_path):
+    plain = _ratings().sample(frac=1.0, random_state=0)  # rows out of time order
+    plain.to_csv(tmp_path / "plain.csv", index=False, header=False)
+    (tmp_path / "extra.csv").write_text((tmp_path / "plain.csv").read_text().replace("\n", ",,,\n"))
+    expected = read_corpus(tmp_path / "plain.csv")
+    assert expected.columns["time"] == "column 3"
+    corpus = read_corpus(tmp_path / "extra.csv")
+    assert corpus.columns == expected.columns
+    assert corpus.sequences == expected.sequences
+
+
+def test_a_header_of_known_columns_is_a_table_even_with_spaces_in_its_fields(tmp_path):
+    """``"Customer 7"`` users (and ISO dates) have spaces, as prose does: a first line naming two
+    known columns says the file is a table."""
+    rows = [(f"Customer {u}", f"P{(u * 3 + k) % 7}", f"2024-03-0{1 + k} 09:00:00") for u in range(9) for k in range(4)]
+    pd.DataFrame(rows, columns=["customer_id", "product_id", "event_time"]).to_csv(tmp_path / "e.csv", index=False)
+    corpus = read_corpus(tmp_path / "e.csv")
+    assert corpus.format == "interactions"
+    assert corpus.columns == {"user": "'customer_id'", "item": "'product_id'", "time": "'event_time'"}
+    assert corpus.n_sequences == 9
+    (tmp_path / "prose.txt").write_text("Well, the cat sat on the mat, and then it ran.\n" * 5)
+    assert read_corpus(tmp_path / "prose.txt", options=CorpusOptions(format="auto")).format == "lines"
+
+
 def test_any_time_header_by_time_col_and_the_columns_are_recorded(tmp_path):
     rows = [("u1", "m3", 5, 30), ("u1", "m1", 4, 10), ("u1", "m2", 4, 20), ("u2", "m2", 1, 2), ("u2", "m3", 2, 1)] * 3
     pd.DataFrame(rows, columns=["uid", "movie", "score", "when"]).to_csv(tmp_path / "e.csv", index=False)
@@ -77,6 +101,54 @@ def test_any_time_header_by_time_col_and_the_columns_are_recorded(tmp_path):
     assert json.loads(result.stdout)["corpus"]["columns"] == {"user": "'uid'", "item": "'movie'", "time": "'when'"}
 
 
+def test_sweep_takes_the_table_options_and_says_how_it_read_the_corpus(tmp_path):
+    """sweep reads a table as pretrain does: --time-col (and the other column options,
+    --min-rating, --tokenize) on its command line, the columns in its summary and JSON."""
+    rows = [(f"u{u}", f"m{(u * 7 + t) % 11}", 4, 1000 * u + t) for u in range(12) for t in range(6)]
+    pd.DataFrame(rows, columns=["uid", "movie", "score", "when"]).to_csv(tmp_path / "e.csv", index=False)
+    args = ["sweep", str(tmp_path / "e.csv"), "--out", str(tmp_path / "s"), "--runs", "2", "--dim", "4"]
+    args += ["--epochs", "1", "--time-col", "when", "--min-rating", "3", "--json", str(tmp_path / "s.json")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    columns = {"user": "'uid'", "item": "'movie'", "time": "'when'", "rating": "'score'"}
+    said = (
+        "corpus read as interactions (comma-separated, header; user 'uid', item 'movie', time 'when', rating 'score')"
+    )
+    assert said in " ".join(result.stdout.split())
+    report = json.loads((tmp_path / "s.json").read_text())
+    assert report["corpus_columns"] == columns
+    assert report["corpus_read"].startswith(said.removeprefix("corpus read as "))
+    assert (
+        json.loads((tmp_path / "s" / "sweep.json").read_text())["corpus_reading"]["columns"] == report["corpus_columns"]
+    )
+
+
+@pytest.mark.parametrize("tokenize", ["none", "simple"])
+def test_a_text_corpus_keeps_each_distinct_token_once_in_memory(tmp_path, tokenize):
+    """A compressed corpus is decompressed as a stream; in memory each distinct token is one
+    string shared by every sequence that holds it (8 bytes per token, not a string object)."""
+    (tmp_path / "c.txt.gz").write_bytes(gzip.compress(b"the cat sat\nthe dog sat\n" * 50))
+    (tmp_path / "t.tsv").write_text("".join(f"d{i}\tthe cat sat\n" for i in range(50)))
+    for name, fmt in (("c.txt.gz", "lines"), ("t.tsv", "tagged")):
+        corpus = read_corpus(tmp_path / name, options=CorpusOptions(format=fmt, tokenize=tokenize))
+        tokens = [t for seq in corpus.sequences for t in seq]
+        assert len(tokens) == (300 if fmt == "lines" else 150)
+        assert len({id(t) for t in tokens}) == (corpus.n_keys if fmt == "lines" else 3)
+
+
+def test_audit_next_item_says_how_it_read_the_interactions(tmp_path):
+    rows = [(f"u{u}", f"m{(u * 5 + t) % 31}", 4, 1000 * u + (7 - t)) for u in range(20) for t in range(8)]
+    pd.DataFrame(rows, columns=["uid", "movie", "score", "when"]).to_csv(tmp_path / "e.csv", index=False)
+    result = _pretrain(tmp_path / "e.csv", tmp_path / "r", "--runs", "2", "--time-col", "when")
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(
+        app, ["audit", str(tmp_path / "r"), "--interactions", str(tmp_path / "e.csv"), "--time-col", "when"]
+    )
+    assert result.exit_code == 0, result.output
+    said = "e.csv read as interactions (comma-separated, header; user 'uid', item 'movie', time 'when'): 20 sequences"
+    assert said in " ".join(result.stdout.split())
+
+
 U_ITEM = "1|Caf\u00e9 Society (1995)|01-Jan-1995||http://x|0|0|0|0|0|1|0|0|0|0|0|0|0|0|0|0|0|0|0\n"
 
 
@@ -91,6 +163,21 @@ def test_movielens_item_files_are_latin1_in_labels_and_key_names_also_compressed
     for name in ("u.item", "u.item.gz", "items.xz"):
         assert read_labels(tmp_path / name, {"1", "2"}).by_key == {"1": "Comedy", "2": "Mystery"}
         assert read_key_names(tmp_path / name) == {"1": "Caf\u00e9 Society (1995)", "2": "Caf\u00e9 Society (1995)"}
+
+
+def test_movielens_movies_files_as_key_names_split_as_their_labels_are(tmp_path):
+    """Every movie of a movies.dat with two or more genres has a ``|`` on every line: the
+    key-names reader takes the layout the label reader detects (``::``), not the ``|``."""
+    lines = [f"{i}::Caf\u00e9 {i} (1995)::Action|Drama\n" for i in range(1, 6)]
+    (tmp_path / "movies.dat").write_bytes("".join(lines).encode("latin-1"))
+    (tmp_path / "titles.txt").write_bytes((tmp_path / "movies.dat").read_bytes())  # by its first line
+    csv_lines = ["movieId,title,genres\n"] + [f'{i},"Caf\u00e9, The|{i} (1995)",Action|Drama\n' for i in range(1, 6)]
+    (tmp_path / "movies.csv").write_text("".join(csv_lines), encoding="utf-8")
+    for name in ("movies.dat", "titles.txt"):
+        names = read_key_names(tmp_path / name)
+        assert names["3"] == "Caf\u00e9 3 (1995)", names
+        assert read_labels(tmp_path / name, {"1", "3"}).by_key["3"] == "Action"
+    assert read_key_names(tmp_path / "movies.csv")["3"] == "Caf\u00e9, The|3 (1995)"
 
 
 def test_drift_reads_movielens_labels_and_names_without_encoding(tmp_path):
@@ -137,24 +224,31 @@ def test_a_run_file_inside_a_run_set_has_the_run_sets_keys(tmp_path):
     assert read_embedding(tmp_path / "vectors.npy").keyless
 
 
-def test_featurize_a_run_set_into_a_file_name_is_refused(tmp_path):
+@pytest.mark.parametrize("name", ["x.npy", "x.wv", "x.model", "x.npy.gz", "x.VEC.bz2"])
+def test_featurize_a_run_set_into_a_file_name_is_refused(tmp_path, name):
+    """Every name a reader would take for an embedding file (any reading suffix, any case,
+    also under a compression suffix) is refused as a run set's output directory."""
     from conftest import assert_bad_input, files_state, make_runset
 
     root = make_runset(tmp_path / "r", runs=2, n=9)
     before = files_state(tmp_path)
-    result = runner.invoke(app, ["featurize", str(root), "--out", str(tmp_path / "x.npy"), "--dim", "8"])
-    assert_bad_input(result, "x.npy: a run set is featurized into a run set (a directory)", tmp_path, before)
-    assert not (tmp_path / "x.npy").exists()
+    result = runner.invoke(app, ["featurize", str(root), "--out", str(tmp_path / name), "--dim", "8"])
+    assert_bad_input(result, f"{name}: a run set is featurized into a run set (a directory)", tmp_path, before)
+    assert f"give a directory name such as {tmp_path / 'x'}" in result.stderr
+    assert not (tmp_path / name).exists()
 
 
-def test_doc2vec_on_a_lines_corpus_is_refused_before_anything_is_written(tmp_path):
+@pytest.mark.parametrize("command", ["pretrain", "sweep"])
+def test_doc2vec_on_a_lines_corpus_is_refused_before_anything_is_written(tmp_path, command):
+    """pretrain and sweep (which wrote its sample and cell directories first, then named the
+    sample) refuse it naming the user's corpus, before any work."""
     from conftest import assert_bad_input, files_state
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("the cat sat\nthe dog ran\n" * 20)
     before = files_state(tmp_path)
     result = runner.invoke(
-        app, ["pretrain", str(corpus), "--model", "doc2vec", "--corpus-format", "lines", "--out", str(tmp_path / "r")]
+        app, [command, str(corpus), "--model", "doc2vec", "--corpus-format", "lines", "--out", str(tmp_path / "r")]
     )
     assert_bad_input(
         result, "c.txt: read as lines, which has no document tags; doc2vec learns one vector", tmp_path, before

@@ -97,6 +97,23 @@ def test_ordered_map_keeps_at_most_two_items_per_thread_in_flight():
     assert peak[0] <= 2
 
 
+def test_ordered_map_takes_fewer_threads_when_the_items_are_large(monkeypatch):
+    """Items of (R·d)² partial sums (R = 20 runs of 300 dims: 288 MB each) must not be
+    computed two per thread on every core at once."""
+    monkeypatch.setattr(threads, "IN_FLIGHT_BYTES", 1000)
+    seen = set()
+
+    def where(i):
+        seen.add(threading.get_ident())
+        return i
+
+    assert list(threads.ordered_map(where, range(6), count=4, item_bytes=300)) == list(range(6))
+    assert len(seen) == 1  # 2 · 300 · threads ≤ 1000: one thread
+    seen.clear()
+    assert list(threads.ordered_map(where, range(50), count=4, item_bytes=100)) == list(range(50))
+    assert 1 <= len(seen) <= 4  # five threads' worth of room, capped at the four asked
+
+
 @pytest.mark.parametrize(
     "env, want",
     [({"OPENBLAS_NUM_THREADS": "1"}, 1), ({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": ""}, 1), ({}, None)],
@@ -280,3 +297,48 @@ def test_audits_in_two_threads_and_under_a_users_limit_give_the_bits_of_one_audi
         with threadpool_limits(limit, user_api="blas"):
             assert report() == alone
             assert blas_threads() == limit
+
+
+def test_every_decomposition_of_an_audit_runs_on_one_blas_thread(monkeypatch, tmp_path):
+    """#26: a 64-dim SVD split over OpenBLAS's threads took 26–33 ms on a loaded 2-core
+    machine against well under 1 ms on one thread. Every SVD, eigendecomposition and
+    Procrustes solve of an audit (here of runs with equal norms, so the identical-runs check
+    solves a Procrustes problem for every pair) must run with BLAS on one thread."""
+    import stabcli
+    from stabcli.inputs.embeddings import write_embedding
+    from stabcli.measure import align
+
+    paths = []
+    for i, h in enumerate(runs_of(6, n=400, d=8, r=4, dtype=np.float64)):
+        unit = h / np.linalg.norm(h, axis=1, keepdims=True)  # equal Frobenius norms
+        path = tmp_path / f"r{i}.txt"
+        write_embedding(path, [f"k{j}" for j in range(len(unit))], unit)
+        paths.append(path)
+    seen = []
+
+    def recording(function):
+        def wrapper(*args, **kwargs):
+            seen.append((function.__name__, blas_threads()))
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    for name in ("svd", "eigh", "eigvalsh", "qr"):
+        monkeypatch.setattr(np.linalg, name, recording(getattr(np.linalg, name)))
+    monkeypatch.setattr(align, "orthogonal_procrustes", recording(align.orthogonal_procrustes))
+    stabcli.audit(paths)
+    assert {name for name, _ in seen} >= {"svd", "eigh", "orthogonal_procrustes"}
+    assert [entry for entry in seen if entry[1] != 1] == []
+
+
+def test_drift_pair_measures_are_the_same_with_one_or_three_workers(monkeypatch):
+    from stabcli.measure import drift_stats
+
+    monkeypatch.setattr(numerics, "CACHE_ELEMENTS", 4 * 5 * 13)  # 13 rows per chunk
+    runs = runs_of(8, n=200, r=4)
+    got = []
+    for count in (1, 3):
+        monkeypatch.setattr(threads, "workers", lambda count=count: count)
+        got.append(drift_stats.pair_measures(runs)[0])
+    for name in drift_stats.MEASURES:
+        assert np.array_equal(got[0][name], got[1][name])

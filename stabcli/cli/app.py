@@ -139,9 +139,10 @@ class _ReadableHelp:
         return option
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
-        """Help on a terminal as typer lays it out; into a pipe or a file (no terminal, no
-        ``COLUMNS``/``TERMINAL_WIDTH``) at the narrowest width that cuts nothing."""
-        if sys.stdout.isatty() or os.environ.get("TERMINAL_WIDTH") or os.environ.get("COLUMNS", "").isdigit():
+        """Help on a terminal as typer lays it out; into a pipe or a file at the narrowest
+        width that cuts nothing, from ``COLUMNS``/``TERMINAL_WIDTH`` when one is set (a CI log
+        may set 40: the words are still whole)."""
+        if sys.stdout.isatty():
             super().format_help(ctx, formatter)  # type: ignore[misc]
             return
         import typer.rich_utils as rich_help
@@ -156,7 +157,11 @@ class _ReadableHelp:
         previous = rich_help.MAX_WIDTH
         try:
             whole = _words(rendered(HELP_MAX_WIDTH))  # every word whole: none cut with "…" or folded
-            width = next((w for w in HELP_WIDTHS if whole <= _words(rendered(w))), HELP_MAX_WIDTH)
+            asked = next(
+                (int(v) for v in (os.environ.get(n, "") for n in ("TERMINAL_WIDTH", "COLUMNS")) if v.isdigit()), 0
+            )
+            widths = ([asked] if asked else []) + [w for w in HELP_WIDTHS if w > asked]
+            width = next((w for w in widths if whole <= _words(rendered(w))), HELP_MAX_WIDTH)
             rich_help.MAX_WIDTH = width
             super().format_help(ctx, formatter)  # type: ignore[misc]
         finally:

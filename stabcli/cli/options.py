@@ -336,6 +336,15 @@ RatingCol = Annotated[
         help="Tables: rating column for --min-rating [default: a rating/score… header; MovieLens layout: column 2].",
     ),
 ]
+Tokenize = Annotated[
+    Literal["none", "simple"],
+    typer.Option(
+        "--tokenize",
+        metavar="HOW",
+        help="Text corpora (lines, tagged): none splits on whitespace; simple is gensim's simple_preprocess "
+        "(lower case, words of 2-15 letters, punctuation and digits dropped). Recorded in the manifest.",
+    ),
+]
 MinRating = Annotated[
     float | None,
     typer.Option("--min-rating", metavar="RATING", help="Tables: keep ratings >= this [default: keep all]."),

@@ -28,6 +28,7 @@ from stabcli.cli.options import (
     SkipGram,
     TimeCol,
     Timeout,
+    Tokenize,
     UserCol,
     Window,
     api_options,
@@ -156,17 +157,6 @@ _Script = Annotated[
 ]
 
 
-_Tokenize = Annotated[
-    Literal["none", "simple"],
-    typer.Option(
-        "--tokenize",
-        metavar="HOW",
-        help="Text corpora (lines, tagged): none splits on whitespace; simple is gensim's simple_preprocess "
-        "(lower case, words of 2-15 letters, punctuation and digits dropped). Recorded in the manifest.",
-    ),
-]
-
-
 def pretrain_cmd(
     ctx: typer.Context,
     corpus: Path | None = typer.Argument(None, metavar="CORPUS", help="Training corpus (optional with --script)."),
@@ -189,7 +179,7 @@ def pretrain_cmd(
     script: _Script = None,
     timeout: Timeout = None,
     corpus_format: CorpusFormat = "auto",
-    tokenize: _Tokenize = "none",
+    tokenize: Tokenize = "none",
     encoding: CorpusEncoding = "utf-8",
     user_col: UserCol = None,
     item_col: ItemCol = None,

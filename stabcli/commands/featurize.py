@@ -33,6 +33,7 @@ from stabcli.inputs.embeddings import (
     Embedding,
     ReadOptions,
     check_keys_writable,
+    embedding_suffix,
     format_for,
     keys_path_for,
     keys_text,
@@ -175,10 +176,12 @@ def _output_format(output: Path, fmt: str | None, runset: bool) -> str:
     if runset:
         if fmt not in (None, "npy"):
             raise OptionError("output_format", f"{fmt}: a run set is featurized into a run set of .npy runs")
-        if suffix_format is not None:  # the rule: a run set's output is a directory, named without a file suffix
+        suffix = embedding_suffix(output)
+        if suffix is not None:  # the rule: a run set's output is a directory, named without an embedding suffix
             raise UsageError(
                 f"--out {output}: a run set is featurized into a run set (a directory), and "
-                f"{quote(output.suffix)} names a file format; give a directory name such as {output.with_suffix('')}"
+                f"{quote(suffix)} names an embedding file; give a directory name such as "
+                f"{output.parent / output.name[: -len(suffix)]}"
             )
         return "npy"
     if fmt is None:

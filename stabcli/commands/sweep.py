@@ -32,7 +32,7 @@ import numpy as np
 from stabcli import __version__
 from stabcli.commands.audit import AuditOptions, build_report, load_runs
 from stabcli.errors import InputError, UsageError, quote
-from stabcli.inputs.corpus import CorpusOptions, read_corpus
+from stabcli.inputs.corpus import Corpus, CorpusOptions, read_corpus
 from stabcli.inputs.labels import read_label_sets
 from stabcli.measure import curves
 from stabcli.measure import metrics as m
@@ -43,7 +43,14 @@ from stabcli.reports.sweep_report import Pareto, PowerLaw, SizePoint, SwapOne, S
 from stabcli.runset.manifest import corpus_reading
 from stabcli.runset.reader import RunSet
 from stabcli.training import sweep_plan as plan
-from stabcli.training.pretrain import Backend, TrainConfig, corpus_entry, local_backend, parse_params
+from stabcli.training.pretrain import (
+    Backend,
+    TrainConfig,
+    corpus_entry,
+    local_backend,
+    parse_params,
+    require_trainable,
+)
 from stabcli.training.sweep_dir import (
     CELLS,
     SweepDir,
@@ -294,6 +301,7 @@ def run_sweep(
     if config.vary != "seed":
         raise UsageError("--vary: a sweep varies the seed only (the data sizes vary the data)")
     corpus = read_corpus(corpus_path, config.model, corpus_options)
+    require_trainable(corpus_path, corpus, config)
     if downstream is not None:  # a bad label file fails now, not after every cell is trained
         keys = set(corpus.tags) if corpus.tags is not None else {t for s in corpus.sequences for t in s}
         read_label_sets(downstream.labels, keys, downstream.encoding)
@@ -326,7 +334,7 @@ def run_sweep(
             runs, audit or AuditOptions(), downstream=cell_downstream, on_warning=on_warning
         )
     sizes_m = {size: int(plan.sample_indices(order, size).size) for size in options.sizes}
-    report = _report(corpus_path, root, config, options, cells, audits, trained, sizes_m, n, swap_sets, step)
+    report = _report(corpus_path, root, config, options, cells, audits, trained, sizes_m, corpus, swap_sets, step)
     results = schema.evaluate_checks(report, checks, SweepReport)
     return replace(report, checks=results, passed=all(c.passed for c in results))
 
@@ -479,10 +487,11 @@ def _report(
     audits: dict[str, AuditReport],
     trained: dict[str, Trained],
     sizes_m: dict[float, int],
-    n: int,
+    corpus: Corpus,
     swap_sets: dict[float, tuple[Path, list[Path]]],
     step: Callable[[str], None],
 ) -> SweepReport:
+    n = corpus.n_sequences
     rows = {c.name: _cell(c, audits[c.name], trained[c.name], sizes_m[c.size], root) for c in cells}
     warnings: list[str] = []
     pareto = None
@@ -532,6 +541,8 @@ def _report(
         stabcli_version=__version__,
         corpus=str(corpus_path),
         corpus_sequences=n,
+        corpus_read=corpus.describe(),
+        corpus_columns=dict(corpus.columns) or None,
         out=str(root),
         model=config.model if config.script is None else "script",
         grid=options.grid,

@@ -83,6 +83,8 @@ def open_stream(path: Path, compression: str | None = None) -> Iterator[BinaryIO
         with _open(path, compression) as stream:
             yield stream
     except (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as exc:
+        if compression is None:  # a reader's own end of input (pickle's "Ran out of input"): its to say
+            raise
         raise InputError(f"{path}: {compression} data is truncated or corrupt ({_reason(exc)})") from None
     except OSError as exc:
         if compression is not None and exc.errno is None:  # bz2's "Invalid data stream" and kin

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from stabcli.errors import InputError, OptionError, quote
 from stabcli.inputs.compressed import inner_name
 from stabcli.inputs.interactions import (
@@ -42,6 +44,7 @@ from stabcli.inputs.interactions import (
     read_interactions,
     sniff_table,
 )
+from stabcli.inputs.tablecolumns import EncodedSequences
 from stabcli.inputs.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
 FORMATS = ("auto", "lines", "tagged", "movielens", "interactions")
@@ -161,6 +164,7 @@ class Corpus:
     encoding: str = "utf-8"
     table: TableLayout | None = None
     columns: dict[str, str] = field(default_factory=dict)
+    encoded: EncodedSequences | None = None  # tables: the sequences as item codes (the same sequences)
     n_tokens: int = field(init=False)
     n_keys: int = field(init=False)
 
@@ -168,6 +172,8 @@ class Corpus:
         self.n_tokens = sum(len(s) for s in self.sequences)
         if self.tags is not None:
             self.n_keys = len(set(self.tags))
+        elif self.encoded is not None:
+            self.n_keys = len(self.encoded.items)  # every item of the codes occurs
         else:
             self.n_keys = len({tok for seq in self.sequences for tok in seq})
 
@@ -183,9 +189,20 @@ class Corpus:
         """
         if self.tags is not None:
             return list(dict.fromkeys(self.tags))
-        counts = Counter(tok for seq in self.sequences for tok in seq)
+        counts = self.token_counts()
         kept = [(-c, tok) for tok, c in counts.items() if c >= min_count]
         return [tok for _, tok in sorted(kept)]
+
+    def token_counts(self) -> Counter[str]:
+        """Occurrences of every token, in order of first appearance in the sequences (a
+        ``bincount`` of the item codes for a table)."""
+        if self.encoded is None:
+            return Counter(tok for seq in self.sequences for tok in seq)
+        codes = self.encoded.codes
+        counts = np.bincount(codes, minlength=len(self.encoded.items))
+        distinct, first = np.unique(codes, return_index=True)
+        order = distinct[np.argsort(first)].tolist()
+        return Counter({self.encoded.items[j]: int(counts[j]) for j in order})
 
     def summary(self) -> dict[str, Any]:
         """The corpus statistics as JSON-ready values (keys documented in docs/formats.md)."""
@@ -212,16 +229,26 @@ class Corpus:
 
     def describe(self) -> str:
         """One line for people: format, how a table was read, and the counts."""
-        how = self.format
-        if self.table is not None:
-            cols = ", ".join(f"{role} {col}" for role, col in self.columns.items())
-            cols += "" if "time" in self.columns else ", no time column (file order)"
-            header = "header" if self.table.header is not None else "no header"
-            how += f" ({DELIMITER_NAMES[self.table.delimiter]}, {header}; {cols})"
-        skipped = f", {self.skipped_lines:,} rows below --min-rating skipped" if self.skipped_lines else ""
-        return (
-            f"{how}: {self.n_sequences:,} sequences, {self.n_tokens:,} tokens, {self.n_keys:,} distinct keys{skipped}"
-        )
+        return describe_reading(self.summary())
+
+
+def describe_reading(summary: dict[str, Any]) -> str:
+    """``Corpus.summary()`` as one line: the format; for a table its delimiter, header and
+    columns (``interactions (comma-separated, header; user 'uid', item 'movie', time 'when')``);
+    the counts. The pretrain, sweep and ``audit --interactions`` summaries all say it so."""
+    how = summary["format"]
+    columns = summary.get("columns") or {}
+    if summary.get("delimiter") is not None:
+        cols = ", ".join(f"{role} {col}" for role, col in columns.items())
+        cols += "" if "time" in columns else ", no time column (file order)"
+        header = "header" if summary.get("header") else "no header"
+        how += f" ({DELIMITER_NAMES[summary['delimiter']]}, {header}; {cols})"
+    skipped = summary.get("skipped_rows") or 0
+    return (
+        f"{how}: {summary['sequences']:,} sequences, {summary['tokens']:,} tokens, "
+        f"{summary['distinct_keys']:,} distinct keys"
+        + (f", {skipped:,} rows below --min-rating skipped" if skipped else "")
+    )
 
 
 def detect_format(path: Path, model: str, options: CorpusOptions) -> str:
@@ -283,6 +310,7 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
             encoding=table.encoding,
             table=table.table,
             columns=table.columns,
+            encoded=table.encoded,
         )
     if corpus.n_tokens == 0:
         raise InputError(f"{path}: empty corpus (no tokens in {fmt} format)")
@@ -292,12 +320,22 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
 
 def tokenizer(name: str) -> Callable[[str], list[str]]:
     """``none``: split on whitespace. ``simple``: gensim's ``simple_preprocess`` (lower case,
-    alphabetic tokens of 2 to 15 characters, punctuation and digits dropped)."""
+    alphabetic tokens of 2 to 15 characters, punctuation and digits dropped). Each distinct
+    token is kept once (the sequences share its string): a corpus in memory is then about
+    8 bytes per token plus its vocabulary, not a string object per token (a 29 MB text:
+    80 MB instead of 380 MB)."""
+    split: Callable[[str], list[str]] = str.split
     if name == "simple":
         from gensim.utils import simple_preprocess
 
-        return simple_preprocess
-    return str.split
+        split = simple_preprocess
+    seen: dict[str, str] = {}
+    same = seen.setdefault
+
+    def tokens(text: str) -> list[str]:
+        return [same(t, t) for t in split(text)]
+
+    return tokens
 
 
 def _read_tagged(path: Path, encoding: str, split: Callable[[str], list[str]] = str.split) -> Corpus:
@@ -324,7 +362,7 @@ def _check_reading(corpus: Corpus, auto: bool) -> None:
         return  # doc2vec learns tags from words; a single key is refused by the trainer
     path, n = corpus.path, corpus.n_sequences
     if (corpus.format == "lines" and auto) or corpus.table is not None:
-        keys = {tok for seq in corpus.sequences for tok in seq}
+        keys = set(corpus.encoded.items) if corpus.encoded else {tok for seq in corpus.sequences for tok in seq}
         for delim in DELIMITERS:
             holding = sorted(k for k in keys if delim in k)  # sorted: the example named is reproducible
             if len(holding) * 2 > len(keys):

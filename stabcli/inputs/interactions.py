@@ -7,16 +7,28 @@ from __future__ import annotations
 import csv
 import math
 import re
-from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from stabcli.errors import InputError, quote
 from stabcli.inputs.compressed import inner_name
-from stabcli.inputs.textfile import sniff_encoding, text_lines
+from stabcli.inputs.tablecolumns import (
+    PIECE_CHARS,
+    ChunkRows,
+    Column,
+    EncodedSequences,
+    Factorizer,
+    chunks,
+    finite_float,
+    plain_rows,
+    sessions,
+    time_value,
+)
+from stabcli.inputs.textfile import block_lines, sniff_encoding, text_blocks, text_lines
 
 if TYPE_CHECKING:
     from stabcli.inputs.corpus import CorpusOptions
@@ -117,14 +129,16 @@ class TableLayout:
 
 @dataclass
 class Interactions:
-    """A table read as sequences: one per user, the rows below ``--min-rating`` skipped, the
-    codec used, how the table was read and each role's column as read."""
+    """A table read as sequences: one per user (as lists, and ``encoded`` as item codes), the
+    rows below ``--min-rating`` skipped, the codec used, how the table was read and each
+    role's column as read."""
 
     sequences: list[list[str]]
     skipped: int
     encoding: str
     table: TableLayout
     columns: dict[str, str]
+    encoded: EncodedSequences
 
 
 class _BadQuoting(ValueError):
@@ -156,7 +170,8 @@ def sniff_table(path: Path, encoding: str) -> TableLayout | None:
 
     A delimiter qualifies when every sampled line splits on it into the same number (at
     least two) of fields and most lines have no field with inner whitespace (prose with
-    commas is not a table); the qualifying delimiter giving most columns wins. The first
+    commas is not a table; a first line naming two known columns is a header, so spaces in
+    the fields below it do not matter); the qualifying delimiter giving most columns wins. The first
     line is a header when it names a known user/item/time/rating column, or when a column
     is numeric in every other sampled line but not in the first.
     """
@@ -182,8 +197,8 @@ def sniff_table(path: Path, encoding: str) -> TableLayout | None:
         if len(widths) != 1 or widths == {1}:
             continue
         spaced = sum(1 for r in rows if any(len(f.split()) > 1 for f in r))
-        if spaced * 2 > len(rows):
-            continue
+        if spaced * 2 > len(rows) and sum(_normal(f) in _KNOWN for f in rows[0]) < 2:
+            continue  # prose with commas, unless a header names two known columns ("John Smith" users)
         if best is None or len(rows[0]) > best[0]:
             best = (len(rows[0]), delimiter, rows)
     if best is None:
@@ -209,11 +224,12 @@ def _has_header(rows: list[list[str]]) -> bool:
 
 
 def _movielens_layout(rows: list[list[str]]) -> bool:
-    """Four numeric columns: integer user and item ids, a rating, a large integer timestamp."""
-    if not rows or len(rows[0]) != 4:
+    """Four numeric columns: integer user and item ids, a rating, a large integer timestamp
+    (and any number of columns after them that are empty in every row: ``1,2,3.5,881250949,,,``)."""
+    if not rows or len(rows[0]) < 4 or any(f.strip() for r in rows for f in r[4:]):
         return False
     try:
-        for user, item, rating, stamp in rows:
+        for user, item, rating, stamp in (r[:4] for r in rows):
             int(user), int(item), float(rating)
             if int(stamp) < 1_000_000 and len(rows) > 1:
                 return False
@@ -333,22 +349,14 @@ def _column_label(layout: TableLayout, index: int) -> str:
     return quote(layout.header[index]) if layout.header is not None else f"column {index}"
 
 
-def _time_value(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        try:
-            return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-        except (ValueError, OverflowError, OSError):  # not a date, or one a platform cannot convert
-            return None
-    return value if math.isfinite(value) else None
-
-
-def _table_rows(path: Path, encoding: str, layout: TableLayout) -> Iterator[tuple[int, list[str]]]:
-    """(line number, fields) of every data row; a row of another width is an error."""
-    seen_header = layout.header is None
+def _table_rows(
+    path: Path, lines: Iterable[tuple[int, str]], layout: TableLayout, header: bool
+) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of every data row of ``lines`` (the first non-blank one is the
+    header when ``header``); a row of another width is an error."""
+    seen_header = not header
     width = layout.n_columns
-    for lineno, line in text_lines(path, encoding):
+    for lineno, line in lines:
         if not line.strip():
             continue
         if not seen_header:
@@ -370,77 +378,120 @@ def _table_rows(path: Path, encoding: str, layout: TableLayout) -> Iterator[tupl
 
 def read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Interactions:
     """One sequence of item ids per user, ordered by time (file order breaks ties); users
-    in the order of their first interaction."""
+    in the order of their first interaction. Read in chunks: pandas' C reader for plain
+    chunks, line by line for the others (``tablecolumns``)."""
     codec, _ = sniff_encoding(path, options.encoding)
     layout = _layout_for(path, options, fmt)
     if fmt == "movielens" and layout.n_columns != 4 and layout.header is None and not options.columns_given:
         raise InputError(f"{path}:1: expected 4 fields (user item rating timestamp), found {layout.n_columns}")
     first_rows = []
-    for _, fields in _table_rows(path, options.encoding, layout):
+    for _, fields in _table_rows(path, text_lines(path, options.encoding), layout, layout.header is not None):
         first_rows.append(fields)
         if len(first_rows) >= SNIFF_LINES:
             break
     cols = _choose_columns(path, options, layout, fmt, first_rows)
+    min_rating = options.min_rating if "rating" in cols else None
+    plain = not codec.startswith(("utf-16", "utf-32"))
+    users, items = Factorizer(), Factorizer()
+    user_column, item_column, time_column = Column(np.int32), Column(np.int32), Column(np.float64)
+    skipped = 0
+    for first, text in _data_chunks(path, options.encoding, layout):
+        for rows in _chunk_rows(path, first, text, layout, cols, min_rating, plain):
+            user_column.append(users.codes(rows.user_codes, rows.user_keys))
+            item_column.append(items.codes(rows.item_codes, rows.item_keys))
+            if rows.stamps is not None:
+                time_column.append(rows.stamps)
+            skipped += rows.skipped
+    encoded = sessions(
+        user_column.take(),
+        item_column.take(),
+        time_column.take() if "time" in cols else None,  # the only reference: sessions frees it once sorted
+        len(users.index),
+        items.keys,
+    )
+    columns = {role: _column_label(layout, index) for role, index in cols.items()}
+    return Interactions(encoded.lists(), skipped, codec, layout, columns, encoded)
+
+
+def _data_chunks(path: Path, encoding: str, layout: TableLayout) -> Iterator[tuple[int, str]]:
+    """(first line number, text) of chunks of whole lines after the header line."""
+    header = layout.header is not None
+    for first, text in chunks(text_blocks(path, encoding)):
+        while header and text:
+            line, _, text = text.partition("\n")
+            list(block_lines(path, first, line))  # a NUL character in it is an error, as in any line
+            first += 1
+            header = not line.strip()
+        if text:
+            yield first, text
+
+
+def _chunk_rows(
+    path: Path,
+    first: int,
+    text: str,
+    layout: TableLayout,
+    cols: dict[str, int],
+    min_rating: float | None,
+    plain: bool,
+) -> Iterator[ChunkRows]:
+    """The rows of a chunk: by pandas when it is plain; otherwise in pieces of whole lines
+    (``PIECE_CHARS``), each by pandas when plain and line by line when not, in order."""
+    rows = plain_rows(text, layout.delimiter, layout.n_columns, cols, min_rating) if plain else None
+    if rows is not None:
+        yield rows
+        return
+    start = 0
+    while start < len(text):
+        stop = text.find("\n", start + PIECE_CHARS) + 1 or len(text)
+        if stop - start < len(text):
+            rows = plain_rows(text[start:stop], layout.delimiter, layout.n_columns, cols, min_rating) if plain else None
+        yield rows or _line_rows(path, first, text[start:stop], layout, cols, min_rating)
+        first += text.count("\n", start, stop)
+        start = stop
+
+
+def _line_rows(
+    path: Path, first: int, text: str, layout: TableLayout, cols: dict[str, int], min_rating: float | None
+) -> ChunkRows:
+    """The rows of a chunk read line by line: every check of a row, and its message."""
+    import pandas as pd
+
     u, i = cols["user"], cols["item"]
     t, r = cols.get("time"), cols.get("rating")
-    items_by_user: dict[str, list[str]] = {}
-    times_by_user: dict[str, array] = {}
-    first_seen: dict[str, tuple[float, int]] = {}
-    interned: dict[str, str] = {}
+    users: list[str] = []
+    items: list[str] = []
+    stamps: list[float] = []
     skipped = 0
-    row = 0
-    min_rating = options.min_rating if r is not None else None
-    for lineno, fields in _table_rows(path, options.encoding, layout):
+    for lineno, fields in _table_rows(path, block_lines(path, first, text), layout, False):
         user, item = fields[u], fields[i]
         if not user or not item:
             role = "user" if not user else "item"
             raise InputError(f"{path}:{lineno}: empty {role} field ({_column_label(layout, cols[role])})")
         if r is not None and min_rating is not None:
-            try:
-                rating = float(fields[r])
-            except ValueError:
-                rating = math.nan
-            if not math.isfinite(rating):
+            rating = finite_float(fields[r])
+            if rating is None:
                 raise InputError(
                     f"{path}:{lineno}: rating {quote(fields[r])} ({_column_label(layout, r)}) is not a number"
                 )
             if rating < min_rating:
                 skipped += 1
                 continue
-        stamp = 0.0
         if t is not None:
-            value = _time_value(fields[t])
+            value = time_value(fields[t])
             if value is None:
                 raise InputError(
                     f"{path}:{lineno}: timestamp {quote(fields[t])} ({_column_label(layout, t)}) is not a "
                     f"number or an ISO date (--time-col none keeps file order)"
                 )
-            stamp = value
-        known = interned.get(item)
-        if known is None:
-            if len(item.split()) != 1:
-                raise InputError(
-                    f"{path}:{lineno}: item {quote(item)} contains whitespace, which a key cannot; check --item-col"
-                )
-            known = interned[item] = item
-        items = items_by_user.get(user)
-        if items is None:
-            items = items_by_user[user] = []
-            times_by_user[user] = array("d")
-            first_seen[user] = (stamp, row)
-        elif stamp < first_seen[user][0]:
-            first_seen[user] = (stamp, row)
-        items.append(known)
-        times_by_user[user].append(stamp)
-        row += 1
-    if t is not None:
-        users = sorted(items_by_user, key=first_seen.__getitem__)
-        sequences = []
-        for user in users:
-            times, items = times_by_user[user], items_by_user[user]
-            order = sorted(range(len(items)), key=times.__getitem__)  # stable: file order breaks ties
-            sequences.append([items[j] for j in order])
-    else:
-        sequences = list(items_by_user.values())
-    columns = {role: _column_label(layout, index) for role, index in cols.items()}
-    return Interactions(sequences, skipped, codec, layout, columns)
+            stamps.append(value)
+        if len(item.split()) != 1:
+            raise InputError(
+                f"{path}:{lineno}: item {quote(item)} contains whitespace, which a key cannot; check --item-col"
+            )
+        users.append(user)
+        items.append(item)
+    user_codes, user_keys = pd.factorize(np.asarray(users, dtype=object))
+    item_codes, item_keys = pd.factorize(np.asarray(items, dtype=object))
+    times = np.asarray(stamps, dtype=np.float64) if t is not None else None
+    return ChunkRows(user_codes, list(user_keys), item_codes, list(item_keys), times, skipped)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from stabcli.errors import InputError, UsageError, quote
-from stabcli.inputs.labels import encoding_for
+from stabcli.inputs.labels import detect_layout, encoding_for
 from stabcli.inputs.textfile import check_encoding, sniff_encoding, text_lines
 
 if TYPE_CHECKING:  # pandas is imported where a table is read or built: a suffix check needs none of its 60 MB
@@ -30,6 +30,7 @@ PER_KEY_COLUMNS = [
 
 
 SEPARATORS = ("|", "\t", "::", ",")  # MovieLens u.item, TSV, movies.dat, CSV
+MOVIELENS_SEPARATORS = {"u.item": "|", "movies.dat": "::", "movies.csv": ","}  # by labels.detect_layout
 SNIFF_LINES = 1000
 
 
@@ -61,7 +62,8 @@ def read_key_names(path: Path, encoding: str | None = None) -> dict[str, str]:
     if encoding is not None:
         check_encoding("encoding", encoding)
     sniff_encoding(path, encoding or "utf-8", "key-name file")  # a directory, FIFO, device or archive
-    encoding = encoding_for(path, encoding)
+    layout = detect_layout(path, encoding or "utf-8")
+    encoding = encoding_for(path, encoding, layout)
     text = "\n".join(line for _, line in text_lines(path, encoding))
     import pandas as pd
 
@@ -69,7 +71,7 @@ def read_key_names(path: Path, encoding: str | None = None) -> dict[str, str]:
     first = next((line for line in text.splitlines() if line.strip()), "")
     if not first:
         raise InputError(f"{path}: empty; expected key and name columns")
-    separator = key_names_separator(text)
+    separator = MOVIELENS_SEPARATORS.get(layout) or key_names_separator(text)
     try:
         table = pd.read_csv(
             io.StringIO(text),

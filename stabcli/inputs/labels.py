@@ -124,7 +124,7 @@ def _records(
     if not path.exists():
         raise InputError(f"{path}: label file not found")
     sniff_encoding(path, encoding or "utf-8", "label file")  # refuses a directory, FIFO, device or archive
-    fmt = _detect(path, encoding or "utf-8")
+    fmt = detect_layout(path, encoding or "utf-8")
     encoding = encoding_for(path, encoding, fmt)
     readers = {
         "delimited": lambda: _delimited(path, encoding, known_keys),
@@ -147,7 +147,7 @@ def encoding_for(path: Path, encoding: str | None, fmt: str | None = None) -> st
     byte-order mark still decides over either (``textfile.sniff_encoding``)."""
     if encoding is not None:
         return encoding
-    fmt = fmt or _detect(path, "utf-8")
+    fmt = fmt or detect_layout(path, "utf-8")
     return MOVIELENS_ENCODING if fmt in ("u.item", "movies.dat") else "utf-8"
 
 
@@ -158,7 +158,9 @@ def _first_line(path: Path, encoding: str) -> str:
     return ""
 
 
-def _detect(path: Path, encoding: str) -> str:
+def detect_layout(path: Path, encoding: str) -> str:
+    """The layout of a label or key-name file: ``u.item``, ``movies.dat``, ``movies.csv``
+    (MovieLens, by name, also compressed, or by the first line) or ``delimited``."""
     if inner_name(path).name == "u.item":
         return "u.item"
     if inner_name(path).name == "movies.dat":

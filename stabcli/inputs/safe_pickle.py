@@ -22,6 +22,7 @@ from __future__ import annotations
 import _compat_pickle
 import pickle
 import re
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from stabcli.errors import InputError, quote, quoted
+from stabcli.inputs.compressed import compression_of, open_stream
 
 # gensim objects: created only by NEWOBJ (cls.__new__(cls)) and filled by BUILD
 MODEL_CLASSES: frozenset[tuple[str, str]] = frozenset(
@@ -76,6 +78,7 @@ HELPERS: frozenset[tuple[str, str]] = frozenset(
         ("numpy.random._pickle", "__bit_generator_ctor"),
         ("numpy.random._pickle", "__generator_ctor"),
         ("numpy.random._mt19937", "MT19937"),
+        ("numpy.random", "__RandomState_ctor"),  # files written under numpy < 1.17 (gensim 3.x's Word2Vec.random)
         ("collections", "defaultdict"),
         ("collections", "OrderedDict"),
         ("builtins", "int"),
@@ -167,6 +170,12 @@ def _random_ctor(make: Callable[[Any], Any]) -> Callable[..., Any]:
     return _SealedFunction(ctor)
 
 
+def _legacy_random_state() -> Any:
+    """numpy < 1.17's ``numpy.random.__RandomState_ctor``: a default ``RandomState``, whose
+    state the pickle then sets (``__setstate__`` with the legacy tuple); takes no argument."""
+    return np.random.RandomState()
+
+
 def _latin1_bytes(text: Any = "", encoding: Any = "latin1", errors: Any = "strict") -> bytes:
     """``_codecs.encode`` as pickle protocol 2 uses it for ``bytes`` (array data in a gensim
     3.x file written under Python 3): a str to latin-1 bytes, and no other codec."""
@@ -189,6 +198,7 @@ def _guarded() -> dict[tuple[str, str], Any]:
         ("numpy.random._pickle", "__bit_generator_ctor"): _BIT_GENERATOR_CTOR,
         ("numpy.random._pickle", "__randomstate_ctor"): _random_ctor(np.random.RandomState),
         ("numpy.random._pickle", "__generator_ctor"): _random_ctor(np.random.Generator),
+        ("numpy.random", "__RandomState_ctor"): _SealedFunction(_legacy_random_state),
     }
 
 
@@ -266,20 +276,19 @@ class _AllowListUnpickler(pickle.Unpickler):
 
 def load_gensim(path: Path, trusted: bool = False) -> Any:
     """The object a gensim ``save()`` wrote to ``path``, with its separately saved arrays
-    attached (memory-mapped, read-only).
+    attached (memory-mapped, read-only). A gzip, bzip2 or xz file (gensim's ``save("m.kv.gz")``)
+    is unpickled as a stream; its arrays are where gensim puts them: ``NAME.ATTR.npz`` beside a
+    name ending in ``.gz`` or ``.bz2``, ``NAME.ATTR.npy`` otherwise.
 
     Raises
     ------
     InputError
         A global outside the allow-list (naming it), a file that is not a pickle, a
-        missing or malformed companion ``.npy``, or any exception raised while loading.
+        missing or malformed companion array file, or any exception raised while loading.
     """
-    name = str(path)
-    if name.endswith((".gz", ".bz2")):
-        raise InputError(f"{path}: compressed gensim files are not supported; decompress it first")
     unpickler = None
     try:
-        with open(path, "rb") as fh:
+        with open_stream(path, compression_of(path)) as fh:
             if trusted:
                 obj = pickle.load(fh, encoding="latin1")
             else:
@@ -290,8 +299,8 @@ def load_gensim(path: Path, trusted: bool = False) -> Any:
             f"{path}: refusing to load {exc.qualname}: {exc.why}; "
             "pass --trust-pickle only for a file you trust (it can run any code)"
         ) from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    except InputError:  # unreadable, or corrupt compressed data (open_stream names the file)
+        raise
     except MemoryError:
         raise InputError(f"{path}: not a gensim save() file (it asks for more memory than there is)") from None
     except BaseException as exc:  # a data file must not end stabcli, SystemExit included
@@ -300,13 +309,14 @@ def load_gensim(path: Path, trusted: bool = False) -> Any:
         raise InputError(f"{path}: not a readable gensim save() file ({type(exc).__name__} while unpickling)") from None
     if unpickler is not None and not unpickler.made(obj):
         raise InputError(f"{path}: not a gensim save() file (it holds a {quoted(type(obj).__name__)})")
-    attach_arrays(obj, path, name, 0)
+    attach_arrays(obj, path, str(path), 0)
     return obj
 
 
 def attach_arrays(obj: Any, path: Path, prefix: str, depth: int) -> None:
     """gensim's ``_load_specials`` without its ``__scipys`` unpickling: set every attribute
-    listed in ``__numpys`` from ``PREFIX.ATTR.npy`` and recurse into ``__recursive_saveloads``."""
+    listed in ``__numpys`` from ``PREFIX.ATTR.npy`` (``.npz`` when gensim compressed them, as
+    it does for a name ending in ``.gz`` or ``.bz2``) and recurse into ``__recursive_saveloads``."""
     state = getattr(obj, "__dict__", None)
     if not isinstance(state, dict):
         return
@@ -319,17 +329,31 @@ def attach_arrays(obj: Any, path: Path, prefix: str, depth: int) -> None:
         if child is None:
             raise InputError(f"{path}: lists {quote(attrib)} as saved separately but does not hold it")
         attach_arrays(child, path, f"{prefix}.{attrib}", depth + 1)
+    compressed = str(path).endswith((".gz", ".bz2"))  # gensim's own rule (SaveLoad._adapt_by_suffix)
     for attrib in _names(path, state.get("__numpys", ())):
-        array_path = Path(f"{prefix}.{attrib}.npy")
+        array_path = Path(f"{prefix}.{attrib}.{'npz' if compressed else 'npy'}")
         if not array_path.is_file():
             raise InputError(
                 f"{array_path}: missing (gensim saved {quote(attrib)} of {path.name} there; "
-                "keep the .npy files beside the model)"
+                f"keep the .{array_path.suffix[1:]} files beside the model)"
             )
-        try:
-            state[attrib] = np.load(array_path, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            raise InputError(f"{array_path}: not a readable .npy file ({quoted(str(exc))})") from None
+        state[attrib] = _saved_array(array_path, compressed)
+
+
+def _saved_array(array_path: Path, compressed: bool) -> np.ndarray:
+    """One array gensim saved separately: a ``.npy`` (memory-mapped), or the ``val`` entry of
+    the ``.npz`` gensim writes beside a compressed file; never unpickled."""
+    try:
+        if not compressed:
+            return np.load(array_path, mmap_mode="r", allow_pickle=False)
+        with np.load(array_path, allow_pickle=False) as archive:
+            if not isinstance(archive, np.lib.npyio.NpzFile) or "val" not in archive.files:
+                raise ValueError("expected gensim's .npz with one array 'val'")
+            return archive["val"]
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputError(
+            f"{array_path}: not a readable .np{'z' if compressed else 'y'} file ({quoted(str(exc))})"
+        ) from None
 
 
 def _names(path: Path, names: Any) -> list[str]:

@@ -92,6 +92,27 @@ def text_lines(path: str | Path, encoding: str = "utf-8") -> Iterator[tuple[int,
     byte-order mark is skipped (and selects UTF-8/16/32); NUL bytes and undecodable bytes
     are errors naming the line."""
     path = Path(path)
+    for first, text in text_blocks(path, encoding):
+        yield from block_lines(path, first, text)
+
+
+def block_lines(path: Path, first: int, text: str) -> Iterator[tuple[int, str]]:
+    """The numbered lines of one ``text_blocks`` block starting at line ``first`` (one
+    trailing ``\\r`` stripped per line); a NUL character is an error naming its line."""
+    parts = text.split("\n")
+    if parts[-1] == "":
+        parts.pop()
+    for lineno, line in enumerate(parts, first):
+        if "\x00" in line:
+            raise InputError(f"{path}:{lineno}: contains NUL characters; this looks like a binary file, not text")
+        yield lineno, line[:-1] if line.endswith("\r") else line
+
+
+def text_blocks(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+    """Yield (number of its first line, text) of whole lines, each ending in ``\\n`` (the
+    file's last line may lack it), one block per 1 MiB read: ``text_lines`` without splitting
+    the lines, with the same errors at the same point of the file (NUL bytes, undecodable
+    bytes; NUL characters are left to ``block_lines``)."""
     codec, skip = sniff_encoding(path, encoding)
     decoder = codecs.getincrementaldecoder(codec)(errors="strict")
     lineno = 1
@@ -111,27 +132,18 @@ def text_lines(path: str | Path, encoding: str = "utf-8") -> Iterator[tuple[int,
                 text = decoder.decode(block, final)
             except UnicodeDecodeError as exc:
                 raise _decode_error(path, codec, "".join(pending), lineno, exc) from None
-            if "\n" not in text:
-                if text:
-                    pending.append(text)
-            else:
-                parts = text.split("\n")
-                parts[0] = "".join(pending) + parts[0]
-                pending = [parts.pop()] if parts[-1] else []
-                for line in parts:
-                    if "\x00" in line:
-                        raise InputError(
-                            f"{path}:{lineno}: contains NUL characters; this looks like a binary file, not text"
-                        )
-                    yield lineno, line[:-1] if line.endswith("\r") else line
-                    lineno += 1
+            cut = text.rfind("\n") + 1
+            if cut:
+                whole = "".join(pending) + text[:cut]
+                pending = [text[cut:]] if cut < len(text) else []
+                yield lineno, whole
+                lineno += whole.count("\n")
+            elif text:
+                pending.append(text)
             if final:
                 break
     if pending:
-        line = "".join(pending)
-        if "\x00" in line:
-            raise InputError(f"{path}:{lineno}: contains NUL characters; this looks like a binary file, not text")
-        yield lineno, line[:-1] if line.endswith("\r") else line
+        yield lineno, "".join(pending)
 
 
 def _decode_error(path: Path, codec: str, pending: str, lineno: int, exc: UnicodeDecodeError) -> InputError:

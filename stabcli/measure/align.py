@@ -133,6 +133,7 @@ def alignment_residuals(X: np.ndarray, reference: np.ndarray, rotation: np.ndarr
     return float(np.sqrt(before) / scale), float(np.sqrt(after) / scale)
 
 
+@small_linalg
 def procrustes_residual(a: np.ndarray, b: np.ndarray) -> float:
     """``min_Q ‖A − B·Q‖_F / max(‖A‖_F, ‖B‖_F)`` over orthogonal Q, without computing Q:
     ``‖A‖² + ‖B‖² − 2·Σσ(BᵀA)`` from d×d products in float64 (resolution about 1e-8)."""
@@ -158,16 +159,15 @@ def generalized_procrustes(grams: Grams, max_iter: int = 100, tol: float = 1e-7)
     R = grams.G.shape[0]
     rotations = [rotation_from_cross(grams.G[r, 0]) for r in range(R)]
 
-    def consensus_norm2(weights: list[np.ndarray]) -> float:
-        return (
-            sum(float(np.trace(weights[r].T @ grams.G[r, s] @ weights[s])) for r in range(R) for s in range(R)) / R**2
-        )
+    def to_consensus(weights: list[np.ndarray]) -> tuple[list[np.ndarray], float]:
+        """Every ``H_rᵀ M`` for the rotations ``weights``, and ``‖M‖² = (1/R) Σ_r tr(Q_rᵀ H_rᵀ M)``."""
+        cross = [sum(grams.G[r, s] @ weights[s] for s in range(R)) / R for r in range(R)]
+        return cross, sum(float(np.einsum("ij,ij->", weights[r], cross[r])) for r in range(R)) / R
 
-    previous = consensus_norm2(rotations)
+    cross, previous = to_consensus(rotations)
     for iteration in range(1, max_iter + 1):
-        cross = [sum(grams.G[r, s] @ rotations[s] for s in range(R)) / R for r in range(R)]
         rotations = [rotation_from_cross(c) for c in cross]
-        current = consensus_norm2(rotations)
+        cross, current = to_consensus(rotations)
         if current - previous <= tol * max(current, np.finfo(float).tiny):
             return rotations, iteration
         previous = current

@@ -7,7 +7,7 @@ P = R(R−1)/2 noise pair distances; nothing n×n.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -15,7 +15,8 @@ import numpy as np
 
 from stabcli.measure import metrics as m
 from stabcli.measure.align import rotation_from_cross
-from stabcli.measure.numerics import CHUNK_ELEMENTS, row_chunks
+from stabcli.measure.numerics import WideBuffer, chunk_bytes, row_chunks, wide_slices
+from stabcli.measure.threads import ordered_map
 
 
 @dataclass(frozen=True)
@@ -54,15 +55,6 @@ def key_change(before: np.ndarray, after: np.ndarray, rotation: np.ndarray | Non
     return KeyChange(**out)
 
 
-def _wide_chunks(runs: Sequence[np.ndarray]) -> Iterator[tuple[slice, np.ndarray]]:
-    """Row chunks of the runs side by side, float64 ``[c, R·d]`` (about 32 MB each)."""
-    n, d = runs[0].shape
-    step = max(1, CHUNK_ELEMENTS // (len(runs) * d))
-    for start in range(0, n, step):
-        rows = slice(start, min(n, start + step))
-        yield rows, np.concatenate([np.asarray(h[rows], dtype=np.float64) for h in runs], axis=1)
-
-
 MEASURES = ("direction", "length", "distance")  # what a key's change is tested on (``--measure``)
 
 
@@ -99,17 +91,23 @@ def pair_measures(runs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], li
 
     Two passes over the rows: the cross-Gram blocks ``H_sᵀH_r`` (one float64 product per
     chunk, O(R²·n·d²)), then per chunk one product of each run with the rotations of all its
-    pairs side by side. Everything is computed in float64, like the BEFORE→AFTER change
-    (``key_change``): in float32 the cosine distance of a stable key (1 − cos near 0) lost
-    up to 2·10⁻³ of its value to the BLAS kernel's summation order, and the tail p-values
-    amplified that. Returns float32 arrays [P, n] by measure (memory O(P·n)).
+    pairs side by side. The chunks are computed by ``threads.ordered_map``'s workers (the
+    blocks' sums added in row order; each chunk writes its own columns), so the numbers do
+    not depend on the number of workers. Everything is computed in float64, like the
+    BEFORE→AFTER change (``key_change``): in float32 the cosine distance of a stable key
+    (1 − cos near 0) lost up to 2·10⁻³ of its value to the BLAS kernel's summation order,
+    and the tail p-values amplified that. Returns float32 arrays [P, n] by measure (memory
+    O(P·n)).
     """
     R = len(runs)
     n, d = runs[0].shape
     pairs = list(combinations(range(R), 2))
+    chunks = wide_slices(runs)
+    buffer = WideBuffer()
     joint = np.zeros((R * d, R * d))
-    for _, wide in _wide_chunks(runs):
-        joint += wide.T @ wide  # numpy uses BLAS syrk for this symmetric product
+    item = (R * d) ** 2 * 8 + 2 * chunk_bytes(runs, chunks)  # the Gram partial, the chunk
+    for gram in ordered_map(lambda rows: _syrk(buffer.read(runs, rows)), chunks, item_bytes=item):
+        joint += gram
     blocks = joint.reshape(R, d, R, d)
     partners = {s: [r for r in range(s)] for s in range(1, R)}
     side_by_side = {
@@ -117,7 +115,9 @@ def pair_measures(runs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], li
     }
     index = {pair: p for p, pair in enumerate(pairs)}
     out = {name: np.empty((len(pairs), n), dtype=np.float32) for name in MEASURES}
-    for rows, wide in _wide_chunks(runs):
+
+    def measure(rows: slice) -> None:
+        wide = buffer.read(runs, rows)
         norms = [m.row_norms(wide[:, r * d : (r + 1) * d]) for r in range(R)]
         for s, rs in partners.items():
             rotated = wide[:, s * d : (s + 1) * d] @ side_by_side[s]  # [c, len(rs)·d]
@@ -131,7 +131,16 @@ def pair_measures(runs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], li
                 cos = np.divide(dot, denom, out=np.ones_like(dot), where=denom > 0)
                 out["direction"][p, rows] = np.clip(1.0 - cos, 0.0, 2.0)
                 out["length"][p, rows] = log_norm_ratio(norms[r], norms[s])
+
+    widest = max((len(rs) for rs in partners.values()), default=0)
+    item = (widest + 4) * chunk_bytes(runs, chunks) // R  # a run's rotations side by side, differences
+    for _ in ordered_map(measure, chunks, item_bytes=item):  # each chunk writes its own columns of ``out``
+        pass
     return out, pairs
+
+
+def _syrk(wide: np.ndarray) -> np.ndarray:
+    return wide.T @ wide  # numpy uses BLAS syrk for this symmetric product
 
 
 @dataclass(frozen=True)

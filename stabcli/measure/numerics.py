@@ -47,6 +47,12 @@ def wide_slices(runs: Sequence[np.ndarray], elements: int | None = None) -> list
     return [slice(start, min(n, start + step)) for start in range(0, n, step)]
 
 
+def chunk_bytes(runs: Sequence[np.ndarray], chunks: Sequence[slice]) -> int:
+    """Bytes of the largest of ``chunks`` side by side in float64 (one ``WideBuffer`` read)."""
+    rows = max((c.stop - c.start for c in chunks), default=0)
+    return rows * len(runs) * runs[0].shape[1] * 8
+
+
 class WideBuffer:
     """A reused float64 buffer per thread for ``[c, R·d]`` chunks of side-by-side runs: a
     worker of ``threads.ordered_map`` reads its chunk into its own buffer, so chunks are

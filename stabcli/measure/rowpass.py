@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stabcli.measure import metrics as m
-from stabcli.measure.numerics import CHUNK_ELEMENTS, WideBuffer, peak, wide_slices
+from stabcli.measure.numerics import CHUNK_ELEMENTS, WideBuffer, chunk_bytes, peak, wide_slices
 from stabcli.measure.threads import ordered_map, stop_point
 
 
@@ -66,7 +66,9 @@ def first_pass(runs: Sequence[np.ndarray]) -> FirstPass:
 
     sums, var_sum, per_key = np.zeros(R * d), np.zeros(d), np.empty(n)
     joint, unit_joint = np.zeros((R * d, R * d)), np.zeros((R * d, R * d))
-    for rows, gram, column_sums, variance_sum, variance, unit_gram in ordered_map(chunk, wide_slices(runs)):
+    chunks = wide_slices(runs)
+    item = 2 * (R * d) ** 2 * 8 + 6 * chunk_bytes(runs, chunks)  # two Gram partials, the chunk's copies
+    for rows, gram, column_sums, variance_sum, variance, unit_gram in ordered_map(chunk, chunks, item_bytes=item):
         joint += gram
         sums += column_sums
         var_sum += variance_sum
@@ -119,7 +121,9 @@ def second_pass(runs: Sequence[np.ndarray], grams: m.Grams, rotations: Sequence[
 
     var_sum, per_key, energy = np.zeros(d), np.empty(n), np.empty(n)
     products = np.zeros((R, R))
-    for rows, variance_sum, variance, key_energy, product in ordered_map(chunk, wide_slices(runs)):
+    chunks = wide_slices(runs)
+    item = 6 * chunk_bytes(runs, chunks)  # the chunk, its rotated and centred copies
+    for rows, variance_sum, variance, key_energy, product in ordered_map(chunk, chunks, item_bytes=item):
         var_sum += variance_sum
         per_key[rows] = variance.mean(axis=1) if d else 0.0
         energy[rows] = key_energy

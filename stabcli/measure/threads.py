@@ -35,6 +35,7 @@ _lock = threading.Lock()
 _controller: Any = None
 _depth = 0  # nested blocks: only the outermost changes and restores the setting
 _configured: int | None = None  # the BLAS thread count outside our blocks, when last seen
+IN_FLIGHT_BYTES = 1 << 30  # ordered_map: memory of the items in flight, at most (when they say theirs)
 _worker = threading.local()  # in a worker of ``ordered_map``: ``stop``, the map's stop event
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -104,12 +105,18 @@ def _configured_blas_threads() -> None:
     _configured = max(counts) if counts else None
 
 
-def ordered_map(function: Callable[[T], R], items: Iterable[T], count: int | None = None) -> Iterator[R]:
+def ordered_map(
+    function: Callable[[T], R], items: Iterable[T], count: int | None = None, item_bytes: int = 0
+) -> Iterator[R]:
     """``function(item)`` for every item, in the items' order, computed on ``count`` threads
     (default ``workers()``) with BLAS on one thread; at most two items per thread are in
-    flight, so memory stays bounded however many items there are. An exception in one
-    item stops the map and is raised here; items not started are dropped."""
+    flight, so memory stays bounded however many items there are. ``item_bytes``, the
+    memory one item's work and result take, caps the threads so that the items in flight
+    stay within ``IN_FLIGHT_BYTES`` (one thread at least). An exception in one item stops
+    the map and is raised here; items not started are dropped."""
     count = count or workers()
+    if item_bytes > 0:
+        count = max(1, min(count, IN_FLIGHT_BYTES // (2 * item_bytes)))
     with one_blas_thread():
         if count == 1:
             yield from map(function, items)

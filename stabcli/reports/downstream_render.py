@@ -174,7 +174,9 @@ def next_item_table(section: NextItemSection) -> tuple[list[str], list[list[str]
 
 
 def next_item_notes(section: NextItemSection) -> list[str]:
-    """The protocol in two lines: who was scored, and how."""
+    """The protocol in three lines: who was scored, how the file was read, and how."""
+    from stabcli.inputs.corpus import describe_reading
+
     skipped = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in section.skipped_users.items() if v)
     sample = (
         f"a seeded sample (seed {section.user_seed}) of {section.evaluated_users:,} of {section.evaluable_users:,}"
@@ -186,6 +188,7 @@ def next_item_notes(section: NextItemSection) -> list[str]:
         + (f" (left out: {skipped})" if skipped else "")
         + f"; each user's last item held out, mean history {section.history_mean:.1f} items; "
         f"{section.items:,} items ranked by cosine, history excluded",
+        f"{Path(section.interactions).name} read as {describe_reading(section.corpus)}",
         "Recall/NDCG: mean (std over runs); Jaccard and RBO: overlap of a user's top-K lists between two runs "
         f"(1 = identical; chance in parentheses); stale: {section.reference}'s user profiles against the other "
         "runs' items, raw and rotated into its frame",

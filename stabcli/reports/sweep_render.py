@@ -77,7 +77,8 @@ def summary_lines(report: SweepReport) -> list[str]:
         f"{len(report.cells)} cells: grid "
         + (" ".join(f"{k}={','.join(map(str, v))}" for k, v in report.grid.items()) or "(none)")
         + f" × sizes {','.join(f'{s:g}' for s in report.sizes)} of {report.corpus_sequences:,} sequences; "
-        f"{report.runs} runs each"
+        f"{report.runs} runs each",
+        f"corpus read as {report.corpus_read}",
     ]
     if report.pareto is not None:
         lines.append(

@@ -89,6 +89,14 @@ class SweepReport(JsonReport):
     stabcli_version: str = doc("version that wrote the report")
     corpus: str = doc("the corpus file")
     corpus_sequences: int = doc("its sequences (the 100% size)")
+    corpus_read: str = doc(
+        "how the corpus was read, as pretrain's summary says it: the format; for a table its delimiter, header "
+        "and the user, item and time columns; the counts"
+    )
+    corpus_columns: dict[str, str] | None = doc(
+        'a table\'s column for each role, as pretrain\'s manifest records it (`{"user": "\'uid\'", "item": '
+        '"\'movie\'", "time": "\'when\'"}`; no `time`: file order); null for lines and tagged corpora'
+    )
     out: str = doc("the sweep directory")
     model: str = doc("`word2vec`, `doc2vec` or `script`")
     grid: dict[str, list[Any]] = doc("the grid: name → values")

@@ -69,6 +69,15 @@ def format_for(path: Path) -> str | None:
     return _WRITE_SUFFIX.get(path.suffix.lower())
 
 
+def embedding_suffix(path: Path) -> str | None:
+    """The suffix by which a name says "an embedding file" to the readers (``.npy``, ``.vec``,
+    ``.wv``, ``.model``…, also under a compression suffix: ``.npy.gz``), or None."""
+    inner = inner_name(path)
+    if inner.suffix.lower() in _READ_SUFFIX:
+        return "".join(path.suffixes[-2:]) if inner != path else path.suffix
+    return None
+
+
 def is_embedding_file(path: Path) -> bool:
     """Whether a ``--script`` output file is an embedding by its suffix (keys files are not)."""
     return inner_name(path).suffix.lower() in _READ_SUFFIX and not path.name.endswith(".keys.txt")

@@ -3,8 +3,9 @@ and GloVe text, the same lines without the header (recognised and said so)."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
@@ -42,23 +43,36 @@ def row_limit(path: Path, count: int, dim: int, remaining: int | None, min_row_b
 
 
 def glove_line(line: bytes) -> bool:
-    """Whether ``line`` reads as ``key v1 … vd`` (d ≥ 2 numbers): GloVe's first line."""
+    """Whether ``line`` reads as ``key v1 … vd`` (a key, then d ≥ 1 numbers): GloVe's first
+    line. (``count dim`` reads so too: ``read`` tells them apart.)"""
     fields = line.strip().split(b" ")
-    if len(fields) < 3:
-        return False
+    return len(fields) >= 2 and _is_number(fields[-1].decode("latin-1"))
+
+
+def _is_number(field: str) -> bool:
     try:
-        np.asarray(fields[1:], dtype=np.float64)
+        float(field)
     except ValueError:
         return False
     return True
 
 
 def _row(path: Path, lineno: int, raw: bytes, dim: int | None) -> tuple[str, np.ndarray]:
+    """``key v1 … vd``. A key may hold spaces (GloVe 840B has ``. . .`` and ``at name@domain``
+    keys): with ``dim`` known, the last ``dim`` fields are the vector and the rest the key, as
+    long as the extra fields are not all numbers (a row with one value too many stays an error).
+    ``dim`` None (GloVe's first line): the trailing numbers are the vector."""
     try:
         fields = raw.decode("utf-8").rstrip("\r\n").rstrip(" ").split(" ")
     except UnicodeDecodeError:
         raise InputError(f"{path}:{lineno}: not valid UTF-8") from None
-    if dim is not None and len(fields) != dim + 1:
+    if dim is None:  # the trailing numbers, after a key of at least one field
+        dim = 0
+        while dim < len(fields) - 1 and _is_number(fields[-dim - 1]):
+            dim += 1
+    if len(fields) > dim + 1 and dim > 0 and not all(_is_number(f) for f in fields[1:-dim]):
+        fields = [" ".join(fields[:-dim]), *fields[-dim:]]
+    if len(fields) != dim + 1:
         raise InputError(f"{path}:{lineno}: expected {dim + 1} fields (key + {dim} values), found {len(fields)}")
     try:
         row = np.asarray(fields[1:], dtype=np.float64)
@@ -68,21 +82,28 @@ def _row(path: Path, lineno: int, raw: bytes, dim: int | None) -> tuple[str, np.
 
 
 def read(source: Source, glove: bool | None = None) -> Embedding:
-    """word2vec text, or GloVe (``glove`` True, or None: when the first line is a vector)."""
+    """word2vec text, or GloVe (``glove`` True, or None: when the first line is a vector).
+    A first line ``A B`` of two integers is a header, as gensim reads it, unless the next
+    line is ``key value`` and B is not 1: then it is a GloVe file of dimension 1."""
     path = source.path
     with source.open() as stream:
         header = stream.readline(1 << 22)
         first = header.removeprefix(BOM)
+        second = b""
         if glove is None:
-            glove = glove_line(first) and not _is_count_dim(first)
+            glove = glove_line(first)
+            if glove and _is_count_dim(first):
+                second = stream.readline(1 << 22)
+                glove = first.split()[1] != b"1" and len(second.split()) == 2
+        lines = itertools.chain([second] if second else [], stream)
         if glove:
-            return _read_glove(source, stream, first)
+            return _read_glove(source, lines, first)
         count, dim = parse_header(path, first)
         # a row is at least a 1-character key and dim 1-digit values, space-separated, plus a newline
         remaining = None if source.compression else source.size - len(header)
         rows = RowBuffer(dim, row_limit(path, count, dim, remaining, 2 * dim + 2))
         keys: list[str] = []
-        for lineno, raw in enumerate(stream, start=2):
+        for lineno, raw in enumerate(lines, start=2):
             if not raw.strip():
                 continue
             if len(keys) == count:
@@ -104,7 +125,7 @@ def _is_count_dim(line: bytes) -> bool:
     return len(parts) == 2 and all(p.isdigit() for p in parts)
 
 
-def _read_glove(source: Source, stream: BinaryIO, first: bytes) -> Embedding:
+def _read_glove(source: Source, stream: Iterable[bytes], first: bytes) -> Embedding:
     path = source.path
     key, row = _row(path, 1, first, None)
     dim = row.shape[0]

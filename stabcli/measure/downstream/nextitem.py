@@ -49,6 +49,7 @@ import numpy as np
 from stabcli.constraints import NEXT_ITEM_OPTIONS, Constraint, validate_params
 from stabcli.errors import InputError, OptionError
 from stabcli.inputs.corpus import CorpusOptions, read_corpus
+from stabcli.inputs.tablecolumns import EncodedSequences
 from stabcli.measure.downstream.options import Variant, parse_variants
 from stabcli.measure.metrics import mean_std, unit_rows
 
@@ -166,34 +167,51 @@ class Holdout:
 def holdout(sequences: Sequence[Sequence[str]], keys: Sequence[str], users: int, seed: int) -> Holdout:
     """Leave-last-out over ``sequences`` (one per user, in order) against the item ``keys``;
     a seeded sample of ``users`` evaluable users (0: all). History items without a vector
-    are left out of the history; repeats count once."""
+    are left out of the history; repeats count once (``encoded_holdout`` of the sequences)."""
+    index: dict[str, int] = {}
+    codes = np.fromiter((index.setdefault(t, len(index)) for seq in sequences for t in seq), dtype=np.int64, count=-1)
+    indptr = np.concatenate([[0], np.cumsum([len(seq) for seq in sequences], dtype=np.int64)])
+    return encoded_holdout(EncodedSequences(list(index), codes, indptr), keys, users, seed)
+
+
+def encoded_holdout(sequences: EncodedSequences, keys: Sequence[str], users: int, seed: int) -> Holdout:
+    """``holdout`` of sequences given as item codes, with array operations over all users:
+    the last item is the target; the history is the items before it that have a vector, each
+    once (at its first place), with the item before the target moved to the end."""
     row = {k: i for i, k in enumerate(keys)}
-    skipped = {"one_interaction": 0, "no_vector": 0, "repeat": 0}
-    kept: list[tuple[int, list[int]]] = []
-    for seq in sequences:
-        if len(seq) < 2:
-            skipped["one_interaction"] += 1
-            continue
-        target = row.get(seq[-1])
-        history = list(dict.fromkeys(r for r in (row.get(t) for t in seq[:-1]) if r is not None))
-        if target is None or not history:
-            skipped["no_vector"] += 1
-            continue
-        if target in history:
-            skipped["repeat"] += 1
-            continue
-        last = row.get(seq[-2])
-        kept.append((target, history if last is None else [r for r in history if r != last] + [last]))
+    rows = np.array([row.get(item, -1) for item in sequences.items], dtype=np.int64)[sequences.codes]
+    indptr = np.asarray(sequences.indptr, dtype=np.int64)
+    lengths = np.diff(indptr)
+    total = len(lengths)
+    owner = np.repeat(np.arange(total), lengths)
+    ends = indptr[1:] - 1
+    target = np.where(lengths > 0, rows[np.maximum(ends, 0)], -1) if len(rows) else np.full(total, -1)
+    before = np.where(lengths > 1, rows[np.maximum(ends - 1, 0)], -1) if len(rows) else np.full(total, -1)
+    in_history = np.ones(len(rows), dtype=bool)
+    in_history[ends[lengths > 0]] = False
+    in_history &= rows >= 0
+    history = np.bincount(owner[in_history], minlength=total)
+    repeats = np.bincount(owner[in_history & (rows == target[owner])], minlength=total)
+    one = lengths < 2
+    no_vector = ~one & ((target < 0) | (history == 0))
+    repeat = ~one & ~no_vector & (repeats > 0)
+    skipped = {"one_interaction": int(one.sum()), "no_vector": int(no_vector.sum()), "repeat": int(repeat.sum())}
+    kept = np.flatnonzero(~(one | no_vector | repeat))
     evaluable = len(kept)
     if users and evaluable > users:
-        chosen = np.sort(np.random.default_rng(seed).choice(evaluable, size=users, replace=False))
-        kept = [kept[i] for i in chosen]
-    lengths = np.fromiter((len(h) for _, h in kept), dtype=np.int64, count=len(kept))
-    indptr = np.concatenate([[0], np.cumsum(lengths)])
-    indices = np.fromiter((r for _, h in kept for r in h), dtype=np.int64, count=int(indptr[-1]))
-    targets = np.fromiter((t for t, _ in kept), dtype=np.int64, count=len(kept))
-    lasts = indices[indptr[1:] - 1] if len(kept) else np.empty(0, dtype=np.int64)
-    return Holdout(targets, lasts, indptr, indices, len(sequences), evaluable, skipped)
+        kept = kept[np.sort(np.random.default_rng(seed).choice(evaluable, size=users, replace=False))]
+    chosen = np.zeros(total, dtype=bool)
+    chosen[kept] = True
+    place = np.flatnonzero(in_history & chosen[owner])  # history places of the chosen users, in order
+    user = np.searchsorted(kept, owner[place])  # 0..len(kept)-1
+    _, first = np.unique(user * (len(keys) + 1) + rows[place], return_index=True)
+    place, user = place[np.sort(first)], user[np.sort(first)]  # each item once, at its first place
+    moved = rows[place] == before[kept][user]  # the item before the target goes last
+    order = np.lexsort((place, moved, user))
+    indices = rows[place[order]]
+    indptr_out = np.concatenate([[0], np.cumsum(np.bincount(user, minlength=len(kept)))]).astype(np.int64)
+    lasts = indices[indptr_out[1:] - 1] if len(kept) else np.empty(0, dtype=np.int64)
+    return Holdout(target[kept], lasts, indptr_out, indices, total, evaluable, skipped)
 
 
 # ------------------------------------------------------------------ scoring
@@ -346,7 +364,10 @@ def plan_next_item(
     corpus = read_corpus(options.interactions, "word2vec", options.corpus)
     if corpus.format == "tagged":
         raise InputError(f"{options.interactions}: a tagged corpus has no interactions; give a user-item table")
-    split = holdout(corpus.sequences, keys, options.users, options.seed)
+    if corpus.encoded is not None:
+        split = encoded_holdout(corpus.encoded, keys, options.users, options.seed)
+    else:
+        split = holdout(corpus.sequences, keys, options.users, options.seed)
     if split.users == 0:
         raise InputError(
             f"{options.interactions}: no user can be evaluated ({split.total_users:,} users: "

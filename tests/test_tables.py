@@ -238,14 +238,17 @@ def test_featurize_a_run_set_into_a_file_name_is_refused(tmp_path, name):
     assert not (tmp_path / name).exists()
 
 
-def test_doc2vec_on_a_lines_corpus_is_refused_before_anything_is_written(tmp_path):
+@pytest.mark.parametrize("command", ["pretrain", "sweep"])
+def test_doc2vec_on_a_lines_corpus_is_refused_before_anything_is_written(tmp_path, command):
+    """pretrain and sweep (which wrote its sample and cell directories first, then named the
+    sample) refuse it naming the user's corpus, before any work."""
     from conftest import assert_bad_input, files_state
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("the cat sat\nthe dog ran\n" * 20)
     before = files_state(tmp_path)
     result = runner.invoke(
-        app, ["pretrain", str(corpus), "--model", "doc2vec", "--corpus-format", "lines", "--out", str(tmp_path / "r")]
+        app, [command, str(corpus), "--model", "doc2vec", "--corpus-format", "lines", "--out", str(tmp_path / "r")]
     )
     assert_bad_input(
         result, "c.txt: read as lines, which has no document tags; doc2vec learns one vector", tmp_path, before

@@ -43,7 +43,14 @@ from stabcli.reports.sweep_report import Pareto, PowerLaw, SizePoint, SwapOne, S
 from stabcli.runset.manifest import corpus_reading
 from stabcli.runset.reader import RunSet
 from stabcli.training import sweep_plan as plan
-from stabcli.training.pretrain import Backend, TrainConfig, corpus_entry, local_backend, parse_params
+from stabcli.training.pretrain import (
+    Backend,
+    TrainConfig,
+    corpus_entry,
+    local_backend,
+    parse_params,
+    require_trainable,
+)
 from stabcli.training.sweep_dir import (
     CELLS,
     SweepDir,
@@ -294,6 +301,7 @@ def run_sweep(
     if config.vary != "seed":
         raise UsageError("--vary: a sweep varies the seed only (the data sizes vary the data)")
     corpus = read_corpus(corpus_path, config.model, corpus_options)
+    require_trainable(corpus_path, corpus, config)
     if downstream is not None:  # a bad label file fails now, not after every cell is trained
         keys = set(corpus.tags) if corpus.tags is not None else {t for s in corpus.sequences for t in s}
         read_label_sets(downstream.labels, keys, downstream.encoding)

@@ -231,6 +231,17 @@ def corpus_entry(corpus_path: str | Path, corpus: Corpus, corpus_options: Corpus
     }
 
 
+def require_trainable(corpus_path: str | Path, corpus: Corpus, config: TrainConfig) -> None:
+    """What ``config`` trains can be trained on ``corpus``: doc2vec needs document tags
+    (checked by pretrain and sweep before anything is written)."""
+    if config.model == "doc2vec" and corpus.tags is None and config.script is None:
+        raise InputError(
+            f"{corpus_path}: read as {corpus.format}, which has no document tags; doc2vec learns one vector "
+            "per tag: give a tagged corpus (tag<TAB>text per line, --corpus-format tagged, e.g. the line "
+            "number as the tag), or use --model word2vec"
+        )
+
+
 @dataclass
 class _TrainingData:
     """The corpus a pretrain reads (none in script mode without CORPUS): its vocabulary and
@@ -246,12 +257,7 @@ class _TrainingData:
     @classmethod
     def read(cls, corpus_path: str | Path, config: TrainConfig, corpus_options: CorpusOptions) -> _TrainingData:
         corpus = read_corpus(corpus_path, config.model, corpus_options)
-        if config.model == "doc2vec" and corpus.tags is None and config.script is None:
-            raise InputError(
-                f"{corpus_path}: read as {corpus.format}, which has no document tags; doc2vec learns one vector "
-                "per tag: give a tagged corpus (tag<TAB>text per line, --corpus-format tagged, e.g. the line "
-                "number as the tag), or use --model word2vec"
-            )
+        require_trainable(corpus_path, corpus, config)
         key_counts = _key_counts(corpus)
         summary = {**corpus.summary(), "distinct_keys": len(key_counts), "description": corpus.describe()}
         vocabulary: list[str] = []

@@ -3,19 +3,22 @@ speed rests on: results in order and independent of the worker count, BLAS on on
 inside, the configured thread count respected, scikit-learn not imported without labels."""
 
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.stats import ortho_group
-from threadpoolctl import threadpool_info
+from threadpoolctl import threadpool_info, threadpool_limits
 
+from stabcli.inputs.embeddings import Embedding
+from stabcli.measure import align, neighbours, numerics, rowpass, threads
 from stabcli.measure import anchor as a
 from stabcli.measure import metrics as m
-from stabcli.measure import neighbours, numerics, rowpass, threads
 from stabcli.measure.align import generalized_procrustes
 
 
@@ -209,6 +212,91 @@ def test_an_audit_without_labels_does_not_import_scikit_learn(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def counting_with_ctrl_c(function, at):
+    """``function`` counting its calls, from any thread; the ``at``-th call sends SIGINT to
+    the main thread (what Ctrl-C does: the main thread raises KeyboardInterrupt). Each call
+    sleeps 2 ms without the GIL, as a chunk of a large run computes in numpy."""
+    calls, lock, main = [0], threading.Lock(), threading.main_thread().ident
+
+    def counted(*args):
+        with lock:
+            calls[0] += 1
+            if calls[0] == at:
+                signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(0.002)
+        return function(*args)
+
+    return counted, calls
+
+
+def neighbour_search(monkeypatch, runs):
+    monkeypatch.setattr(neighbours, "SCORE_ELEMENTS", 20 * 10)  # 20 queries: 10 keys per chunk
+    counted, calls = counting_with_ctrl_c(neighbours.unit_rows, at=10)  # once per chunk (and for the queries)
+    monkeypatch.setattr(neighbours, "unit_rows", counted)
+    return lambda: neighbours.knn_overlap_by_pair(runs, np.arange(0, 2000, 100), 3), calls
+
+
+def finite_check(monkeypatch, runs):
+    monkeypatch.setattr(align, "FINITE_CHECK_ROWS", 10)
+    counted, calls = counting_with_ctrl_c(align.require_finite, at=10)
+    monkeypatch.setattr(align, "require_finite", counted)
+    keys = [f"k{i}" for i in range(2000)]
+    embeddings = [Embedding(keys, h, Path(f"run-{r}.npy")) for r, h in enumerate(runs)]
+    return lambda: list(threads.ordered_map(lambda e: align.matched_vectors(e, None, keys), embeddings)), calls
+
+
+def run_peaks(monkeypatch, runs):
+    monkeypatch.setattr(rowpass, "CHUNK_ELEMENTS", 5 * 10)  # 10 rows per chunk
+    counted, calls = counting_with_ctrl_c(rowpass.peak, at=10)
+    monkeypatch.setattr(rowpass, "peak", counted)
+    return lambda: rowpass.run_peaks(runs), calls
+
+
+@pytest.mark.parametrize("work", [neighbour_search, finite_check, run_peaks])
+def test_ctrl_c_stops_the_workers_at_their_next_chunk(monkeypatch, work):
+    """A run per worker takes long on a large run set (a neighbour search of a million keys:
+    seconds): on Ctrl-C or SIGTERM the workers stop at their next chunk of rows, they do not
+    finish their runs while the interrupted command waits for them."""
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+    call, calls = work(monkeypatch, runs_of(7, n=2000, r=4))  # 200 chunks per run, 2 runs running
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        call()
+        time.sleep(5)  # not reached: the signal arrives during the call
+    assert calls[0] < 10 + 20  # each worker stopped within a chunk or so, not 2 × 200 chunks
+
+
+def test_audits_in_two_threads_and_under_a_users_limit_give_the_bits_of_one_audit(tmp_path):
+    """The Python API from several threads at once: the BLAS setting is process-wide, so the
+    audits share it; each report is the one an audit alone gives, and the setting is the
+    user's again afterwards."""
+    import stabcli
+    from stabcli.inputs.embeddings import write_embedding
+
+    paths = []
+    for i, h in enumerate(runs_of(8, n=400, r=4)):
+        paths.append(tmp_path / f"r{i}.txt")
+        write_embedding(paths[-1], [f"k{j}" for j in range(400)], h)
+
+    def report():
+        return stabcli.audit(paths).to_dict()
+
+    alone, before = report(), blas_threads()
+    got = []
+    workers = [threading.Thread(target=lambda: got.append(report())) for _ in range(2)]
+    for thread in workers:
+        thread.start()
+    got.append(report())  # and one in the main thread meanwhile
+    for thread in workers:
+        thread.join()
+    assert got == [alone] * 3
+    assert blas_threads() == before
+    for limit in (1, 2):
+        with threadpool_limits(limit, user_api="blas"):
+            assert report() == alone
+            assert blas_threads() == limit
 
 
 def test_every_decomposition_of_an_audit_runs_on_one_blas_thread(monkeypatch, tmp_path):

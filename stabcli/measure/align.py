@@ -17,7 +17,7 @@ from scipy.linalg import orthogonal_procrustes
 
 from stabcli.inputs.embeddings import Embedding, fits_float32, require_finite
 from stabcli.measure.numerics import block_scale, row_chunks
-from stabcli.measure.threads import small_linalg
+from stabcli.measure.threads import small_linalg, stop_point
 
 if TYPE_CHECKING:
     from stabcli.measure.metrics import Grams
@@ -88,6 +88,7 @@ def matched_vectors(
         arr = np.asarray(arr, dtype=np.float64)
     names = list(keys)
     for start in range(0, arr.shape[0], FINITE_CHECK_ROWS):
+        stop_point()  # a run per worker (audit): Ctrl-C does not wait for the whole run
         require_finite(emb.source, names, arr[start : start + FINITE_CHECK_ROWS], start)
     return arr
 

@@ -15,7 +15,7 @@ from itertools import combinations
 import numpy as np
 
 from stabcli.measure.metrics import unit_rows
-from stabcli.measure.threads import ordered_map
+from stabcli.measure.threads import ordered_map, stop_point
 
 SCORE_ELEMENTS = 1 << 22  # float32 scores per chunk (16 MiB): measured faster than blocks that fit in cache
 
@@ -34,6 +34,7 @@ def nearest_neighbours(h: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray
     best_scores: np.ndarray | None = None
     best_ids: np.ndarray | None = None
     for start in range(0, n, step):
+        stop_point()  # a run takes seconds at a million keys: Ctrl-C does not wait for it
         chunk = unit_rows(np.asarray(h[start : start + step])).astype(np.float32, copy=False)
         scores = q_unit @ chunk.T
         inside = (queries >= start) & (queries < start + chunk.shape[0])

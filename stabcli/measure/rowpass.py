@@ -25,7 +25,7 @@ import numpy as np
 
 from stabcli.measure import metrics as m
 from stabcli.measure.numerics import CHUNK_ELEMENTS, WideBuffer, chunk_bytes, peak, wide_slices
-from stabcli.measure.threads import ordered_map
+from stabcli.measure.threads import ordered_map, stop_point
 
 
 @dataclass
@@ -87,7 +87,12 @@ def run_peaks(runs: Sequence[np.ndarray]) -> np.ndarray:
 
 def _peak_of(h: np.ndarray) -> float:
     step = max(1, CHUNK_ELEMENTS // max(h.shape[1], 1))
-    return max((peak(np.asarray(h[start : start + step])) for start in range(0, h.shape[0], step)), default=0.0)
+    return max((_chunk_peak(h[start : start + step]) for start in range(0, h.shape[0], step)), default=0.0)
+
+
+def _chunk_peak(rows: np.ndarray) -> float:
+    stop_point()  # a run per worker: Ctrl-C does not wait for the whole run
+    return peak(np.asarray(rows))
 
 
 def _run_variance(stack: np.ndarray, axis: int) -> np.ndarray:

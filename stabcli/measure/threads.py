@@ -15,7 +15,9 @@ the elementwise work between them, which OpenBLAS's own threads leave on one cor
 thread waits for another: OpenBLAS's threads meet at a barrier inside every product, so on
 a busy machine each product lasts as long as its most delayed thread. The results come
 back in the pieces' order and the caller combines them in that order, so the numbers do
-not depend on the number of workers.
+not depend on the number of workers. A piece that takes long (a run's neighbour search)
+calls ``stop_point`` between its chunks: when the map stops (an error, Ctrl-C, SIGTERM),
+its workers stop there instead of finishing their pieces while the command waits.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ _controller: Any = None
 _depth = 0  # nested blocks: only the outermost changes and restores the setting
 _configured: int | None = None  # the BLAS thread count outside our blocks, when last seen
 IN_FLIGHT_BYTES = 1 << 30  # ordered_map: memory of the items in flight, at most (when they say theirs)
+_worker = threading.local()  # in a worker of ``ordered_map``: ``stop``, the map's stop event
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -119,14 +122,34 @@ def ordered_map(
             yield from map(function, items)
             return
         pending: deque[Future[R]] = deque()
+        stop = threading.Event()
+
+        def work(item: T) -> R:
+            _worker.stop = stop  # this thread is the map's (the pool is)
+            return function(item)
+
         with ThreadPoolExecutor(count, thread_name_prefix="stabcli-pass") as pool:
             try:
                 for item in items:
-                    pending.append(pool.submit(function, item))
+                    pending.append(pool.submit(work, item))
                     if len(pending) >= 2 * count:
                         yield pending.popleft().result()
                 while pending:
                     yield pending.popleft().result()
             finally:
+                stop.set()  # the running pieces stop at their next stop_point
                 for future in pending:
                     future.cancel()
+
+
+class Stopped(Exception):
+    """Raised by ``stop_point`` in a worker whose map has stopped (its result is dropped)."""
+
+
+def stop_point() -> None:
+    """Called between the chunks of a long piece of work: in a worker of an ``ordered_map``
+    that has stopped (an error, Ctrl-C, SIGTERM in the thread that reads it), raise
+    ``Stopped``. Elsewhere nothing: the main thread gets KeyboardInterrupt itself."""
+    stop = getattr(_worker, "stop", None)
+    if stop is not None and stop.is_set():
+        raise Stopped

@@ -272,8 +272,8 @@ CASES = [
     ),
     ("header only", pretrain(lambda t: put(t, "e.csv", "user,item,rating,ts\n")), "e.csv: empty corpus"),
     (
-        "ratings.csv wrong header",
-        pretrain(lambda t: put(t, "ratings.csv", "user,movie,rating,time\n1,2,3,4\n")),
+        "ratings.csv wrong header, read as movielens (auto reads it as the table it is)",
+        pretrain(lambda t: put(t, "ratings.csv", "user,movie,rating,time\n1,2,3,4\n"), "--corpus-format", "movielens"),
         "ratings.csv:1: expected header userId,movieId,rating,timestamp",
     ),
     (

@@ -76,7 +76,7 @@ def test_movielens_ratings_csv_header(tmp_path):
 def test_movielens_ratings_csv_wrong_header(tmp_path):
     path = write(tmp_path, "ratings.csv", "user,movie,rating,time\n7,1,4.0,20\n")
     with pytest.raises(InputError, match=r"ratings\.csv:1: expected header userId,movieId,rating,timestamp"):
-        read_corpus(path)
+        read_corpus(path, options=CorpusOptions(format="movielens"))
 
 
 def test_movielens_bad_timestamp_names_the_line(tmp_path):

@@ -98,6 +98,21 @@ def test_rows_that_end_early_under_a_header_are_read_as_pandas_reads_them(tmp_pa
         assert corpus.columns == {"user": "'uid'", "item": "'movie'", "time": "'when'"}
 
 
+def test_a_ratings_csv_that_is_not_movielens_is_read_as_the_table_it_is(tmp_path):
+    """goodbooks-10k ships ``ratings.csv`` with ``user_id,book_id,rating``: ``auto`` reads it as
+    an interactions table; only ``--corpus-format movielens`` asks for MovieLens's header."""
+    (tmp_path / "gb").mkdir()
+    rows = "".join(f"{u},{(u * 7 + k) % 23},{1 + k % 5}\n" for u in range(1, 15) for k in range(5))
+    (tmp_path / "gb" / "ratings.csv").write_text("user_id,book_id,rating\n" + rows)
+    (tmp_path / "gb" / "ratings.csv.gz").write_bytes(gzip.compress(b"user_id,book_id,rating\n" + rows.encode()))
+    for name in ("ratings.csv", "ratings.csv.gz"):
+        corpus = read_corpus(tmp_path / "gb" / name)
+        assert corpus.format == "interactions"
+        assert corpus.columns == {"user": "'user_id'", "item": "'book_id'"}
+    with pytest.raises(InputError, match=r"ratings\.csv:1: expected header userId,movieId,rating,timestamp"):
+        read_corpus(tmp_path / "gb" / "ratings.csv", options=CorpusOptions(format="movielens"))
+
+
 def test_any_time_header_by_time_col_and_the_columns_are_recorded(tmp_path):
     rows = [("u1", "m3", 5, 30), ("u1", "m1", 4, 10), ("u1", "m2", 4, 20), ("u2", "m2", 1, 2), ("u2", "m3", 2, 1)] * 3
     pd.DataFrame(rows, columns=["uid", "movie", "score", "when"]).to_csv(tmp_path / "e.csv", index=False)

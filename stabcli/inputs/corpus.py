@@ -37,6 +37,7 @@ from stabcli.inputs.compressed import inner_name
 from stabcli.inputs.interactions import (
     DELIMITER_NAMES,
     DELIMITERS,
+    MOVIELENS_HEADER,
     MOVIELENS_NAMES,
     NO_COLUMN,
     ROLE_FLAGS,
@@ -253,14 +254,19 @@ def describe_reading(summary: dict[str, Any]) -> str:
 
 
 def detect_format(path: Path, model: str, options: CorpusOptions) -> str:
-    """Resolve ``auto``: MovieLens file names → movielens; doc2vec → tagged; a delimited
-    table (see :func:`sniff_table`) → interactions; otherwise lines."""
-    if inner_name(path).name in MOVIELENS_NAMES:
+    """Resolve ``auto``: MovieLens file names → movielens (a ``ratings.csv`` only with
+    MovieLens's header: goodbooks-10k's ``user_id,book_id,rating`` is another table); doc2vec
+    → tagged; a delimited table (see :func:`sniff_table`) → interactions; otherwise lines."""
+    name = inner_name(path).name
+    with csv_field_limit_lifted():
+        table = sniff_table(path, options.encoding) if name == "ratings.csv" or model != "doc2vec" else None
+    if name in MOVIELENS_NAMES and (
+        name != "ratings.csv" or (table is not None and (table.header or [])[:4] == MOVIELENS_HEADER)
+    ):
         return "movielens"
     if model == "doc2vec":
         return "tagged"
-    with csv_field_limit_lifted():
-        return "interactions" if sniff_table(path, options.encoding) is not None else "lines"
+    return "interactions" if table is not None else "lines"
 
 
 def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOptions = CorpusOptions()) -> Corpus:

@@ -298,7 +298,7 @@ def test_label_formats(tmp_path, name, text, expected):
     "text, message",
     [
         ("", "no labels found"),
-        ("a,x,extra\n", r"labels.csv:1: expected 2 columns \(key','label\), found 3"),
+        ("a,x,extra\n", r"labels.csv:1: expected 2 columns \(key,label\), found 3"),
         ("a,x\nb,\n", "labels.csv:2: empty label"),
         ("a,x\nb,y\na,z\n", "labels.csv:3: key 'a' has label 'z' here but 'x' on line 1"),
         ("a,x\n\xff,y\n", "labels.csv:2: not valid utf-8"),

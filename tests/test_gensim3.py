@@ -208,3 +208,20 @@ def test_gensim3_names_do_not_open_the_door_to_other_globals(tmp_path, g3):
     (tmp_path / "tag.kv").write_bytes(tag)
     with pytest.raises(InputError, match=r"tag\.kv: refusing to load gensim\.models\.doc2vec\.Doctag"):
         read_embedding(tmp_path / "tag.kv")
+
+
+def test_gensim3_fasttext_is_named_with_what_to_do(tmp_path, g3, monkeypatch):
+    """A 3.x FastText file is refused as such (the safe loader does not rebuild its n-gram
+    layout), with the conversion to do, not as a foreign global."""
+    fasttext = types.ModuleType("old3_fasttext")
+    monkeypatch.setitem(sys.modules, "old3_fasttext", fasttext)
+    vocab_cls = type("FastTextVocab", (object,), {"__module__": "old3_fasttext"})
+    fasttext.FastTextVocab = vocab_cls
+    model = _obj(g3.Word2Vec, vocabulary=_obj(vocab_cls, min_count=1))
+    data = g3.dumps(model).replace(b"cold3_fasttext\n", b"cgensim.models.fasttext\n")
+    (tmp_path / "ft.model").write_bytes(data)
+    with pytest.raises(
+        InputError,
+        match=r"ft\.model: a gensim 3\.x FastText model, which the safe loader does not read .*save_word2vec",
+    ):
+        read_embedding(tmp_path / "ft.model")

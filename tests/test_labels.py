@@ -119,7 +119,7 @@ def test_unknown_encoding_is_refused_before_opening_the_file(tmp_path):
 
 
 def test_column_count_changing_mid_file(tmp_path):
-    with pytest.raises(InputError, match=r"l\.csv:3: expected 2 columns \(key','label\), found 3"):
+    with pytest.raises(InputError, match=r"l\.csv:3: expected 2 columns \(key,label\), found 3"):
         read_labels(write(tmp_path, "l.csv", "a,x\nb,y\nc,y,z\n"), KEYS)
 
 

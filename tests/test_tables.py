@@ -180,6 +180,32 @@ def test_movielens_movies_files_as_key_names_split_as_their_labels_are(tmp_path)
     assert read_key_names(tmp_path / "movies.csv")["3"] == "Caf\u00e9, The|3 (1995)"
 
 
+@pytest.mark.parametrize("writer", ["pandas", "R"])
+def test_label_and_key_name_tables_with_a_row_index_column(tmp_path, writer):
+    """``df.to_csv("f.csv")`` (pandas' default index) and R's ``write.csv`` put a row-index
+    column first, under an empty header: it is dropped, not read as the keys."""
+    frame = pd.DataFrame({"key": ["a", "b", "c"], "label": ["x", "y", "x"], "name": ["A a", "B b", "C c"]})
+    for what in ("label", "name"):
+        path = tmp_path / f"{what}.csv"
+        if writer == "pandas":
+            frame[["key", what]].to_csv(path)
+        else:
+            rows = [f'"{i + 1}","{k}","{v}"' for i, (k, v) in enumerate(zip(frame.key, frame[what], strict=True))]
+            path.write_text(f'"","key","{what}"\n' + "\n".join(rows) + "\n")
+    assert read_labels(tmp_path / "label.csv", {"a", "b", "c"}).by_key == {"a": "x", "b": "y", "c": "x"}
+    assert read_key_names(tmp_path / "name.csv") == {"key": "name", "a": "A a", "b": "B b", "c": "C c"}
+
+
+def test_audit_refuses_key_names_for_none_of_its_keys_as_drift_does(tmp_path):
+    from conftest import assert_bad_input, files_state, make_runset
+
+    root = make_runset(tmp_path / "r", runs=2, n=9)
+    (tmp_path / "names.tsv").write_text("".join(f"other{i}\tName {i}\n" for i in range(9)))
+    before = files_state(tmp_path)
+    result = runner.invoke(app, ["audit", str(root), "--key-names", str(tmp_path / "names.tsv")])
+    assert_bad_input(result, "names.tsv: none of its 9 keys is a compared key (e.g. 'other0')", tmp_path, before)
+
+
 def test_drift_reads_movielens_labels_and_names_without_encoding(tmp_path):
     keys = [str(i) for i in range(1, 41)]
     rng = np.random.default_rng(0)

@@ -268,6 +268,10 @@ def audit(inputs: str | Path | Sequence[str | Path], **options: Any) -> AuditRep
     tracker = call.files.open_tracker(plan)
     names, counts = _key_tables(call.key_names, call.frequencies, call.encoding)
     runs = load_runs(call.paths, on_warning=call.callbacks.on_warning, read=call.read)
+    if names is not None and call.key_names is not None:
+        from stabcli.inputs.keytable import require_named_keys
+
+        require_named_keys(Path(call.key_names), names, set(runs.keys))
     downstream = call.downstream
     if downstream is not None:  # before any worker starts
         if not Path(downstream.labels).exists():

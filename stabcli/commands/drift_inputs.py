@@ -255,6 +255,7 @@ def read_key_names(path: str | Path, known: set[str], encoding: str | None = Non
     ``key<TAB>name``, MovieLens ``u.item`` / ``movies.dat`` / ``movies.csv``); InputError when
     none of its keys is a compared key."""
     from stabcli.inputs.keytable import read_key_names as read_names
+    from stabcli.inputs.keytable import require_named_keys
 
     path = Path(path)
     if not path.is_file():
@@ -262,6 +263,5 @@ def read_key_names(path: str | Path, known: set[str], encoding: str | None = Non
     names = {key: name for key, name in read_names(path, encoding).items() if key and name}
     if not names:
         raise InputError(f"{path}: no key names found")
-    if not known & names.keys():
-        raise InputError(f"{path}: none of its {len(names):,} keys is a compared key (e.g. {quote(next(iter(names)))})")
+    require_named_keys(path, names, known)
     return names

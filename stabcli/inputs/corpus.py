@@ -198,10 +198,11 @@ class Corpus:
         ``bincount`` of the item codes for a table)."""
         if self.encoded is None:
             return Counter(tok for seq in self.sequences for tok in seq)
+        import pandas as pd  # already imported: the table was read by it
+
         codes = self.encoded.codes
         counts = np.bincount(codes, minlength=len(self.encoded.items))
-        distinct, first = np.unique(codes, return_index=True)
-        order = distinct[np.argsort(first)].tolist()
+        order = pd.unique(codes).tolist()  # by first appearance, one hash pass (no sort of every token)
         return Counter({self.encoded.items[j]: int(counts[j]) for j in order})
 
     def summary(self) -> dict[str, Any]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import io
 import itertools
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from stabcli.errors import InputError, UsageError, quote
-from stabcli.inputs.labels import detect_layout, encoding_for
+from stabcli.inputs.labels import detect_layout, encoding_for, row_index_header
 from stabcli.inputs.textfile import check_encoding, sniff_encoding, text_lines
 
 if TYPE_CHECKING:  # pandas is imported where a table is read or built: a suffix check needs none of its 60 MB
@@ -72,6 +73,7 @@ def read_key_names(path: Path, encoding: str | None = None) -> dict[str, str]:
     if not first:
         raise InputError(f"{path}: empty; expected key and name columns")
     separator = MOVIELENS_SEPARATORS.get(layout) or key_names_separator(text)
+    columns = [1, 2] if layout == "delimited" and row_index_header(_fields(first, separator)) else [0, 1]
     try:
         table = pd.read_csv(
             io.StringIO(text),
@@ -79,7 +81,7 @@ def read_key_names(path: Path, encoding: str | None = None) -> dict[str, str]:
             header=None,
             dtype=str,
             keep_default_na=False,
-            usecols=[0, 1],
+            usecols=columns,
             engine="c" if len(separator) == 1 else "python",  # the C parser has no field-size limit
         )
     except (ValueError, pd.errors.ParserError) as exc:
@@ -87,7 +89,19 @@ def read_key_names(path: Path, encoding: str | None = None) -> dict[str, str]:
             f"{path}: expected at least two {_name(separator)}-separated columns, key and name "
             f"({str(exc).splitlines()[0]})"
         ) from None
-    return dict(zip(table[0].str.strip(), table[1].str.strip(), strict=True))
+    keys, values = (table[c].str.strip() for c in columns)
+    return dict(zip(keys, values, strict=True))
+
+
+def _fields(line: str, separator: str) -> list[str]:
+    return line.split(separator)  # the header's fields, only to see whether the first is empty
+
+
+def require_named_keys(path: Path, names: dict[str, str], known: Collection[str]) -> None:
+    """A key-names file must name at least one compared key (``audit``, ``drift``): a file
+    for other keys, or read in the wrong columns, is an error, not a table without names."""
+    if not any(key in known for key in names):
+        raise InputError(f"{path}: none of its {len(names):,} keys is a compared key (e.g. {quote(next(iter(names)))})")
 
 
 def read_frequencies(path: Path, encoding: str = "utf-8") -> dict[str, int]:

@@ -210,13 +210,24 @@ def _csv_records(path: Path, encoding: str, delimiter: str) -> Iterator[tuple[in
         yield start, fields
 
 
+def row_index_header(fields: Sequence[str]) -> bool:
+    """Whether a header row starts with a row-index column (pandas' ``to_csv()`` writes
+    ``,key,label``, R's ``write.csv`` ``"","key","label"``): its first field is empty."""
+    return len(fields) >= 3 and fields[0].strip().strip('"') in ("", "Unnamed: 0")
+
+
 def _delimited(path: Path, encoding: str, known_keys: Collection[str]) -> Iterator[tuple[int, str, tuple[str, ...]]]:
     first = _first_line(path, encoding)
     delimiter = next((d for d in ("\t", ",", ";", "|") if d in first), ",")
     first_row = True
+    skip = 0  # 1: a row-index column before key and label
     for lineno, fields in _csv_records(path, encoding, delimiter):
+        if first_row and row_index_header(fields):
+            skip = 1
+        fields = fields[skip:]
         if len(fields) != 2:
-            raise InputError(f"{path}:{lineno}: expected 2 columns (key{quote(delimiter)}label), found {len(fields)}")
+            shown = "<TAB>" if delimiter == "\t" else delimiter
+            raise InputError(f"{path}:{lineno}: expected 2 columns (key{shown}label), found {len(fields)}")
         key, label = fields[0].strip(), fields[1].strip()
         if first_row:
             first_row = False

@@ -62,6 +62,15 @@ OLD_MODEL_CLASSES: dict[tuple[str, str], tuple[str, str]] = {
     ("gensim.models.doc2vec", "Doc2VecVocab"): ("gensim.models.doc2vec", "Doc2VecVocab"),
     ("gensim.models.doc2vec", "Doc2VecTrainables"): ("gensim.models.doc2vec", "Doc2VecTrainables"),
 }
+# gensim 3.x FastText: its word vectors need the 3.x n-gram layout, which the safe loader
+# does not rebuild; named as such rather than as a foreign global
+OLD_FASTTEXT = frozenset(
+    {
+        ("gensim.models.keyedvectors", "FastTextKeyedVectors"),
+        ("gensim.models.fasttext", "FastTextVocab"),
+        ("gensim.models.fasttext", "FastTextTrainables"),
+    }
+)
 OLD_RECORDS = frozenset({("gensim.models.doc2vec", "Doctag")})  # 3.x: a namedtuple (offset, word_count, doc_count)
 
 # everything else a gensim 4.x save() references; none of them can touch files or run code
@@ -253,6 +262,8 @@ class _AllowListUnpickler(pickle.Unpickler):
         # Python 2 names (protocols 0-2), as pickle itself maps them, so the check sees real names
         module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
+        if (module, name) in OLD_FASTTEXT:
+            raise RefusedGlobal(module, name, "a gensim 3.x FastText model, which the safe loader does not read")
         if (module, name) not in ALLOWED:
             raise RefusedGlobal(module, name)
         if (module, name) not in self.stand_ins:
@@ -295,6 +306,11 @@ def load_gensim(path: Path, trusted: bool = False) -> Any:
                 unpickler = _AllowListUnpickler(fh)
                 obj = unpickler.load()
     except RefusedGlobal as exc:
+        if "3.x FastText" in exc.why:
+            raise InputError(
+                f"{path}: {exc.why} ({exc.qualname}); save its word vectors with gensim "
+                "(model.wv.save_word2vec_format('wv.vec')) and audit that, or pass --trust-pickle for a file you trust"
+            ) from None
         raise InputError(
             f"{path}: refusing to load {exc.qualname}: {exc.why}; "
             "pass --trust-pickle only for a file you trust (it can run any code)"

@@ -164,6 +164,7 @@ def _read_frame(data: bytes, delimiter: str, names: int, cols: dict[str, int], a
         na_filter=False,
         engine="c",
         quoting=csv.QUOTE_NONE,
+        low_memory=False,  # the chunk at once: one type per column (and no DtypeWarning)
         encoding="utf-8",
     )
 

@@ -79,6 +79,25 @@ def test_a_header_of_known_columns_is_a_table_even_with_spaces_in_its_fields(tmp
     assert read_corpus(tmp_path / "prose.txt", options=CorpusOptions(format="auto")).format == "lines"
 
 
+def test_rows_that_end_early_under_a_header_are_read_as_pandas_reads_them(tmp_path):
+    """A note column only some rows fill, or trailing empty columns only some rows carry:
+    under a header, a short row's missing last fields are empty (pandas reads both files)."""
+    table = _ratings().rename(columns={"userId": "uid", "movieId": "movie", "timestamp": "when"})
+    table.to_csv(tmp_path / "plain.csv", index=False)
+    lines = (tmp_path / "plain.csv").read_text().splitlines()
+    noted = [lines[0] + ",note"] + [line + (",liked it" if i % 5 == 0 else "") for i, line in enumerate(lines[1:])]
+    (tmp_path / "noted.csv").write_text("\n".join(noted) + "\n")
+    empty = [lines[0] + ",,,"] + [line + (",,," if i % 2 else "") for i, line in enumerate(lines[1:])]
+    (tmp_path / "empty.csv").write_text("\n".join(empty) + "\n")
+    options = CorpusOptions(time_col="when")
+    expected = read_corpus(tmp_path / "plain.csv", options=options)
+    for name in ("noted.csv", "empty.csv"):
+        assert pd.read_csv(tmp_path / name).shape[0] == len(table)
+        corpus = read_corpus(tmp_path / name, options=options)
+        assert corpus.sequences == expected.sequences
+        assert corpus.columns == {"user": "'uid'", "item": "'movie'", "time": "'when'"}
+
+
 def test_any_time_header_by_time_col_and_the_columns_are_recorded(tmp_path):
     rows = [("u1", "m3", 5, 30), ("u1", "m1", 4, 10), ("u1", "m2", 4, 20), ("u2", "m2", 1, 2), ("u2", "m3", 2, 1)] * 3
     pd.DataFrame(rows, columns=["uid", "movie", "score", "when"]).to_csv(tmp_path / "e.csv", index=False)

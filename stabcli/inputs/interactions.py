@@ -194,6 +194,9 @@ def sniff_table(path: Path, encoding: str) -> TableLayout | None:
         elif len(rows[0]) > 2 and all(r[-1] == "" for r in rows):
             rows = [r[:-1] for r in rows]
         widths = {len(r) for r in rows}
+        if len(widths) != 1 and _ragged_under_header(rows):
+            rows = [r[: len(rows[0])] + [""] * (len(rows[0]) - len(r)) for r in rows]
+            widths = {len(rows[0])}
         if len(widths) != 1 or widths == {1}:
             continue
         spaced = sum(1 for r in rows if any(len(f.split()) > 1 for f in r))
@@ -205,6 +208,15 @@ def sniff_table(path: Path, encoding: str) -> TableLayout | None:
         return None
     width, delimiter, rows = best
     return TableLayout(delimiter, rows[0] if _has_header(rows) else None, width)
+
+
+def _ragged_under_header(rows: list[list[str]]) -> bool:
+    """A header naming two known columns, over rows that end early (their missing last fields
+    are empty, as pandas reads them) or carry only empty fields beyond it."""
+    width = len(rows[0])
+    return sum(_normal(f) in _KNOWN for f in rows[0]) >= 2 and all(
+        len(r) >= 2 and not any(f.strip() for f in r[width:]) for r in rows[1:]
+    )
 
 
 def _normal(name: str) -> str:
@@ -368,6 +380,8 @@ def _table_rows(
             raise InputError(f"{path}:{lineno}: malformed quoting ({exc})") from None
         if len(fields) == width + 1 and fields[-1] == "":
             fields.pop()  # a trailing delimiter
+        if layout.header is not None and len(fields) >= 2 and not any(f.strip() for f in fields[width:]):
+            fields = fields[:width] + [""] * (width - len(fields))  # under a header, a row may end early
         if len(fields) != width:
             raise InputError(
                 f"{path}:{lineno}: expected {width} {DELIMITER_NAMES[layout.delimiter]} fields "

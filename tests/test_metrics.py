@@ -262,6 +262,7 @@ def invariant_metrics(runs):
         "cka": m.pairwise_mean(grams, m.linear_cka),
         "eig": m.pairwise_mean(grams, m.eigenspace_overlap),
         "disp": m.semantic_displacement(runs, grams),
+        "disp_per_key": m.per_key_displacement(runs, grams),  # audit --per-key
     }
 
 

@@ -342,3 +342,25 @@ def test_drift_pair_measures_are_the_same_with_one_or_three_workers(monkeypatch)
         got.append(drift_stats.pair_measures(runs)[0])
     for name in drift_stats.MEASURES:
         assert np.array_equal(got[0][name], got[1][name])
+
+
+def test_per_key_displacement_runs_on_the_pool_with_the_same_bits(monkeypatch):
+    """``--per-key``: 45 run pairs × n × d² products (about 10 s of CPU at 200,000 keys × 10
+    runs × 64 dims), row chunks each writing their own keys, on the workers."""
+    monkeypatch.setattr(numerics, "CHUNK_ELEMENTS", 4 * 5 * 11)  # 11 rows per chunk: 28 chunks
+    pools = []
+
+    class Recorded(threads.ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            pools.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(threads, "ThreadPoolExecutor", Recorded)
+    runs = runs_of(9)
+    grams = m.gram_blocks(runs)
+    got = []
+    for count in (1, 3):
+        monkeypatch.setattr(threads, "workers", lambda count=count: count)
+        got.append(m.per_key_displacement(runs, grams))
+    assert np.array_equal(*got)
+    assert pools  # three workers: a pool

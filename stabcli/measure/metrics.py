@@ -16,8 +16,16 @@ from itertools import combinations
 import numpy as np
 
 from stabcli.measure.align import rotation_from_cross
-from stabcli.measure.numerics import CHUNK_ELEMENTS, block_scale, peak, row_chunks, wide_chunks
-from stabcli.measure.threads import small_linalg
+from stabcli.measure.numerics import (
+    CHUNK_ELEMENTS,
+    block_scale,
+    chunk_bytes,
+    peak,
+    row_chunks,
+    row_slices,
+    wide_chunks,
+)
+from stabcli.measure.threads import ordered_map, small_linalg
 
 # Values whose magnitude lies in [2^-SAFE_EXPONENT, 2^SAFE_EXPONENT] are used as they are:
 # their squares, and sums of up to 2^200 squares, stay normal float64 numbers. Every
@@ -495,10 +503,18 @@ def per_key_displacement(runs: Sequence[np.ndarray], grams: Grams) -> np.ndarray
     pairs = list(combinations(range(len(runs)), 2))
     rotations = {(r, s): rotation_from_cross(grams.G[s, r]) for r, s in pairs}
     result = np.zeros(runs[0].shape[0])
-    for rows, stack in row_chunks(runs):
+
+    def chunk(rows: slice) -> None:  # each chunk writes its own keys: the workers' order does not matter
+        stack = np.stack([np.asarray(h[rows], dtype=np.float64) for h in runs])
+        if grams.scale != 1.0:  # a power of two (exact): norms of 1e300 rows stay finite
+            stack /= grams.scale
         norms = np.linalg.norm(stack, axis=2)
         for r, s in pairs:
             dots = np.einsum("cd,cd->c", stack[r], stack[s] @ rotations[r, s])
             denom = norms[r] * norms[s]
             result[rows] += 1.0 - np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
+
+    slices = row_slices(runs)
+    for _ in ordered_map(chunk, slices, item_bytes=chunk_bytes(runs, slices)):
+        pass
     return result / len(pairs)

@@ -16,14 +16,18 @@ def row_chunks(
     runs: Sequence[np.ndarray], rotations: Sequence[np.ndarray] | None = None
 ) -> Iterator[tuple[slice, np.ndarray]]:
     """Yield (row slice, float64 stack [R, c, d]) over the rows, optionally rotated."""
-    n, d = runs[0].shape
-    step = max(1, CHUNK_ELEMENTS // (len(runs) * max(d, 1)))
-    for start in range(0, n, step):
-        rows = slice(start, min(n, start + step))
+    for rows in row_slices(runs):
         stack = np.stack([np.asarray(h[rows], dtype=np.float64) for h in runs])
         if rotations is not None:
             stack = stack @ np.asarray(rotations)
         yield rows, stack
+
+
+def row_slices(runs: Sequence[np.ndarray]) -> list[slice]:
+    """The row slices of ``row_chunks``: ``CHUNK_ELEMENTS`` float64 values of the stacked runs each."""
+    n, d = runs[0].shape
+    step = max(1, CHUNK_ELEMENTS // (len(runs) * max(d, 1)))
+    return [slice(start, min(n, start + step)) for start in range(0, n, step)]
 
 
 CACHE_ELEMENTS = 1 << 20  # float64 elements per chunk of a pass that also works elementwise (8 MiB)

@@ -199,6 +199,22 @@ def test_movielens_item_files_are_latin1_in_labels_and_key_names_also_compressed
         assert read_key_names(tmp_path / name) == {"1": "Caf\u00e9 Society (1995)", "2": "Caf\u00e9 Society (1995)"}
 
 
+def test_movielens_item_files_re_encoded_as_utf8_are_not_read_as_latin1(tmp_path):
+    """A u.item or movies.dat converted to UTF-8 (a common first step) was read as latin-1:
+    'Caf\u00c3\u00a9' silently. Valid UTF-8 throughout is read as UTF-8; GroupLens's latin-1 as latin-1."""
+    utf8 = (U_ITEM + U_ITEM.replace("1|Caf", "2|Caf")).encode("utf-8")
+    (tmp_path / "u.item").write_bytes(utf8)
+    (tmp_path / "u.item.gz").write_bytes(gzip.compress(utf8))
+    (tmp_path / "movies.dat").write_bytes("7::Caf\u00e9 (1995)::Comedy\n".encode())
+    (tmp_path / "latin").mkdir()
+    (tmp_path / "latin" / "movies.dat").write_bytes("7::Caf\u00e9 (1995)::Comedy\n".encode("latin-1"))
+    for name in ("u.item", "u.item.gz"):
+        assert read_key_names(tmp_path / name)["1"] == "Caf\u00e9 Society (1995)"
+        assert read_labels(tmp_path / name, {"1", "2"}).by_key["1"] == "Comedy"
+    assert read_key_names(tmp_path / "movies.dat") == {"7": "Caf\u00e9 (1995)"}
+    assert read_key_names(tmp_path / "latin" / "movies.dat") == {"7": "Caf\u00e9 (1995)"}
+
+
 def test_movielens_movies_files_as_key_names_split_as_their_labels_are(tmp_path):
     """Every movie of a movies.dat with two or more genres has a ``|`` on every line: the
     key-names reader takes the layout the label reader detects (``::``), not the ``|``."""

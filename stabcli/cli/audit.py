@@ -170,7 +170,7 @@ _Encoding = Annotated[
     str | None,
     encoding_option(
         "Text encoding of the label and --key-names files [default: utf-8; MovieLens u.item and "
-        "movies.dat: latin-1; a byte-order mark decides]."
+        "movies.dat that are not valid UTF-8: latin-1; a byte-order mark decides]."
     ),
 ]
 

@@ -111,7 +111,7 @@ _Encoding = Annotated[
     str | None,
     encoding_option(
         "Text encoding of --labels and --key-names [default: utf-8; latin-1 for MovieLens u.item and "
-        "movies.dat; a byte-order mark decides]."
+        "movies.dat that are not valid UTF-8; a byte-order mark decides]."
     ),
 ]
 

@@ -16,13 +16,14 @@ its label. Movies whose genre is ``unknown`` or ``(no genres listed)`` have no l
 
 from __future__ import annotations
 
+import codecs
 import csv
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from stabcli.errors import InputError, quote
-from stabcli.inputs.compressed import inner_name
+from stabcli.inputs.compressed import compression_of, inner_name, open_stream
 from stabcli.inputs.textfile import check_encoding, csv_field_limit_lifted, sniff_encoding, text_lines
 
 # u.genre of MovieLens 100K: the order of the flags in u.item
@@ -142,13 +143,29 @@ def _records(
 
 def encoding_for(path: Path, encoding: str | None, fmt: str | None = None) -> str:
     """The one encoding rule for label and key-name files in every command: ``encoding``
-    when given, else latin-1 for MovieLens ``u.item`` and ``movies.dat`` (recognised by name,
-    also compressed, or by their first line; how GroupLens writes them), else UTF-8. A
+    when given, else UTF-8, except latin-1 for a MovieLens ``u.item`` or ``movies.dat``
+    (recognised by name, also compressed, or by their first line; how GroupLens writes them)
+    that is not valid UTF-8 throughout (one re-encoded as UTF-8 is read as UTF-8). A
     byte-order mark still decides over either (``textfile.sniff_encoding``)."""
     if encoding is not None:
         return encoding
     fmt = fmt or detect_layout(path, "utf-8")
-    return MOVIELENS_ENCODING if fmt in ("u.item", "movies.dat") else "utf-8"
+    if fmt not in ("u.item", "movies.dat") or _valid_utf8(path):
+        return "utf-8"  # a MovieLens file re-encoded as UTF-8 (valid UTF-8 is not latin-1 text by chance)
+    return MOVIELENS_ENCODING
+
+
+def _valid_utf8(path: Path) -> bool:
+    """Whether the whole (decompressed) file decodes as UTF-8, read block by block."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        with open_stream(path, compression_of(path)) as fh:
+            while block := fh.read(1 << 20):
+                decoder.decode(block)
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _first_line(path: Path, encoding: str) -> str:

@@ -241,7 +241,12 @@ CASES = [
     (
         "a row ending before the time column (under a header short rows are padded, as pandas reads them)",
         pretrain(lambda t: put(t, "e.csv", table(120) + "u1,i1,3\n")),
-        "e.csv:122: timestamp '' ('ts') is not a number or an ISO date",
+        "e.csv:122: the row ends after 3 of the header's 4 comma-separated fields, before its timestamp ('ts')",
+    ),
+    (
+        "a row ending before the rating column --min-rating reads",
+        pretrain(lambda t: put(t, "e.csv", table(120) + "u1,i1\n"), "--time-col", "none", "--min-rating", "2"),
+        "e.csv:122: the row ends after 2 of the header's 4 comma-separated fields, before its rating ('rating')",
     ),
     (
         "unbalanced quote after the sample",

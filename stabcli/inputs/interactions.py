@@ -362,10 +362,11 @@ def _column_label(layout: TableLayout, index: int) -> str:
 
 
 def _table_rows(
-    path: Path, lines: Iterable[tuple[int, str]], layout: TableLayout, header: bool
+    path: Path, lines: Iterable[tuple[int, str]], layout: TableLayout, header: bool, used: dict[str, int] | None = None
 ) -> Iterator[tuple[int, list[str]]]:
     """(line number, fields) of every data row of ``lines`` (the first non-blank one is the
-    header when ``header``); a row of another width is an error."""
+    header when ``header``); a row of another width is an error, and so is a row that ends
+    before a column of ``used`` (role: index)."""
     seen_header = not header
     width = layout.n_columns
     for lineno, line in lines:
@@ -381,6 +382,7 @@ def _table_rows(
         if len(fields) == width + 1 and fields[-1] == "":
             fields.pop()  # a trailing delimiter
         if layout.header is not None and len(fields) >= 2 and not any(f.strip() for f in fields[width:]):
+            _require_used(path, lineno, layout, len(fields), used or {})
             fields = fields[:width] + [""] * (width - len(fields))  # under a header, a row may end early
         if len(fields) != width:
             raise InputError(
@@ -388,6 +390,20 @@ def _table_rows(
                 f"(as in the first lines), found {len(fields)}"
             )
         yield lineno, fields
+
+
+def _require_used(path: Path, lineno: int, layout: TableLayout, found: int, used: dict[str, int]) -> None:
+    """A row that ends early (``found`` fields) must still hold every used column."""
+    missing = sorted((index, role) for role, index in used.items() if index >= found)
+    if missing:
+        index, role = missing[0]
+        raise InputError(
+            f"{path}:{lineno}: the row ends after {found} of the header's {layout.n_columns} "
+            f"{DELIMITER_NAMES[layout.delimiter]} fields, before its {ROLE_WORDS[role]} ({_column_label(layout, index)})"
+        )
+
+
+ROLE_WORDS = {"user": "user", "item": "item", "time": "timestamp", "rating": "rating"}
 
 
 def read_interactions(path: Path, options: CorpusOptions, fmt: str) -> Interactions:
@@ -477,7 +493,8 @@ def _line_rows(
     items: list[str] = []
     stamps: list[float] = []
     skipped = 0
-    for lineno, fields in _table_rows(path, block_lines(path, first, text), layout, False):
+    used = {role: index for role, index in cols.items() if role != "rating" or min_rating is not None}
+    for lineno, fields in _table_rows(path, block_lines(path, first, text), layout, False, used):
         user, item = fields[u], fields[i]
         if not user or not item:
             role = "user" if not user else "item"

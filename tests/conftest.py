@@ -94,6 +94,7 @@ NUMERIC_MODULES = {
     "test_reproducibility.py",
     "test_rowpass.py",
     "test_sample_data.py",
+    "test_threads.py",
     "test_training.py",
 }
 

@@ -256,6 +256,20 @@ def test_audit_refuses_key_names_for_none_of_its_keys_as_drift_does(tmp_path):
     assert_bad_input(result, "names.tsv: none of its 9 keys is a compared key (e.g. 'other0')", tmp_path, before)
 
 
+@pytest.mark.parametrize("compress", [gzip.compress, lzma.compress], ids=["gz", "xz"])
+def test_keys_and_frequencies_files_may_be_compressed_too(tmp_path, compress):
+    from stabcli.inputs.embeddings import read_keys
+    from stabcli.inputs.keytable import read_frequencies
+
+    (tmp_path / "keys.txt.gz").write_bytes(compress("\ufeffa\nb\r\nc\n".encode()))
+    assert read_keys(tmp_path / "keys.txt.gz") == ["a", "b", "c"]
+    (tmp_path / "counts.tsv.gz").write_bytes(compress(b"key\tcount\nthe\t1061\nnew york\t3\n"))
+    assert read_frequencies(tmp_path / "counts.tsv.gz") == {"the": 1061, "new york": 3}
+    (tmp_path / "cut.txt.gz").write_bytes(compress(b"a\nb\n" * 1000)[:30])
+    with pytest.raises(InputError, match=r"cut\.txt\.gz: (gzip|xz) data is truncated or corrupt"):
+        read_keys(tmp_path / "cut.txt.gz")
+
+
 def test_drift_reads_movielens_labels_and_names_without_encoding(tmp_path):
     keys = [str(i) for i in range(1, 41)]
     rng = np.random.default_rng(0)

@@ -92,6 +92,13 @@ def open_stream(path: Path, compression: str | None = None) -> Iterator[BinaryIO
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
+def read_all(path: Path) -> bytes:
+    """The whole decompressed content of a small input (a keys or frequencies file), gzip,
+    bzip2, xz or plain; errors name the file."""
+    with open_stream(path, compression_of(path)) as stream:
+        return stream.read()
+
+
 def _reason(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:80]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from stabcli.errors import InputError, UsageError, quote
+from stabcli.inputs.compressed import read_all
 from stabcli.inputs.labels import detect_layout, encoding_for, row_index_header
 from stabcli.inputs.textfile import check_encoding, sniff_encoding, text_lines
 
@@ -116,9 +117,7 @@ def read_frequencies(path: Path, encoding: str = "utf-8") -> dict[str, int]:
     {'the': 1061, 'new york': 3}
     """
     try:
-        text = path.read_bytes().decode(encoding).lstrip("\ufeff")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+        text = read_all(path).decode(encoding).lstrip("\ufeff")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not valid {encoding} text") from None
     except LookupError:

@@ -13,7 +13,7 @@ from typing import BinaryIO
 import numpy as np
 
 from stabcli.errors import InputError, quote, quoted
-from stabcli.inputs.compressed import inner_name, open_stream
+from stabcli.inputs.compressed import inner_name, open_stream, read_all
 
 DTYPE_KINDS = {
     "b": "boolean",
@@ -135,13 +135,12 @@ def keys_path_for(npy: Path) -> Path:
 
 
 def read_keys(path: Path) -> list[str]:
-    """One key per line (UTF-8); trailing newline optional; no empty or duplicate keys."""
+    """One key per line (UTF-8; gzip, bzip2 or xz compressed too); trailing newline optional;
+    no empty or duplicate keys."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_all(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: keys are not valid UTF-8 (byte offset {exc.start})") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read keys ({exc.strerror})") from None
     text = text.removeprefix("\ufeff")  # a byte-order mark is not part of the first key
     keys = text.split("\n")
     if keys and keys[-1] == "":

@@ -246,6 +246,17 @@ def test_label_and_key_name_tables_with_a_row_index_column(tmp_path, writer):
     assert read_key_names(tmp_path / "name.csv") == {"key": "name", "a": "A a", "b": "B b", "c": "C c"}
 
 
+def test_a_short_row_under_a_row_index_header_is_counted_with_the_index(tmp_path):
+    """The message counts the row-index column the reader skips: the row has 2 fields of 3,
+    not '1 of 2'."""
+    (tmp_path / "label.csv").write_text(",key,label\n0,a,x\n1,b,y\n2,c\n")
+    with pytest.raises(InputError, match=r"label\.csv:4: expected 3 columns \(row index,key,label\), found 2$"):
+        read_labels(tmp_path / "label.csv", {"a", "b", "c"})
+    (tmp_path / "plain.csv").write_text("key,label\na,x\nb\n")
+    with pytest.raises(InputError, match=r"plain\.csv:3: expected 2 columns \(key,label\), found 1$"):
+        read_labels(tmp_path / "plain.csv", {"a", "b"})
+
+
 def test_audit_refuses_key_names_for_none_of_its_keys_as_drift_does(tmp_path):
     from conftest import assert_bad_input, files_state, make_runset
 

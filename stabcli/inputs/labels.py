@@ -241,11 +241,11 @@ def _delimited(path: Path, encoding: str, known_keys: Collection[str]) -> Iterat
     for lineno, fields in _csv_records(path, encoding, delimiter):
         if first_row and row_index_header(fields):
             skip = 1
-        fields = fields[skip:]
-        if len(fields) != 2:
+        if len(fields) != 2 + skip:
             shown = "<TAB>" if delimiter == "\t" else delimiter
-            raise InputError(f"{path}:{lineno}: expected 2 columns (key{shown}label), found {len(fields)}")
-        key, label = fields[0].strip(), fields[1].strip()
+            columns = f"row index{shown}" * skip + f"key{shown}label"
+            raise InputError(f"{path}:{lineno}: expected {2 + skip} columns ({columns}), found {len(fields)}")
+        key, label = fields[skip].strip(), fields[skip + 1].strip()
         if first_row:
             first_row = False
             if key not in known_keys:

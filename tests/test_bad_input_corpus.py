@@ -249,6 +249,16 @@ CASES = [
         "e.csv:122: the row ends after 2 of the header's 4 comma-separated fields, before its rating ('rating')",
     ),
     (
+        "a table with classic Mac OS line ends (a carriage return alone): one line, not a header-only table",
+        pretrain(lambda t: put(t, "e.csv", table().replace("\n", "\r"))),
+        "e.csv:1: lines end in a carriage return alone",
+    ),
+    (
+        "a text corpus with classic Mac OS line ends",
+        pretrain(lambda t: put(t, "s.txt", "a b c\rb c d\rc d e\r"), "--corpus-format", "lines"),
+        "s.txt:1: lines end in a carriage return alone",
+    ),
+    (
         "unbalanced quote after the sample",
         pretrain(lambda t: put(t, "e.csv", table(120) + 'u1,"i1,3,4\n')),
         "e.csv:122: malformed quoting",

@@ -22,6 +22,7 @@ an undecodable byte is an error naming the file and line, never silently replace
 
 from __future__ import annotations
 
+import codecs
 import math
 import re
 from collections import Counter
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from stabcli.errors import InputError, OptionError, quote
-from stabcli.inputs.compressed import inner_name
+from stabcli.inputs.compressed import compression_of, inner_name, open_stream
 from stabcli.inputs.interactions import (
     DELIMITER_NAMES,
     DELIMITERS,
@@ -281,6 +282,7 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
     """
     path = Path(path)
     codec, _ = sniff_encoding(path, options.encoding, "corpus file")  # refuses directories, FIFOs, devices, archives
+    _refuse_carriage_return_lines(path, options.encoding)
     fmt = detect_format(path, model, options) if options.format == "auto" else options.format
     if fmt == "lines" and options.columns_given:
         given = next(r for r in ROLE_FLAGS if getattr(options, f"{r}_col") not in (None, NO_COLUMN))
@@ -323,6 +325,21 @@ def read_corpus(path: str | Path, model: str = "word2vec", options: CorpusOption
         raise InputError(f"{path}: empty corpus (no tokens in {fmt} format)")
     _check_reading(corpus, auto=options.format == "auto")
     return corpus
+
+
+def _refuse_carriage_return_lines(path: Path, encoding: str) -> None:
+    """A file whose first 64 KB hold carriage returns between text but no newline ends its
+    lines in ``\\r`` alone (classic Mac OS): read as it is, it would be one line, so one
+    sequence, or a table's header alone."""
+    codec, skip = sniff_encoding(path, encoding)
+    with open_stream(path, compression_of(path)) as fh:
+        head = fh.read(skip + (1 << 16))[skip:]
+    text = codecs.getincrementaldecoder(codec)(errors="ignore").decode(head)  # errors: the reader's to report
+    if "\n" not in text and re.search("\r[^\r]", text):
+        raise InputError(
+            f"{path}:1: lines end in a carriage return alone ('\\r', classic Mac OS), so the file is one "
+            "line; convert its line ends to '\\n' (e.g. tr '\\r' '\\n' < old > new)"
+        )
 
 
 def tokenizer(name: str) -> Callable[[str], list[str]]:

@@ -248,10 +248,10 @@ def finite_check(monkeypatch, runs):
 
 
 def run_peaks(monkeypatch, runs):
-    monkeypatch.setattr(rowpass, "CHUNK_ELEMENTS", 5 * 10)  # 10 rows per chunk
-    counted, calls = counting_with_ctrl_c(rowpass.peak, at=10)
-    monkeypatch.setattr(rowpass, "peak", counted)
-    return lambda: rowpass.run_peaks(runs), calls
+    monkeypatch.setattr(numerics, "CHUNK_ELEMENTS", 5 * 10)  # 10 rows per chunk
+    counted, calls = counting_with_ctrl_c(m.peak, at=10)
+    monkeypatch.setattr(m, "peak", counted)
+    return lambda: m.run_peaks(runs), calls
 
 
 @pytest.mark.parametrize("work", [neighbour_search, finite_check, run_peaks])

@@ -104,15 +104,9 @@ def pair_measures(runs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], li
     pairs = list(combinations(range(R), 2))
     chunks = wide_slices(runs)
     buffer = WideBuffer()
-    joint = np.zeros((R * d, R * d))
-    item = (R * d) ** 2 * 8 + 2 * chunk_bytes(runs, chunks)  # the Gram partial, the chunk
-    for gram in ordered_map(lambda rows: _syrk(buffer.read(runs, rows)), chunks, item_bytes=item):
-        joint += gram
-    blocks = joint.reshape(R, d, R, d)
+    G = m.gram_blocks(runs).G  # the rotations are scale invariant: the common scale does not matter
     partners = {s: [r for r in range(s)] for s in range(1, R)}
-    side_by_side = {
-        s: np.concatenate([rotation_from_cross(blocks[s, :, r, :]) for r in rs], axis=1) for s, rs in partners.items()
-    }
+    side_by_side = {s: np.concatenate([rotation_from_cross(G[s, r]) for r in rs], axis=1) for s, rs in partners.items()}
     index = {pair: p for p, pair in enumerate(pairs)}
     out = {name: np.empty((len(pairs), n), dtype=np.float32) for name in MEASURES}
 
@@ -137,10 +131,6 @@ def pair_measures(runs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], li
     for _ in ordered_map(measure, chunks, item_bytes=item):  # each chunk writes its own columns of ``out``
         pass
     return out, pairs
-
-
-def _syrk(wide: np.ndarray) -> np.ndarray:
-    return wide.T @ wide  # numpy uses BLAS syrk for this symmetric product
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,16 @@ import numpy as np
 from stabcli.measure.align import rotation_from_cross
 from stabcli.measure.numerics import (
     CHUNK_ELEMENTS,
+    WideBuffer,
     block_scale,
     chunk_bytes,
     peak,
     row_chunks,
     row_slices,
     wide_chunks,
+    wide_slices,
 )
-from stabcli.measure.threads import ordered_map, small_linalg
+from stabcli.measure.threads import ordered_map, small_linalg, stop_point
 
 # Values whose magnitude lies in [2^-SAFE_EXPONENT, 2^SAFE_EXPONENT] are used as they are:
 # their squares, and sums of up to 2^200 squares, stay normal float64 numbers. Every
@@ -209,25 +211,44 @@ class Grams:
 
 
 def gram_blocks(runs: Sequence[np.ndarray]) -> Grams:
-    """All ``H_rᵀ H_s`` in one pass over the rows (O(R²·n·d²) time, O(R²·d²) memory)."""
+    """All ``H_rᵀ H_s`` in one pass over the rows (O(R²·n·d²) time, O(R²·d²) memory). The row
+    chunks run on ``threads.ordered_map``'s workers and their sums are added in row order;
+    float64 runs are first read once for their peaks, which fix the common scale."""
     R = len(runs)
     n, d = runs[0].shape
-    sums = np.zeros((R, d))
-    joint = np.zeros((R * d, R * d))
-    peaks = np.zeros(R)
-    common = _CommonScale(runs)
-    for _, stack in row_chunks(runs):
-        if common.active and d:  # float32 runs need no peaks: a zero run shows as a zero Gram diagonal
-            peaks = np.maximum(peaks, np.maximum(stack.max(axis=(1, 2)), -stack.min(axis=(1, 2))))
-        stack, factor = common.update(stack)
-        if factor != 1.0:  # the scale grew: earlier sums are in the old units
-            sums *= factor
-            joint *= factor**2
-        sums += stack.sum(axis=1)
-        wide = np.ascontiguousarray(stack.transpose(1, 0, 2)).reshape(-1, R * d)  # [c, R·d]
-        joint += wide.T @ wide  # one symmetric product: numpy uses BLAS syrk
+    peaks = run_peaks(runs) if may_need_scaling(runs) else None  # float32 squares cannot overflow
+    scale = power_of_two_scale(float(peaks.max())) if peaks is not None else 1.0
+    buffer = WideBuffer()
+
+    def chunk(rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        wide = buffer.read(runs, rows)
+        if scale != 1.0:
+            wide /= scale  # a power of two: exact
+        return wide.sum(axis=0), wide.T @ wide  # one symmetric product: numpy uses BLAS syrk
+
+    sums, joint = np.zeros(R * d), np.zeros((R * d, R * d))
+    chunks = wide_slices(runs)
+    item = (R * d) ** 2 * 8 + 2 * chunk_bytes(runs, chunks)  # the Gram partial, the chunk
+    for column_sums, gram in ordered_map(chunk, chunks, item_bytes=item):
+        sums += column_sums
+        joint += gram
     G = joint.reshape(R, d, R, d).transpose(0, 2, 1, 3).copy()
-    return Grams(G, sums / n, n, common.scale, peaks if common.active else None)
+    return Grams(G, sums.reshape(R, d) / n, n, scale, peaks)
+
+
+def run_peaks(runs: Sequence[np.ndarray]) -> np.ndarray:
+    """The largest absolute value of every run, read in row chunks (no float64 copy), a run
+    per worker."""
+    return np.array(list(ordered_map(_peak_of, runs)), dtype=np.float64)
+
+
+def _peak_of(h: np.ndarray) -> float:
+    return max((_chunk_peak(h[rows]) for rows in row_slices([h])), default=0.0)
+
+
+def _chunk_peak(rows: np.ndarray) -> float:
+    stop_point()  # a run per worker: Ctrl-C does not wait for the whole run
+    return peak(np.asarray(rows))
 
 
 def frobenius_sq(a: np.ndarray) -> float:

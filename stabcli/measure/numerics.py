@@ -25,9 +25,7 @@ def row_chunks(
 
 def row_slices(runs: Sequence[np.ndarray]) -> list[slice]:
     """The row slices of ``row_chunks``: ``CHUNK_ELEMENTS`` float64 values of the stacked runs each."""
-    n, d = runs[0].shape
-    step = max(1, CHUNK_ELEMENTS // (len(runs) * max(d, 1)))
-    return [slice(start, min(n, start + step)) for start in range(0, n, step)]
+    return wide_slices(runs, CHUNK_ELEMENTS)
 
 
 CACHE_ELEMENTS = 1 << 20  # float64 elements per chunk of a pass that also works elementwise (8 MiB)

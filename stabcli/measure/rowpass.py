@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from stabcli.measure import metrics as m
-from stabcli.measure.numerics import CHUNK_ELEMENTS, WideBuffer, chunk_bytes, peak, wide_slices
-from stabcli.measure.threads import ordered_map, stop_point
+from stabcli.measure.numerics import WideBuffer, chunk_bytes, wide_slices
+from stabcli.measure.threads import ordered_map
 
 
 @dataclass
@@ -50,7 +50,7 @@ def first_pass(runs: Sequence[np.ndarray]) -> FirstPass:
     """Cross-Gram blocks, unit-row blocks and raw noise in one pass (O(R²·n·d²) time)."""
     R = len(runs)
     n, d = runs[0].shape
-    peaks = run_peaks(runs) if m.may_need_scaling(runs) else None  # float32 squares cannot overflow
+    peaks = m.run_peaks(runs) if m.may_need_scaling(runs) else None  # float32 squares cannot overflow
     scale = m.power_of_two_scale(float(peaks.max())) if peaks is not None and R else 1.0
     buffer = WideBuffer()
 
@@ -78,21 +78,6 @@ def first_pass(runs: Sequence[np.ndarray]) -> FirstPass:
     grams = m.Grams(G, sums.reshape(R, d) / n, n, scale, peaks)
     energy_sum = np.einsum("rjj->j", G[np.arange(R), np.arange(R)]) / R  # Σ_i E_r[H[i,j]²]
     return FirstPass(grams, m.share_from_sums(var_sum, energy_sum, per_key, R, scale), unit_joint)
-
-
-def run_peaks(runs: Sequence[np.ndarray]) -> np.ndarray:
-    """The largest absolute value of every run, read in row chunks (no float64 copy)."""
-    return np.array(list(ordered_map(_peak_of, runs)), dtype=np.float64)
-
-
-def _peak_of(h: np.ndarray) -> float:
-    step = max(1, CHUNK_ELEMENTS // max(h.shape[1], 1))
-    return max((_chunk_peak(h[start : start + step]) for start in range(0, h.shape[0], step)), default=0.0)
-
-
-def _chunk_peak(rows: np.ndarray) -> float:
-    stop_point()  # a run per worker: Ctrl-C does not wait for the whole run
-    return peak(np.asarray(rows))
 
 
 def _run_variance(stack: np.ndarray, axis: int) -> np.ndarray:

@@ -24,6 +24,7 @@ from stabcli.measure.numerics import (
     peak,
     row_chunks,
     row_slices,
+    stacked,
     wide_chunks,
     wide_slices,
 )
@@ -526,7 +527,7 @@ def per_key_displacement(runs: Sequence[np.ndarray], grams: Grams) -> np.ndarray
     result = np.zeros(runs[0].shape[0])
 
     def chunk(rows: slice) -> None:  # each chunk writes its own keys: the workers' order does not matter
-        stack = np.stack([np.asarray(h[rows], dtype=np.float64) for h in runs])
+        stack = stacked(runs, rows)
         if grams.scale != 1.0:  # a power of two (exact): norms of 1e300 rows stay finite
             stack /= grams.scale
         norms = np.linalg.norm(stack, axis=2)

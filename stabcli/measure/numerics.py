@@ -17,10 +17,15 @@ def row_chunks(
 ) -> Iterator[tuple[slice, np.ndarray]]:
     """Yield (row slice, float64 stack [R, c, d]) over the rows, optionally rotated."""
     for rows in row_slices(runs):
-        stack = np.stack([np.asarray(h[rows], dtype=np.float64) for h in runs])
+        stack = stacked(runs, rows)
         if rotations is not None:
             stack = stack @ np.asarray(rotations)
         yield rows, stack
+
+
+def stacked(runs: Sequence[np.ndarray], rows: slice) -> np.ndarray:
+    """Rows ``rows`` of every run, float64 ``[R, c, d]``."""
+    return np.stack([np.asarray(h[rows], dtype=np.float64) for h in runs])
 
 
 def row_slices(runs: Sequence[np.ndarray]) -> list[slice]:

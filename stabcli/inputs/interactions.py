@@ -5,7 +5,6 @@ rows read into one sequence of items per user (docs/formats.md)."""
 from __future__ import annotations
 
 import csv
-import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -159,10 +158,7 @@ def _split(line: str, delimiter: str) -> list[str]:
 
 
 def _is_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
+    return finite_float(text) is not None
 
 
 def sniff_table(path: Path, encoding: str) -> TableLayout | None:

@@ -70,14 +70,13 @@ class EncodedSequences:
 
 def time_value(text: str) -> float | None:
     """Seconds of a time field: a finite number, or an ISO date; None for anything else."""
-    try:
-        value = float(text)
-    except ValueError:
-        try:
-            return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-        except (ValueError, OverflowError, OSError):  # not a date, or one a platform cannot convert
-            return None
-    return value if math.isfinite(value) else None
+    value = finite_float(text)
+    if value is not None:
+        return value
+    try:  # inf and nan are no dates either
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except (ValueError, OverflowError, OSError):  # not a date, or one a platform cannot convert
+        return None
 
 
 def chunks(blocks: Iterator[tuple[int, str]], size: int = CHUNK_CHARS) -> Iterator[tuple[int, str]]:
